@@ -1,0 +1,78 @@
+// Binary (de)serialization helpers for optimizer state: little-endian PODs and
+// length-prefixed arrays, with every read bounds-checked.
+#pragma once
+
+#include <bit>
+#include <cstdint>
+#include <cstring>
+#include <istream>
+#include <limits>
+#include <ostream>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+namespace diloco::detail {
+
+static_assert(std::endian::native == std::endian::little,
+              "diloco's state files are little-endian; big-endian hosts are not supported yet");
+
+/// Thrown when serialized state is truncated or inconsistent.
+struct corrupt_state : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+template <class T>
+  requires std::is_trivially_copyable_v<T>
+void write_pod(std::ostream& out, const T& value) {
+  out.write(reinterpret_cast<const char*>(&value), sizeof(T));
+}
+
+template <class T>
+  requires std::is_trivially_copyable_v<T>
+T read_pod(std::istream& in, const char* what) {
+  T value{};
+  if (!in.read(reinterpret_cast<char*>(&value), sizeof(T)))
+    throw corrupt_state(std::string("diloco: truncated state while reading ") + what);
+  return value;
+}
+
+template <class T>
+void write_array(std::ostream& out, const std::vector<T>& values) {
+  write_pod<std::uint64_t>(out, values.size());
+  out.write(reinterpret_cast<const char*>(values.data()), static_cast<std::streamsize>(values.size() * sizeof(T)));
+}
+
+/// Reads an array written by `write_array`, refusing more than `max_elements`.
+template <class T>
+std::vector<T> read_array(std::istream& in, std::uint64_t max_elements, const char* what) {
+  const auto n = read_pod<std::uint64_t>(in, what);
+  if (n > max_elements)
+    throw corrupt_state(std::string("diloco: implausible length ") + std::to_string(n) + " for " + what);
+  std::vector<T> values(static_cast<std::size_t>(n));
+  if (n > 0 && !in.read(reinterpret_cast<char*>(values.data()), static_cast<std::streamsize>(n * sizeof(T))))
+    throw corrupt_state(std::string("diloco: truncated state while reading ") + what);
+  return values;
+}
+
+/// Writes and checks a four-character tag and a format version at the start of
+/// a state block, so a block of one optimizer is never loaded into another.
+inline void write_tag(std::ostream& out, const char (&tag)[5], std::uint32_t version) {
+  out.write(tag, 4);
+  write_pod(out, version);
+}
+
+inline void expect_tag(std::istream& in, const char (&tag)[5], std::uint32_t version) {
+  char got[4] = {};
+  if (!in.read(got, 4)) throw corrupt_state(std::string("diloco: truncated state, expected tag ") + tag);
+  if (std::memcmp(got, tag, 4) != 0)
+    throw corrupt_state(std::string("diloco: state tag mismatch, expected ") + tag);
+  const auto v = read_pod<std::uint32_t>(in, "format version");
+  if (v != version)
+    throw corrupt_state(std::string("diloco: unsupported state version ") + std::to_string(v) + " for " + tag);
+}
+
+inline constexpr std::uint64_t max_state_elements = std::uint64_t{1} << 40;
+
+}  // namespace diloco::detail

@@ -1,0 +1,120 @@
+// AdamW: Adam with decoupled weight decay and bias correction.
+#pragma once
+
+#include <cassert>
+#include <cmath>
+#include <cstdint>
+#include <istream>
+#include <ostream>
+#include <span>
+#include <stdexcept>
+#include <vector>
+
+#include "diloco/detail/config.hpp"
+#include "diloco/detail/serialize.hpp"
+
+namespace diloco::inner {
+
+/// Hyperparameters of `adamw` (defaults of PyTorch's `torch.optim.AdamW`).
+struct adamw_options {
+  double learning_rate = 1e-3;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double epsilon = 1e-8;
+  double weight_decay = 0.01;  ///< λ, decoupled: `p ← p·(1 − lr·λ)`
+};
+
+/// One element of AdamW at step t (Kingma & Ba 2015, with the decoupled weight
+/// decay of Loshchilov & Hutter 2019):
+/// `m = β1·m + (1−β1)·g;  v = β2·v + (1−β2)·g²;`
+/// `p = p·(1 − lr·λ) − lr · (m / (1−β1^t)) / (sqrt(v / (1−β2^t)) + ε)`.
+/// The per-step constants are precomputed by `adamw::step`.
+template <class T>
+struct adamw_element {
+  T lr, beta1, beta2, epsilon, decay_factor, inv_bias1, inv_sqrt_bias2;
+
+  DILOCO_HOST_DEVICE void operator()(T& p, T& m, T& v, T g) const {
+    using std::sqrt;
+    m = beta1 * m + (T(1) - beta1) * g;
+    v = beta2 * v + (T(1) - beta2) * g * g;
+    const T denom = sqrt(v) * inv_sqrt_bias2 + epsilon;
+    p = p * decay_factor - lr * (m * inv_bias1) / denom;
+  }
+};
+
+/// AdamW as an InnerStep. One fused pass per step: reads p, m, v, g and writes
+/// p, m, v (28 bytes per fp32 parameter). Moments are created on the first step.
+template <class T>
+class adamw {
+ public:
+  using scalar_type = T;
+  using options_type = adamw_options;
+
+  explicit adamw(options_type options = {}) : options_(options) {
+    if (!(options.learning_rate >= 0)) throw std::invalid_argument("diloco::inner::adamw: learning_rate must be >= 0");
+    if (!(options.beta1 >= 0 && options.beta1 < 1)) throw std::invalid_argument("diloco::inner::adamw: beta1 must be in [0, 1)");
+    if (!(options.beta2 >= 0 && options.beta2 < 1)) throw std::invalid_argument("diloco::inner::adamw: beta2 must be in [0, 1)");
+    if (!(options.epsilon > 0)) throw std::invalid_argument("diloco::inner::adamw: epsilon must be > 0");
+    if (!(options.weight_decay >= 0)) throw std::invalid_argument("diloco::inner::adamw: weight_decay must be >= 0");
+  }
+
+  void step(std::span<T> params, std::span<const T> grads) {
+    assert(params.size() == grads.size());
+    if (m_.empty()) {
+      m_.assign(params.size(), T(0));
+      v_.assign(params.size(), T(0));
+    }
+    assert(m_.size() == params.size());
+    ++steps_;
+    const double t = static_cast<double>(steps_);
+    const adamw_element<T> f{T(options_.learning_rate),
+                             T(options_.beta1),
+                             T(options_.beta2),
+                             T(options_.epsilon),
+                             T(1.0 - options_.learning_rate * options_.weight_decay),
+                             T(1.0 / (1.0 - std::pow(options_.beta1, t))),
+                             T(1.0 / std::sqrt(1.0 - std::pow(options_.beta2, t)))};
+    T* p = params.data();
+    T* m = m_.data();
+    T* v = v_.data();
+    const T* g = grads.data();
+    for (std::size_t i = 0; i < params.size(); ++i) f(p[i], m[i], v[i], g[i]);
+  }
+
+  options_type& options() noexcept { return options_; }
+  const options_type& options() const noexcept { return options_; }
+  std::uint64_t steps() const noexcept { return steps_; }
+
+  /// Forgets the moments and the step count (bias correction restarts).
+  void reset() {
+    m_.clear();
+    v_.clear();
+    steps_ = 0;
+  }
+
+  void save(std::ostream& out) const {
+    detail::write_tag(out, "ADMW", 1);
+    detail::write_pod(out, steps_);
+    detail::write_array(out, m_);
+    detail::write_array(out, v_);
+  }
+
+  /// Throws `detail::corrupt_state` on a bad block; the state is unchanged then.
+  void load(std::istream& in) {
+    detail::expect_tag(in, "ADMW", 1);
+    const auto steps = detail::read_pod<std::uint64_t>(in, "adamw steps");
+    auto m = detail::read_array<T>(in, detail::max_state_elements, "adamw first moment");
+    auto v = detail::read_array<T>(in, detail::max_state_elements, "adamw second moment");
+    if (m.size() != v.size()) throw detail::corrupt_state("diloco: adamw moments differ in size");
+    steps_ = steps;
+    m_ = std::move(m);
+    v_ = std::move(v);
+  }
+
+ private:
+  options_type options_;
+  std::vector<T> m_, v_;
+  std::uint64_t steps_ = 0;
+};
+
+}  // namespace diloco::inner
