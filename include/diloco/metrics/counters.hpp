@@ -1,0 +1,90 @@
+// What learners and the syncer count. Every accepted contribution is merged,
+// or counted as dropped; every rejected message is counted by reason.
+#pragma once
+
+#include <array>
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+namespace diloco {
+
+/// Why the syncer refused a message. Each has its own counter.
+enum class reject_reason : std::uint8_t {
+  unexpected_kind,      ///< a kind the syncer does not accept (e.g. an update)
+  unknown_learner,      ///< a learner that never joined
+  wrong_peer,           ///< sent from another endpoint than the learner joined from
+  dead_incarnation,     ///< an older incarnation, or one that has left
+  unknown_incarnation,  ///< a newer incarnation that has not joined
+  layout_mismatch,      ///< a join for a different model
+  bad_fragment,         ///< fragment index out of range
+  bad_size,             ///< element count or payload size does not match the fragment
+  bad_codec,            ///< a codec the syncer does not decode
+  no_work,              ///< a contribution with zero inner steps
+  future_base,          ///< base revision newer than the fragment's
+  stale,                ///< base revision more than S revisions old
+  duplicate,            ///< the idempotency key (learner, incarnation, fragment, base) was seen
+  count_
+};
+
+inline constexpr std::size_t reject_reason_count = static_cast<std::size_t>(reject_reason::count_);
+
+constexpr std::string_view to_string(reject_reason r) noexcept {
+  switch (r) {
+    case reject_reason::unexpected_kind: return "unexpected_kind";
+    case reject_reason::unknown_learner: return "unknown_learner";
+    case reject_reason::wrong_peer: return "wrong_peer";
+    case reject_reason::dead_incarnation: return "dead_incarnation";
+    case reject_reason::unknown_incarnation: return "unknown_incarnation";
+    case reject_reason::layout_mismatch: return "layout_mismatch";
+    case reject_reason::bad_fragment: return "bad_fragment";
+    case reject_reason::bad_size: return "bad_size";
+    case reject_reason::bad_codec: return "bad_codec";
+    case reject_reason::no_work: return "no_work";
+    case reject_reason::future_base: return "future_base";
+    case reject_reason::stale: return "stale";
+    case reject_reason::duplicate: return "duplicate";
+    case reject_reason::count_: break;
+  }
+  return "unknown";
+}
+
+struct syncer_metrics {
+  std::uint64_t outer_updates = 0;           ///< merges applied (revisions created), all fragments
+  std::uint64_t contributions_accepted = 0;
+  std::uint64_t contributions_merged = 0;
+  std::uint64_t contributions_dropped = 0;   ///< accepted but discarded (only at shutdown without flush)
+  std::uint64_t contributions_pending = 0;   ///< accepted, waiting in an open round
+  std::array<std::uint64_t, reject_reason_count> rejected{};
+  std::uint64_t joins = 0;                   ///< first joins of a learner id
+  std::uint64_t rejoins = 0;                 ///< joins of a new incarnation
+  std::uint64_t leaves = 0;
+  std::uint64_t declared_dead = 0;           ///< heartbeat timeouts
+  std::uint64_t revived = 0;                 ///< learners heard from again after a timeout
+  std::uint64_t updates_sent = 0;
+  std::uint64_t send_failures = 0;           ///< updates the transport refused
+  std::uint64_t staleness_sum = 0;           ///< Σ (revision at merge − base revision) over merged contributions
+  std::uint64_t staleness_max = 0;
+
+  std::uint64_t rejected_total() const noexcept {
+    std::uint64_t n = 0;
+    for (auto v : rejected) n += v;
+    return n;
+  }
+  std::uint64_t rejected_for(reject_reason r) const noexcept { return rejected[static_cast<std::size_t>(r)]; }
+};
+
+struct learner_metrics {
+  std::uint64_t steps = 0;                   ///< inner steps taken
+  std::uint64_t tokens = 0;
+  std::uint64_t contributions_sent = 0;
+  std::uint64_t send_retries = 0;            ///< sends the transport refused and that were retried
+  std::uint64_t updates_received = 0;
+  std::uint64_t updates_adopted = 0;
+  std::uint64_t updates_ignored = 0;         ///< not newer than the adopted revision, or malformed
+  std::uint64_t answers_timed_out = 0;       ///< lock-step waits given up after `answer_timeout`
+  std::uint64_t heartbeats_sent = 0;
+  std::uint64_t joins_sent = 0;
+};
+
+}  // namespace diloco

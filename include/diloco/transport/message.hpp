@@ -1,0 +1,90 @@
+// The messages learners and the syncer exchange.
+//
+// Every transport moves `message`s: a fixed header of plain fields and an
+// optional payload (a packed fragment, encoded as the header's codec says).
+// Network transports serialize exactly these fields; the in-process transport
+// moves them as they are.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <limits>
+#include <type_traits>
+
+#include "diloco/transport/buffer.hpp"
+
+namespace diloco {
+
+/// Identifies an endpoint on a transport. Learners use their learner id.
+using peer_id = std::uint32_t;
+
+/// The peer id of the syncer.
+inline constexpr peer_id syncer_peer = std::numeric_limits<peer_id>::max();
+
+enum class message_kind : std::uint8_t {
+  join = 1,          ///< learner → syncer: "I am learner L, incarnation I, with this layout"
+  welcome = 2,       ///< syncer → learner: the training configuration; P `update`s follow
+  contribution = 3,  ///< learner → syncer: an outer gradient Δ_p against `base_revision`
+  update = 4,        ///< syncer → learner: global fragment Θ_p at `revision`
+  heartbeat = 5,     ///< learner → syncer: liveness, progress and timing
+  leave = 6,         ///< learner → syncer: finished, stop counting me as live
+};
+
+/// Element encoding of a payload.
+enum class codec_id : std::uint8_t { none = 0, f32 = 1, f64 = 2 };
+
+template <class T>
+inline constexpr codec_id codec_of = std::is_same_v<T, float> ? codec_id::f32 : codec_id::f64;
+
+/// Why an update was sent.
+enum class update_status : std::uint8_t {
+  merged = 0,  ///< a new revision after a merge
+  resync = 1,  ///< the current revision, sent on join or after a rejected contribution
+};
+
+/// Bits of `message_header::flags`.
+enum message_flags : std::uint8_t {
+  final_contribution = 1,  ///< the learner's last contribution before it leaves
+};
+
+/// All header fields; each message kind uses the ones its comment names.
+struct message_header {
+  message_kind kind = message_kind::heartbeat;
+  codec_id codec = codec_id::none;       ///< contribution, update
+  update_status status = update_status::merged;  ///< update
+  std::uint8_t flags = 0;                ///< contribution
+  std::uint32_t learner = 0;             ///< all kinds: the learner concerned
+  std::uint32_t incarnation = 0;         ///< all kinds: bumps each time learner L restarts
+  std::uint32_t fragment = 0;            ///< contribution, update
+  std::uint64_t sequence = 0;            ///< learner → syncer: per-incarnation message counter
+  std::uint64_t answers = 0;             ///< update: sequence of the recipient's contribution it answers
+  std::uint64_t base_revision = 0;       ///< contribution: revision Δ is computed against
+  std::uint64_t revision = 0;            ///< update: revision of the fragment carried
+  std::uint64_t tokens = 0;              ///< contribution: c_tokens; heartbeat: tokens so far
+  std::uint64_t steps = 0;               ///< contribution: c_steps; heartbeat: local step
+  std::uint64_t element_count = 0;       ///< contribution, update: payload elements; join, welcome: model size
+  std::uint64_t layout = 0;              ///< join, welcome: parameter layout fingerprint
+  std::int64_t step_time_ns = 0;         ///< heartbeat: smoothed duration of one inner step
+  std::int64_t transfer_ns = 0;          ///< heartbeat: smoothed network time of a round trip
+  std::int64_t hold_ns = 0;              ///< update: how long the syncer held the answered contribution
+  // welcome: the training configuration every learner adopts
+  std::uint32_t fragment_count = 0;      ///< P
+  std::uint32_t sync_period = 0;         ///< H, inner steps
+  std::uint32_t overlap = 0;             ///< τ, inner steps
+  std::uint8_t lock_step = 0;            ///< 1: wait for the answer τ steps after each send
+  double mixing = 0.0;                   ///< α
+};
+
+struct message {
+  message_header header;
+  byte_buffer payload;
+};
+
+/// A received message and the peer it came from (as the transport saw it, not
+/// as the header claims).
+struct envelope {
+  peer_id from = 0;
+  message msg;
+};
+
+}  // namespace diloco
