@@ -1,0 +1,39 @@
+// diloco: low-communication, fault-tolerant distributed training
+// (DiLoCo, Streaming DiLoCo, Decoupled DiLoCo) as a header-only C++20 library.
+//
+// This umbrella header pulls in the core and the in-process and simulated
+// transports; it needs only the standard library. Network transports, CUDA
+// kernels and framework adapters are opt-in headers with their own targets.
+#pragma once
+
+#include "diloco/version.hpp"
+#include "diloco/error.hpp"
+
+#include "diloco/concepts/inner_step.hpp"
+#include "diloco/concepts/merge_policy.hpp"
+#include "diloco/concepts/model.hpp"
+#include "diloco/concepts/outer_optimizer.hpp"
+#include "diloco/concepts/transport.hpp"
+
+#include "diloco/params/fragments.hpp"
+#include "diloco/params/layout.hpp"
+
+#include "diloco/inner/adamw.hpp"
+#include "diloco/inner/sgd.hpp"
+
+#include "diloco/outer/delayed_nesterov.hpp"
+#include "diloco/outer/from_inner.hpp"
+#include "diloco/outer/nesterov.hpp"
+#include "diloco/outer/sgd.hpp"
+
+#include "diloco/merge/average.hpp"
+#include "diloco/merge/radial_directional.hpp"
+
+#include "diloco/transport/inproc.hpp"
+#include "diloco/transport/simulated.hpp"
+
+#include "diloco/metrics/counters.hpp"
+#include "diloco/runtime/learner.hpp"
+#include "diloco/runtime/presets.hpp"
+#include "diloco/runtime/simulation.hpp"
+#include "diloco/runtime/syncer.hpp"

@@ -1,0 +1,419 @@
+// A learner unit: trains its own replica and exchanges fragments with the syncer
+// without ever waiting for other learners.
+#pragma once
+
+#include <algorithm>
+#include <cassert>
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <optional>
+#include <span>
+#include <system_error>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "diloco/concepts/inner_step.hpp"
+#include "diloco/concepts/model.hpp"
+#include "diloco/concepts/transport.hpp"
+#include "diloco/detail/ema.hpp"
+#include "diloco/error.hpp"
+#include "diloco/metrics/counters.hpp"
+#include "diloco/params/fragments.hpp"
+#include "diloco/runtime/config.hpp"
+#include "diloco/transport/buffer.hpp"
+#include "diloco/transport/message.hpp"
+
+namespace diloco {
+
+/// Settings of one learner process or thread. The training schedule itself
+/// (P, H, τ, α, lock-step) comes from the syncer's welcome.
+struct learner_options {
+  std::uint32_t id = 0;           ///< unique per learner unit, stable across restarts
+  std::uint32_t incarnation = 1;  ///< bump on every restart of learner `id`
+  std::chrono::nanoseconds heartbeat_interval = std::chrono::seconds(1);
+  std::chrono::nanoseconds join_retry = std::chrono::seconds(1);      ///< re-send `join` until welcomed
+  std::chrono::nanoseconds join_timeout = std::chrono::seconds(60);   ///< `step()` gives up joining after this
+  std::chrono::nanoseconds answer_timeout = std::chrono::seconds(60); ///< give up waiting for an answer after this
+  std::size_t max_outbox = 64;    ///< messages kept for retry while the transport refuses them
+};
+
+/// A learner unit (DESIGN 2.2). Per inner step it computes gradients, applies
+/// the inner optimizer and counts tokens and steps per fragment; when fragment
+/// p falls due it sends `Δ_p = Θ_p(base) − θ_p` to the syncer and keeps
+/// training. A global fragment that arrives is adopted at a step boundary,
+/// `θ_p ← α·θ_p + (1−α)·Θ_p`, no earlier than τ steps after the send it
+/// answers; the adopted fragment becomes the new base and its counters reset.
+/// Inner-optimizer state is kept.
+///
+/// Two ways to drive it:
+/// - `step(batch)` (blocking transports): one call per inner step; joins,
+///   waits where the configuration says so (lock-step modes only), trains.
+/// - `poll(now)` then, if it returned true, `train_step(batch, now)`: never
+///   blocks, for event loops and the simulator.
+///
+/// Not thread-safe: one thread drives a learner.
+template <class Model, class InnerStep, class Transport>
+class learner {
+  static_assert(detail::check_model<Model>());
+  static_assert(detail::check_inner_step<InnerStep>());
+  static_assert(detail::check_transport<Transport>());
+
+ public:
+  using scalar_type = typename Model::scalar_type;
+  using batch_type = typename Model::batch_type;
+  using T = scalar_type;
+  static_assert(std::is_same_v<T, typename InnerStep::scalar_type>,
+                "diloco::learner: the model and the inner step must use the same scalar_type");
+
+  learner(Model& model, Transport& transport, learner_options options = {}, InnerStep inner = InnerStep{})
+      : model_(model), transport_(transport), options_(options), inner_(std::move(inner)) {
+    if (options_.id == syncer_peer) throw std::invalid_argument("diloco::learner: id is reserved for the syncer");
+    if (model_.parameters().size() != model_.layout().size())
+      throw std::invalid_argument("diloco::learner: model parameters do not match its layout");
+  }
+
+  learner(const learner&) = delete;
+  learner& operator=(const learner&) = delete;
+
+  /// Handles what has arrived, adopts updates that are due, sends heartbeats
+  /// and (until welcomed) joins. Returns true when the next inner step may run:
+  /// the learner has the global state and, in lock-step mode, no answer is
+  /// overdue. Never blocks.
+  bool poll(time_point now) {
+    if (error_) return false;
+    flush_outbox();
+    while (auto e = transport_.try_receive()) receive(std::move(*e), now);
+    if (!welcomed_) {
+      if (!next_join_ || now >= *next_join_) send_join(now);
+      return false;
+    }
+    apply_due_updates();
+    if (!joined()) {
+      if (now >= *next_join_) send_join(now);
+      return false;
+    }
+    if (now >= next_heartbeat_) send_heartbeat(now);
+    const bool ready = !waiting_for_answer(now);
+    if (!ready) waited_ = true;
+    return ready;
+  }
+
+  /// One inner step on `batch`, then sends the fragments that fall due.
+  /// Precondition: the last `poll` returned true.
+  step_stats train_step(const batch_type& batch, time_point now) {
+    assert(joined() && !error_);
+    if (last_step_at_ && !waited_) step_time_.add(double((now - *last_step_at_).count()));
+    waited_ = false;
+    last_step_at_ = now;
+
+    const step_stats stats = model_.compute_gradients(batch);
+    inner_.step(model_.parameters(), model_.gradients());
+    ++step_;
+    ++metrics_.steps;
+    metrics_.tokens += stats.tokens;
+    for (auto& f : tracks_) {
+      f.tokens += stats.tokens;
+      ++f.steps;
+    }
+    for (std::uint32_t p = 0; p < tracks_.size(); ++p)
+      if (schedule_.due(p, step_)) send_contribution(p, now, 0);
+    return stats;
+  }
+
+  /// `poll` and `train_step` for blocking transports: waits (sleeping on the
+  /// transport, heartbeating) until the learner may step, then steps. Fails
+  /// with `errc::timed_out` if not welcomed within `join_timeout`, or with the
+  /// error that stopped the learner (e.g. `errc::layout_mismatch`).
+  result<step_stats> step(const batch_type& batch)
+    requires blocking_transport<Transport>
+  {
+    const time_point started = clock::now();
+    for (;;) {
+      const time_point now = clock::now();
+      if (poll(now)) break;
+      if (error_) return error_;
+      if (!joined() && now - started > options_.join_timeout) return errc::timed_out;
+      auto wait = std::chrono::nanoseconds(std::chrono::milliseconds(100));
+      if (auto wake = next_deadline()) wait = std::clamp<std::chrono::nanoseconds>(*wake - now, {}, wait);
+      if (auto e = transport_.receive_for(wait)) receive(std::move(*e), clock::now());
+    }
+    return train_step(batch, clock::now());
+  }
+
+  /// Sends every fragment's unsent work as a final contribution (fragments
+  /// whose last contribution is still unanswered against the same base are
+  /// skipped: the syncer would count them as duplicates), then `leave`.
+  void finish(time_point now) {
+    if (!joined()) return;
+    for (std::uint32_t p = 0; p < tracks_.size(); ++p) send_contribution(p, now, final_contribution);
+    message m = make(message_kind::leave);
+    send(m);
+    flush_outbox();
+  }
+
+  /// When `poll` next has timed work (a heartbeat, a join retry, an answer
+  /// timeout); the simulator wakes a waiting learner then.
+  std::optional<time_point> next_deadline() const {
+    if (error_) return std::nullopt;
+    if (!joined()) return next_join_;
+    std::optional<time_point> t = next_heartbeat_;
+    if (config_.lock_step)
+      for (const auto& f : tracks_)
+        if (f.in_flight) t = std::min(*t, f.in_flight->at + options_.answer_timeout);
+    return t;
+  }
+
+  /// True once the welcome and every fragment's global state have arrived.
+  bool joined() const noexcept { return welcomed_ && adopted_ == tracks_.size(); }
+
+  /// The error that stopped this learner (empty while it works).
+  std::error_code error() const noexcept { return error_; }
+
+  const training_config& config() const noexcept { return config_; }
+  const fragment_plan& plan() const noexcept { return plan_; }
+  const learner_metrics& metrics() const noexcept { return metrics_; }
+  const learner_options& options() const noexcept { return options_; }
+  std::uint64_t local_step() const noexcept { return step_; }
+  std::uint64_t revision(std::uint32_t p) const noexcept { return tracks_[p].revision; }
+
+  /// Smoothed time of one inner step (ns), from steps not preceded by a wait.
+  double step_time_ns() const noexcept { return step_time_.value(); }
+
+  Model& model() noexcept { return model_; }
+  InnerStep& inner() noexcept { return inner_; }
+  Transport& transport() noexcept { return transport_; }
+
+  /// Handles one received envelope (what `poll` does for each arrival).
+  void receive(envelope&& e, time_point now) {
+    const auto& h = e.msg.header;
+    if (e.from != syncer_peer || h.learner != options_.id || h.incarnation != options_.incarnation) {
+      ++metrics_.updates_ignored;
+      return;
+    }
+    switch (h.kind) {
+      case message_kind::welcome: on_welcome(h); break;
+      case message_kind::update: on_update(std::move(e.msg), now); break;
+      default: ++metrics_.updates_ignored; break;
+    }
+  }
+
+ private:
+  struct in_flight_send {
+    std::uint64_t sequence;
+    std::uint64_t base_revision;
+    std::uint64_t step;
+    time_point at;
+  };
+  struct received_update {
+    std::uint64_t revision;
+    std::uint64_t answers;
+    byte_buffer payload;
+  };
+  struct fragment_track {
+    bool adopted = false;
+    std::uint64_t revision = 0;
+    std::vector<T> base;  ///< Θ_p at `revision`, packed
+    std::uint64_t tokens = 0;
+    std::uint64_t steps = 0;
+    std::optional<in_flight_send> in_flight;
+    std::optional<received_update> inbox;
+  };
+
+  message make(message_kind kind) {
+    message m;
+    m.header.kind = kind;
+    m.header.learner = options_.id;
+    m.header.incarnation = options_.incarnation;
+    m.header.sequence = next_sequence_++;
+    return m;
+  }
+
+  void send_join(time_point now) {
+    message m = make(message_kind::join);
+    m.header.layout = model_.layout().fingerprint();
+    m.header.element_count = model_.layout().size();
+    send(m);
+    ++metrics_.joins_sent;
+    next_join_ = now + options_.join_retry;
+  }
+
+  void send_heartbeat(time_point now) {
+    message m = make(message_kind::heartbeat);
+    m.header.steps = step_;
+    m.header.tokens = metrics_.tokens;
+    m.header.step_time_ns = static_cast<std::int64_t>(step_time_.value());
+    m.header.transfer_ns = static_cast<std::int64_t>(transfer_time_.value());
+    send(m);
+    ++metrics_.heartbeats_sent;
+    next_heartbeat_ = now + options_.heartbeat_interval;
+  }
+
+  void send_contribution(std::uint32_t p, time_point now, std::uint8_t flags) {
+    auto& f = tracks_[p];
+    if (f.steps == 0) return;
+    if (f.in_flight && f.in_flight->base_revision == f.revision) {
+      // The syncer dedups by (learner, incarnation, fragment, base): a second,
+      // cumulative contribution against the same base would be refused. Wait
+      // for the answer — unless it is overdue, then ask anyway: the refusal
+      // carries the current fragment back (a resync).
+      if (now - f.in_flight->at < options_.answer_timeout) return;
+    }
+    const fragment& frag = plan_[p];
+    message m = make(message_kind::contribution);
+    auto& h = m.header;
+    h.codec = codec_of<T>;
+    h.fragment = p;
+    h.base_revision = f.revision;
+    h.tokens = f.tokens;
+    h.steps = f.steps;
+    h.element_count = frag.size();
+    h.flags = flags;
+    m.payload = pool_.acquire(frag.size() * sizeof(T));
+    T* delta = m.payload.template as<T>().data();
+    const T* theta = model_.parameters().data();
+    const T* base = f.base.data();
+    for (const auto& s : frag.slices())
+      for (std::size_t i = 0; i < s.size; ++i)
+        delta[s.packed_offset + i] = base[s.packed_offset + i] - theta[s.flat_offset + i];
+    f.in_flight = in_flight_send{h.sequence, f.revision, step_, now};
+    ++metrics_.contributions_sent;
+    send(m);
+  }
+
+  /// Sends in order: while older messages wait in the outbox, new ones queue
+  /// behind them. The oldest are dropped beyond `max_outbox`.
+  void send(message& m) {
+    if (outbox_.empty() && !transport_.try_send(syncer_peer, m)) return;
+    ++metrics_.send_retries;
+    outbox_.push_back(std::move(m));
+    while (outbox_.size() > options_.max_outbox) outbox_.pop_front();
+  }
+
+  void flush_outbox() {
+    while (!outbox_.empty() && !transport_.try_send(syncer_peer, outbox_.front())) outbox_.pop_front();
+  }
+
+  void on_welcome(const message_header& h) {
+    if (welcomed_) return;  // a repeated welcome answers a join retry
+    const auto& layout = model_.layout();
+    if (h.layout != layout.fingerprint() || h.element_count != layout.size()) {
+      error_ = errc::layout_mismatch;
+      return;
+    }
+    if (h.fragment_count == 0 || h.fragment_count > layout.size() || h.sync_period == 0 ||
+        h.overlap >= h.sync_period || !(h.mixing >= 0.0 && h.mixing < 1.0)) {
+      error_ = errc::bad_config;
+      return;
+    }
+    config_ = training_config{h.fragment_count, h.sync_period, h.overlap, h.mixing, h.lock_step != 0};
+    plan_ = fragment_plan::balanced(layout, config_.fragments);
+    schedule_ = fragment_schedule(config_.sync_period, config_.fragments);
+    tracks_.clear();
+    tracks_.resize(config_.fragments);
+    for (std::uint32_t p = 0; p < config_.fragments; ++p) tracks_[p].base.assign(plan_[p].size(), T(0));
+    welcomed_ = true;
+  }
+
+  void on_update(message&& m, time_point now) {
+    const auto& h = m.header;
+    if (!welcomed_ || h.fragment >= tracks_.size() || h.codec != codec_of<T> ||
+        h.element_count != plan_[h.fragment].size() || m.payload.size() != h.element_count * sizeof(T)) {
+      ++metrics_.updates_ignored;
+      return;
+    }
+    auto& f = tracks_[h.fragment];
+    if ((f.adopted && h.revision <= f.revision) || (f.inbox && h.revision < f.inbox->revision)) {
+      ++metrics_.updates_ignored;
+      return;
+    }
+    ++metrics_.updates_received;
+    if (f.in_flight && h.answers >= f.in_flight->sequence) {
+      const double rtt = double((now - f.in_flight->at).count());
+      transfer_time_.add(std::max(0.0, rtt - double(h.hold_ns)));
+    }
+    const std::uint64_t answers = std::max(h.answers, f.inbox ? f.inbox->answers : 0);
+    f.inbox = received_update{h.revision, answers, std::move(m.payload)};
+  }
+
+  /// Adopts each waiting update unless it answers the in-flight contribution
+  /// and τ steps have not passed since that send.
+  void apply_due_updates() {
+    for (std::uint32_t p = 0; p < tracks_.size(); ++p) {
+      auto& f = tracks_[p];
+      if (!f.inbox) continue;
+      const bool answer = f.in_flight && f.inbox->answers >= f.in_flight->sequence;
+      if (answer && step_ < f.in_flight->step + config_.overlap) continue;
+      adopt(p, answer);
+    }
+  }
+
+  void adopt(std::uint32_t p, bool answer) {
+    auto& f = tracks_[p];
+    const std::span<const T> global = f.inbox->payload.template as<const T>();
+    const std::span<T> theta = model_.parameters();
+    if (config_.mixing == 0.0) {
+      plan_.scatter(p, global, theta);
+    } else {
+      const T a = T(config_.mixing);
+      for (const auto& s : plan_[p].slices())
+        for (std::size_t i = 0; i < s.size; ++i) {
+          T& x = theta[s.flat_offset + i];
+          x = a * x + (T(1) - a) * global[s.packed_offset + i];
+        }
+    }
+    std::copy(global.begin(), global.end(), f.base.begin());
+    if (!f.adopted) ++adopted_;
+    f.adopted = true;
+    f.revision = f.inbox->revision;
+    f.tokens = 0;
+    f.steps = 0;
+    if (answer) f.in_flight.reset();
+    f.inbox.reset();
+    ++metrics_.updates_adopted;
+  }
+
+  /// Lock-step only: an answer is due (τ steps after its send) and missing.
+  bool waiting_for_answer(time_point now) {
+    if (!config_.lock_step) return false;
+    bool waiting = false;
+    for (auto& f : tracks_) {
+      if (!f.in_flight || step_ < f.in_flight->step + config_.overlap) continue;
+      if (now - f.in_flight->at >= options_.answer_timeout) {
+        f.in_flight.reset();
+        ++metrics_.answers_timed_out;
+        continue;
+      }
+      waiting = true;
+    }
+    return waiting;
+  }
+
+  Model& model_;
+  Transport& transport_;
+  learner_options options_;
+  InnerStep inner_;
+  buffer_pool pool_;
+
+  training_config config_;
+  fragment_plan plan_;
+  fragment_schedule schedule_;
+  std::vector<fragment_track> tracks_;
+  std::size_t adopted_ = 0;
+  bool welcomed_ = false;
+  std::error_code error_;
+
+  std::uint64_t step_ = 0;
+  std::uint64_t next_sequence_ = 1;
+  std::optional<time_point> next_join_;
+  time_point next_heartbeat_{};
+  std::optional<time_point> last_step_at_;
+  bool waited_ = false;
+  detail::ema step_time_;
+  detail::ema transfer_time_;
+  std::deque<message> outbox_;
+  learner_metrics metrics_;
+};
+
+}  // namespace diloco

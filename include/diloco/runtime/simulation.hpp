@@ -1,0 +1,143 @@
+// Runs learners and a syncer on the simulated network under a virtual clock:
+// deterministic, single-threaded, with per-learner speeds and stalls.
+#pragma once
+
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <stdexcept>
+#include <vector>
+
+#include "diloco/runtime/config.hpp"
+#include "diloco/transport/simulated.hpp"
+
+namespace diloco::sim {
+
+/// A pause of one learner, relative to the start of the run: the learner is
+/// frozen (no steps, no messages handled, no heartbeats), like a SIGSTOPped
+/// process.
+struct stall {
+  std::chrono::nanoseconds from{0};
+  std::chrono::nanoseconds length{0};
+};
+
+/// What one simulated learner does.
+struct learner_plan {
+  double speed = 1.0;          ///< relative speed; an inner step takes `step_time / speed`
+  std::uint64_t steps = 0;     ///< inner steps before it finishes and leaves
+  std::vector<stall> stalls;
+};
+
+struct run_options {
+  std::chrono::nanoseconds step_time = std::chrono::seconds(1);  ///< virtual duration of a step at speed 1
+  std::chrono::nanoseconds limit = std::chrono::hours(24 * 365);  ///< virtual time after which the run stops
+};
+
+struct run_report {
+  bool completed = false;           ///< every learner took all its steps
+  time_point end{};                 ///< virtual time when the run ended
+  std::vector<std::uint64_t> steps; ///< steps each learner took
+};
+
+/// Drives `syncer` and `learners` (pointers, in learner order) over `net`
+/// until every learner has taken its planned steps and the network is quiet.
+/// `next_batch(i)` returns learner i's next batch; `on_step(i, stats, now)` is
+/// called after each inner step. Events at the same virtual time run in a
+/// fixed order (syncer, then learners by index), so a run is a pure function
+/// of its inputs and seeds.
+template <class Syncer, class Learner, class NextBatch, class OnStep>
+run_report run(network& net, Syncer& syncer, std::span<Learner* const> learners, std::span<const learner_plan> plans,
+               NextBatch&& next_batch, OnStep&& on_step, run_options options = {}) {
+  if (learners.size() != plans.size()) throw std::invalid_argument("diloco::sim::run: one plan per learner");
+  if (options.step_time <= std::chrono::nanoseconds::zero())
+    throw std::invalid_argument("diloco::sim::run: step time must be positive");
+  std::vector<std::chrono::nanoseconds> step_duration;
+  for (const auto& p : plans) {
+    if (!(p.speed > 0.0)) throw std::invalid_argument("diloco::sim::run: speeds must be positive");
+    step_duration.emplace_back(std::llround(double(options.step_time.count()) / p.speed));
+  }
+
+  enum class mode { running, waiting, done };
+  struct state {
+    mode m = mode::waiting;
+    time_point next{};  ///< running: next step; waiting: next timed wake-up
+    std::uint64_t steps = 0;
+  };
+  const time_point start = net.now();
+  std::vector<state> st(learners.size(), state{mode::waiting, start, 0});
+  for (std::size_t i = 0; i < learners.size(); ++i)
+    if (plans[i].steps == 0) st[i].m = mode::done;
+
+  auto stalled_until = [&](std::size_t i, time_point t) -> std::optional<time_point> {
+    for (const auto& s : plans[i].stalls)
+      if (t >= start + s.from && t < start + s.from + s.length) return start + s.from + s.length;
+    return std::nullopt;
+  };
+
+  std::optional<time_point> syncer_deadline;
+  auto& syncer_endpoint = syncer.transport();
+  for (;;) {
+    // Arrivals wake the syncer and waiting learners; a running learner reads
+    // its messages at its next step boundary, a finished one never.
+    std::optional<time_point> t;
+    auto consider = [&t](std::optional<time_point> c) {
+      if (c && (!t || *c < *t)) t = c;
+    };
+    consider(syncer_endpoint.next_arrival());
+    consider(syncer_deadline);
+    for (std::size_t i = 0; i < st.size(); ++i) {
+      if (st[i].m == mode::done) continue;
+      consider(st[i].next);
+      if (st[i].m == mode::waiting && !stalled_until(i, net.now())) consider(learners[i]->transport().next_arrival());
+    }
+    if (!t || *t > start + options.limit) break;
+    net.advance_to(*t);
+    const time_point now = net.now();
+
+    while (auto e = syncer_endpoint.try_receive()) syncer.handle(std::move(*e), now);
+    syncer_deadline = syncer.poll(now);
+
+    for (std::size_t i = 0; i < learners.size(); ++i) {
+      auto& s = st[i];
+      if (s.m == mode::done || (s.m == mode::running && s.next > now)) continue;
+      if (auto until = stalled_until(i, now)) {
+        s.next = *until;
+        continue;
+      }
+      auto& l = *learners[i];
+      if (!l.poll(now)) {
+        s.m = mode::waiting;
+        // Woken by the next delivery anyway; otherwise by its own deadline.
+        s.next = l.next_deadline().value_or(start + options.limit + std::chrono::nanoseconds(1));
+        if (s.next <= now) s.next = now + std::chrono::nanoseconds(1);
+        continue;
+      }
+      const auto stats = l.train_step(next_batch(i), now);
+      on_step(i, stats, now);
+      if (++s.steps == plans[i].steps) {
+        l.finish(now);
+        s.m = mode::done;
+        while (l.transport().try_receive()) {
+        }
+      } else {
+        s.m = mode::running;
+        s.next = now + step_duration[i];
+      }
+    }
+    syncer_deadline = syncer.poll(now);
+  }
+  syncer.flush(net.now());
+
+  run_report report;
+  report.end = net.now();
+  report.completed = true;
+  for (std::size_t i = 0; i < st.size(); ++i) {
+    report.steps.push_back(st[i].steps);
+    if (st[i].steps < plans[i].steps) report.completed = false;
+  }
+  return report;
+}
+
+}  // namespace diloco::sim

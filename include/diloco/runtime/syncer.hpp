@@ -1,0 +1,531 @@
+// The syncer: collects fragment contributions, merges them, applies the outer
+// optimizer and sends the new global fragment back.
+#pragma once
+
+#include <algorithm>
+#include <cassert>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <iostream>
+#include <map>
+#include <optional>
+#include <set>
+#include <span>
+#include <stdexcept>
+#include <stop_token>
+#include <string>
+#include <tuple>
+#include <utility>
+#include <vector>
+
+#include "diloco/concepts/merge_policy.hpp"
+#include "diloco/concepts/outer_optimizer.hpp"
+#include "diloco/concepts/transport.hpp"
+#include "diloco/detail/ema.hpp"
+#include "diloco/metrics/counters.hpp"
+#include "diloco/params/fragments.hpp"
+#include "diloco/params/layout.hpp"
+#include "diloco/runtime/config.hpp"
+#include "diloco/transport/buffer.hpp"
+#include "diloco/transport/message.hpp"
+
+namespace diloco {
+
+/// How a round with only some learners' contributions is sized.
+///
+/// DESIGN 2.3 reports (and `tests/runtime/partial_rounds.cpp` checks) that
+/// letting every partial round take a full outer step diverges: the number of
+/// outer steps per unit of work grows with asynchrony.
+enum class partial_rounds {
+  /// Normalize over the contributors only: every round is a full step.
+  full_step,
+  /// Scale by the contributors' share of the live learners' expected weight.
+  live_share,
+  /// Scale by the contributors' share of the expected weight of every learner
+  /// that ever joined (absent and finished ones included): absent learners
+  /// count as a zero outer gradient, exactly DiLoCo's average. The default.
+  all_share,
+};
+
+/// What the syncer reports after each outer update.
+struct update_event {
+  std::uint32_t fragment = 0;
+  std::uint64_t revision = 0;       ///< the new revision
+  std::uint32_t contributors = 0;   ///< contributions merged
+  std::uint64_t max_staleness = 0;  ///< largest (revision before the merge − base revision) merged
+  double scale = 1.0;               ///< share applied to the merged outer gradient
+  time_point at{};
+};
+
+/// Settings of the syncer (DESIGN 2.3). `training` is sent to every learner.
+struct syncer_options {
+  training_config training;
+  std::uint32_t quorum = 1;          ///< K, distinct learners before a round may close
+  double grace_factor = 0.5;         ///< γ in [0, 1): share of the slack spent waiting for more learners
+  std::chrono::nanoseconds max_grace = std::chrono::seconds(1);  ///< upper bound of one grace window
+  std::uint32_t max_staleness = 16;  ///< S: refuse a base more than S revisions old
+  std::chrono::nanoseconds heartbeat_timeout = std::chrono::seconds(10);  ///< silence before a learner is dead
+  partial_rounds scaling = partial_rounds::all_share;
+  double ema_decay = 0.8;            ///< smoothing of step, quorum and transfer times
+  /// Called for every refused message and liveness change; defaults to stderr.
+  std::function<void(const std::string&)> log = [](const std::string& line) { std::cerr << "diloco syncer: " << line << '\n'; };
+  /// Called after every outer update (on the syncer's thread).
+  std::function<void(const update_event&)> on_update;
+};
+
+/// The syncer (DESIGN 2.3). For each fragment it collects contributions; when
+/// K distinct learners have contributed it opens the adaptive grace window of
+/// `γ·(τ·ξ_step − ξ_quorum − ξ_sync)` (never negative, at most `max_grace`),
+/// closing early once every live learner is in; then it merges, scales partial
+/// rounds, applies the outer optimizer, bumps the revision and sends the new
+/// fragment to every live learner.
+///
+/// Like the learner it is driven from outside: `handle` each received
+/// envelope, and call `poll` by the deadline it returns. `run` does both for
+/// blocking transports. Not thread-safe: one thread drives a syncer.
+template <class OuterOptimizer, class MergePolicy, class Transport>
+class syncer {
+  static_assert(detail::check_outer_optimizer<OuterOptimizer>());
+  static_assert(detail::check_transport<Transport>());
+
+ public:
+  using scalar_type = typename OuterOptimizer::scalar_type;
+  using T = scalar_type;
+  static_assert(detail::check_merge_policy<MergePolicy, T>());
+
+  /// Starts from `initial` parameters (flat, in `layout` order) at revision 0.
+  /// Throws `std::invalid_argument` for inconsistent settings.
+  syncer(const parameter_layout& layout, std::span<const T> initial, Transport& transport,
+         syncer_options options = {}, OuterOptimizer outer = OuterOptimizer{}, MergePolicy merge = MergePolicy{})
+      : layout_(layout),
+        transport_(transport),
+        options_(std::move(options)),
+        outer_(std::move(outer)),
+        merge_(std::move(merge)),
+        step_time_(options_.ema_decay),
+        quorum_time_(options_.ema_decay),
+        transfer_time_(options_.ema_decay) {
+    const auto& c = options_.training;
+    if (initial.size() != layout.size())
+      throw std::invalid_argument("diloco::syncer: initial parameters (" + std::to_string(initial.size()) +
+                                  ") do not match the layout (" + std::to_string(layout.size()) + ")");
+    if (c.sync_period == 0) throw std::invalid_argument("diloco::syncer: sync period H must be at least 1");
+    if (c.overlap >= c.sync_period)
+      throw std::invalid_argument("diloco::syncer: overlap tau must be smaller than the sync period H");
+    if (!(c.mixing >= 0.0 && c.mixing < 1.0)) throw std::invalid_argument("diloco::syncer: mixing alpha must be in [0, 1)");
+    if (options_.quorum == 0) throw std::invalid_argument("diloco::syncer: quorum K must be at least 1");
+    if (!(options_.grace_factor >= 0.0 && options_.grace_factor < 1.0))
+      throw std::invalid_argument("diloco::syncer: grace factor gamma must be in [0, 1)");
+    if (options_.heartbeat_timeout <= std::chrono::nanoseconds::zero())
+      throw std::invalid_argument("diloco::syncer: heartbeat timeout must be positive");
+    plan_ = fragment_plan::balanced(layout, c.fragments);  // validates P
+    fragments_.resize(c.fragments);
+    for (std::uint32_t p = 0; p < c.fragments; ++p) {
+      fragments_[p].global.resize(plan_[p].size());
+      plan_.gather<T>(p, initial, fragments_[p].global);
+    }
+    delta_.resize(plan_.count() ? std::max_element(plan_.fragments().begin(), plan_.fragments().end(),
+                                                   [](const fragment& a, const fragment& b) {
+                                                     return a.size() < b.size();
+                                                   })->size()
+                                : 0);
+  }
+
+  syncer(const syncer&) = delete;
+  syncer& operator=(const syncer&) = delete;
+
+  /// Validates and applies one message. Never throws for bad input: a refused
+  /// message is counted by reason and logged, and changes nothing else.
+  void handle(envelope&& e, time_point now) {
+    auto& h = e.msg.header;
+    if (h.kind == message_kind::join) return on_join(e.from, h, now);
+    if (h.kind != message_kind::contribution && h.kind != message_kind::heartbeat && h.kind != message_kind::leave)
+      return reject(reject_reason::unexpected_kind, h);
+    auto it = learners_.find(h.learner);
+    if (it == learners_.end()) return reject(reject_reason::unknown_learner, h);
+    auto& l = it->second;
+    if (e.from != l.peer) return reject(reject_reason::wrong_peer, h);
+    if (h.incarnation < l.incarnation || (h.incarnation == l.incarnation && l.left))
+      return reject(reject_reason::dead_incarnation, h);
+    if (h.incarnation > l.incarnation) return reject(reject_reason::unknown_incarnation, h);
+    heard_from(h.learner, l, now);
+    switch (h.kind) {
+      case message_kind::heartbeat:
+        if (h.step_time_ns > 0) step_time_.add(double(h.step_time_ns));
+        if (h.transfer_ns > 0) transfer_time_.add(double(h.transfer_ns));
+        break;
+      case message_kind::leave:
+        l.left = true;
+        l.live = false;
+        ++metrics_.leaves;
+        for (std::uint32_t p = 0; p < fragments_.size(); ++p) advance_round(p, now);
+        break;
+      default:
+        on_contribution(h.learner, std::move(e.msg), now);
+        break;
+    }
+  }
+
+  /// Declares silent learners dead and closes rounds whose grace window ended
+  /// (or whose quorum became reachable). Returns when it next needs a call.
+  std::optional<time_point> poll(time_point now) {
+    for (auto& [id, l] : learners_) {
+      if (l.live && now - l.last_seen >= options_.heartbeat_timeout) {
+        l.live = false;
+        ++metrics_.declared_dead;
+        options_.log("learner " + std::to_string(id) + " silent for " + seconds(now - l.last_seen) +
+                     ", declared dead");
+      }
+    }
+    std::optional<time_point> next;
+    auto earliest = [&next](time_point t) {
+      if (!next || t < *next) next = t;
+    };
+    for (std::uint32_t p = 0; p < fragments_.size(); ++p) {
+      advance_round(p, now);
+      if (fragments_[p].deadline) earliest(*fragments_[p].deadline);
+    }
+    for (const auto& [id, l] : learners_)
+      if (l.live) earliest(l.last_seen + options_.heartbeat_timeout);
+    return next;
+  }
+
+  /// Merges every open round now, whatever its quorum (at shutdown, so that
+  /// no accepted contribution is lost).
+  void flush(time_point now) {
+    for (std::uint32_t p = 0; p < fragments_.size(); ++p)
+      if (!fragments_[p].round.empty()) close_round(p, now);
+  }
+
+  /// Serves a blocking transport until `stop` is requested, then flushes.
+  /// Sleeps in the transport when nothing is due; never busy-waits.
+  void run(std::stop_token stop)
+    requires blocking_transport<Transport>
+  {
+    constexpr auto idle = std::chrono::milliseconds(50);
+    while (!stop.stop_requested()) {
+      const time_point now = clock::now();
+      auto wait = std::chrono::nanoseconds(idle);
+      if (auto next = poll(now)) wait = std::clamp<std::chrono::nanoseconds>(*next - now, {}, wait);
+      if (auto e = transport_.receive_for(wait)) {
+        handle(std::move(*e), clock::now());
+        while (auto more = transport_.try_receive()) handle(std::move(*more), clock::now());
+      }
+    }
+    flush(clock::now());
+  }
+
+  /// The global parameters, flat in layout order.
+  void copy_parameters(std::span<T> flat) const {
+    for (std::uint32_t p = 0; p < fragments_.size(); ++p) plan_.scatter<T>(p, fragments_[p].global, flat);
+  }
+  std::vector<T> parameters() const {
+    std::vector<T> flat(layout_.size());
+    copy_parameters(flat);
+    return flat;
+  }
+
+  std::span<const T> fragment_values(std::uint32_t p) const noexcept { return fragments_[p].global; }
+  std::uint64_t revision(std::uint32_t p) const noexcept { return fragments_[p].revision; }
+  /// Σ of all fragments' revisions.
+  std::uint64_t total_revisions() const noexcept { return metrics_.outer_updates; }
+
+  const fragment_plan& plan() const noexcept { return plan_; }
+  const parameter_layout& layout() const noexcept { return layout_; }
+  const syncer_options& options() const noexcept { return options_; }
+  const syncer_metrics& metrics() const noexcept { return metrics_; }
+  OuterOptimizer& outer() noexcept { return outer_; }
+  Transport& transport() noexcept { return transport_; }
+
+  /// Learners currently considered alive (joined, not left, heard from recently).
+  std::size_t live_learners() const noexcept {
+    return static_cast<std::size_t>(std::count_if(learners_.begin(), learners_.end(),
+                                                  [](const auto& kv) { return kv.second.live; }));
+  }
+
+  /// The grace window a round reaching quorum now would get.
+  std::chrono::nanoseconds grace() const noexcept {
+    if (!step_time_.known() || options_.training.overlap == 0 || options_.grace_factor == 0.0) return {};
+    const double slack =
+        options_.training.overlap * step_time_.value() - (quorum_time_.value() + transfer_time_.value());
+    const double g = std::clamp(options_.grace_factor * slack, 0.0, double(options_.max_grace.count()));
+    return std::chrono::nanoseconds(static_cast<std::int64_t>(g));
+  }
+
+ private:
+  struct learner_entry {
+    peer_id peer = 0;
+    std::uint32_t incarnation = 0;
+    bool live = false;
+    bool left = false;
+    time_point last_seen{};
+    std::vector<double> expected_weight;  ///< per fragment; NaN until its first regular contribution
+  };
+
+  struct contribution_entry {
+    std::uint32_t learner;
+    std::uint64_t sequence;
+    std::uint64_t base_revision;
+    double weight;
+    bool final;
+    time_point arrived;
+    byte_buffer payload;
+  };
+
+  struct fragment_state {
+    std::vector<T> global;
+    std::uint64_t revision = 0;
+    std::vector<contribution_entry> round;
+    time_point opened{};
+    bool quorum = false;
+    std::optional<time_point> deadline;
+    /// Idempotency keys (learner, incarnation, base revision) not yet stale.
+    std::set<std::tuple<std::uint32_t, std::uint32_t, std::uint64_t>> seen;
+  };
+
+  static std::string seconds(std::chrono::nanoseconds d) {
+    return std::to_string(std::chrono::duration<double>(d).count()) + " s";
+  }
+
+  void reject(reject_reason why, const message_header& h) {
+    ++metrics_.rejected[static_cast<std::size_t>(why)];
+    options_.log("refused message kind " + std::to_string(int(h.kind)) + " from learner " +
+                 std::to_string(h.learner) + "/" + std::to_string(h.incarnation) + ": " +
+                 std::string(to_string(why)));
+  }
+
+  void heard_from(std::uint32_t id, learner_entry& l, time_point now) {
+    l.last_seen = now;
+    if (!l.live && !l.left) {
+      l.live = true;
+      ++metrics_.revived;
+      options_.log("learner " + std::to_string(id) + " is alive again");
+    }
+  }
+
+  void on_join(peer_id from, const message_header& h, time_point now) {
+    if (h.learner == syncer_peer) return reject(reject_reason::unknown_learner, h);
+    if (h.layout != layout_.fingerprint() || h.element_count != layout_.size()) {
+      // Answer anyway, so that the learner learns why it cannot take part.
+      send_welcome(from, h.learner, h.incarnation);
+      return reject(reject_reason::layout_mismatch, h);
+    }
+    auto [it, first] = learners_.try_emplace(h.learner);
+    auto& l = it->second;
+    if (first) {
+      l.expected_weight.assign(fragments_.size(), std::nan(""));
+      ++metrics_.joins;
+    } else if (h.incarnation < l.incarnation) {
+      return reject(reject_reason::dead_incarnation, h);
+    } else if (h.incarnation == l.incarnation) {
+      if (l.left) return reject(reject_reason::dead_incarnation, h);
+      if (from != l.peer) return reject(reject_reason::wrong_peer, h);
+    } else {
+      ++metrics_.rejoins;
+    }
+    l.peer = from;
+    l.incarnation = h.incarnation;
+    l.left = false;
+    l.live = true;
+    l.last_seen = now;
+    send_welcome(from, h.learner, h.incarnation);
+    for (std::uint32_t p = 0; p < fragments_.size(); ++p) send_fragment(h.learner, l, p, 0, update_status::resync, 0);
+  }
+
+  void send_welcome(peer_id to, std::uint32_t learner, std::uint32_t incarnation) {
+    message m;
+    auto& h = m.header;
+    h.kind = message_kind::welcome;
+    h.learner = learner;
+    h.incarnation = incarnation;
+    h.layout = layout_.fingerprint();
+    h.element_count = layout_.size();
+    const auto& c = options_.training;
+    h.fragment_count = c.fragments;
+    h.sync_period = c.sync_period;
+    h.overlap = c.overlap;
+    h.mixing = c.mixing;
+    h.lock_step = c.lock_step ? 1 : 0;
+    if (transport_.try_send(to, m)) ++metrics_.send_failures;
+  }
+
+  void send_fragment(std::uint32_t id, const learner_entry& l, std::uint32_t p, std::uint64_t answers,
+                     update_status status, std::int64_t hold_ns) {
+    const auto& f = fragments_[p];
+    message m;
+    auto& h = m.header;
+    h.kind = message_kind::update;
+    h.codec = codec_of<T>;
+    h.status = status;
+    h.learner = id;
+    h.incarnation = l.incarnation;
+    h.fragment = p;
+    h.revision = f.revision;
+    h.answers = answers;
+    h.hold_ns = hold_ns;
+    h.element_count = f.global.size();
+    m.payload = pool_.acquire(f.global.size() * sizeof(T));
+    std::copy(f.global.begin(), f.global.end(), m.payload.template as<T>().begin());
+    if (transport_.try_send(l.peer, m))
+      ++metrics_.send_failures;
+    else
+      ++metrics_.updates_sent;
+  }
+
+  void on_contribution(std::uint32_t id, message&& m, time_point now) {
+    const auto& h = m.header;
+    auto& l = learners_.at(id);
+    if (h.fragment >= fragments_.size()) return reject(reject_reason::bad_fragment, h);
+    auto& f = fragments_[h.fragment];
+    if (h.codec != codec_of<T>) return reject(reject_reason::bad_codec, h);
+    if (h.element_count != f.global.size() || m.payload.size() != f.global.size() * sizeof(T))
+      return reject(reject_reason::bad_size, h);
+    if (h.steps == 0) return reject(reject_reason::no_work, h);
+    if (h.base_revision > f.revision) return reject(reject_reason::future_base, h);
+    if (f.revision - h.base_revision > options_.max_staleness) {
+      reject(reject_reason::stale, h);
+      return send_fragment(id, l, h.fragment, h.sequence, update_status::resync, 0);
+    }
+    if (!f.seen.emplace(id, h.incarnation, h.base_revision).second) {
+      reject(reject_reason::duplicate, h);
+      return send_fragment(id, l, h.fragment, h.sequence, update_status::resync, 0);
+    }
+    const double weight = merge_.weight(h.tokens, h.steps);
+    if (!(weight >= 0.0) || !std::isfinite(weight)) return reject(reject_reason::no_work, h);
+    ++metrics_.contributions_accepted;
+    ++metrics_.contributions_pending;
+    if (f.round.empty()) f.opened = now;
+    f.round.push_back(contribution_entry{id, h.sequence, h.base_revision, weight,
+                                         (h.flags & final_contribution) != 0, now, std::move(m.payload)});
+    advance_round(h.fragment, now);
+  }
+
+  /// Distinct learners in fragment p's open round.
+  std::size_t contributors(const fragment_state& f) const {
+    std::set<std::uint32_t> ids;
+    for (const auto& c : f.round) ids.insert(c.learner);
+    return ids.size();
+  }
+
+  bool contributed(const fragment_state& f, std::uint32_t id) const {
+    return std::any_of(f.round.begin(), f.round.end(), [id](const auto& c) { return c.learner == id; });
+  }
+
+  /// Opens the grace window once the quorum is in, and closes the round when
+  /// the window has passed or no live learner is missing.
+  void advance_round(std::uint32_t p, time_point now) {
+    auto& f = fragments_[p];
+    if (f.round.empty()) return;
+    // Learners that can still contribute: not departed, or already in the round.
+    std::size_t possible = 0;
+    bool everyone_in = true;
+    for (const auto& [id, l] : learners_) {
+      const bool in = contributed(f, id);
+      if (!l.left || in) ++possible;
+      if (l.live && !in) everyone_in = false;
+    }
+    const std::size_t required = std::max<std::size_t>(1, std::min<std::size_t>(options_.quorum, possible));
+    if (!f.quorum && contributors(f) >= required) {
+      f.quorum = true;
+      quorum_time_.add(double((now - f.opened).count()));
+      f.deadline = now + grace();
+    }
+    if (f.quorum && (everyone_in || now >= *f.deadline)) close_round(p, now);
+  }
+
+  /// The share of the expected total weight that this round's contributors
+  /// bring (DESIGN 2.3's partial-round rule), at most 1.
+  double round_scale(std::uint32_t p, double round_weight) {
+    if (options_.scaling == partial_rounds::full_step) return 1.0;
+    double known = 0.0;
+    std::size_t known_count = 0;
+    std::size_t unknown_count = 0;
+    for (const auto& [id, l] : learners_) {
+      if (options_.scaling == partial_rounds::live_share && !l.live && !contributed(fragments_[p], id)) continue;
+      const double w = l.expected_weight[p];
+      if (std::isnan(w)) {
+        ++unknown_count;
+      } else {
+        known += w;
+        ++known_count;
+      }
+    }
+    // A learner not yet heard from on this fragment is expected to weigh what
+    // the others weigh on average.
+    const double expected = known + (known_count ? unknown_count * known / double(known_count) : 0.0);
+    if (!(expected > 0.0)) return 1.0;
+    return std::min(1.0, round_weight / expected);
+  }
+
+  void close_round(std::uint32_t p, time_point now) {
+    auto& f = fragments_[p];
+    // Each learner's expected weight becomes what it brought to this round,
+    // unless that was its final, partial contribution.
+    std::map<std::uint32_t, double> brought;
+    double round_weight = 0.0;
+    for (const auto& c : f.round) {
+      round_weight += c.weight;
+      if (!c.final) brought[c.learner] += c.weight;
+    }
+    for (const auto& [id, w] : brought) learners_.at(id).expected_weight[p] = w;
+    const double scale = round_scale(p, round_weight);
+
+    std::vector<weighted_delta<T>> in;
+    in.reserve(f.round.size());
+    std::uint64_t max_staleness = 0;
+    for (const auto& c : f.round) {
+      in.push_back({c.payload.template as<const T>(), c.weight});
+      const std::uint64_t staleness = f.revision - c.base_revision;
+      max_staleness = std::max(max_staleness, staleness);
+      metrics_.staleness_sum += staleness;
+    }
+    const std::span<T> delta(delta_.data(), f.global.size());
+    merge_.merge(std::span<const weighted_delta<T>>(in), plan_[p].slices(), delta, scale);
+    outer_.step(p, f.global, std::span<const T>(delta));
+    ++f.revision;
+    ++metrics_.outer_updates;
+    metrics_.contributions_merged += f.round.size();
+    metrics_.contributions_pending -= f.round.size();
+    metrics_.staleness_max = std::max(metrics_.staleness_max, max_staleness);
+
+    // Keys older than S revisions can never be accepted again: forget them.
+    std::erase_if(f.seen, [&](const auto& key) { return std::get<2>(key) + options_.max_staleness < f.revision; });
+
+    for (const auto& [id, l] : learners_) {
+      if (!l.live) continue;
+      std::uint64_t answers = 0;
+      std::int64_t hold = 0;
+      for (const auto& c : f.round)
+        if (c.learner == id && c.sequence > answers) {
+          answers = c.sequence;
+          hold = (now - c.arrived).count();
+        }
+      send_fragment(id, l, p, answers, update_status::merged, hold);
+    }
+
+    const auto contributors_merged = static_cast<std::uint32_t>(f.round.size());
+    f.round.clear();
+    f.quorum = false;
+    f.deadline.reset();
+    if (options_.on_update) options_.on_update(update_event{p, f.revision, contributors_merged, max_staleness, scale, now});
+  }
+
+  parameter_layout layout_;
+  Transport& transport_;
+  syncer_options options_;
+  OuterOptimizer outer_;
+  MergePolicy merge_;
+  fragment_plan plan_;
+  std::vector<fragment_state> fragments_;
+  std::vector<T> delta_;
+  std::map<std::uint32_t, learner_entry> learners_;
+  buffer_pool pool_;
+  detail::ema step_time_;
+  detail::ema quorum_time_;
+  detail::ema transfer_time_;
+  syncer_metrics metrics_;
+};
+
+}  // namespace diloco
