@@ -23,7 +23,8 @@ class splitmix64 {
 
   /// Uniform integer in [0, n), n > 0 (multiply-shift; bias below 2^-32 for n < 2^32).
   std::uint64_t below(std::uint64_t n) noexcept {
-    return static_cast<std::uint64_t>((static_cast<unsigned __int128>(next()) * n) >> 64);
+    __extension__ using u128 = unsigned __int128;
+    return static_cast<std::uint64_t>((static_cast<u128>(next()) * n) >> 64);
   }
 
  private:

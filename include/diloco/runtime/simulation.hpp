@@ -41,14 +41,17 @@ struct run_report {
   std::vector<std::uint64_t> steps; ///< steps each learner took
 };
 
-/// Drives `syncer` and `learners` (pointers, in learner order) over `net`
-/// until every learner has taken its planned steps and the network is quiet.
+/// Drives `syncer` and `learners` over `net`. `learners` is a sized range
+/// whose elements dereference to learners (`*learners[i]`), in learner order:
+/// raw or smart pointers.
+/// Runs until every learner has taken its planned steps and the network is
+/// quiet.
 /// `next_batch(i)` returns learner i's next batch; `on_step(i, stats, now)` is
 /// called after each inner step. Events at the same virtual time run in a
 /// fixed order (syncer, then learners by index), so a run is a pure function
 /// of its inputs and seeds.
-template <class Syncer, class Learner, class NextBatch, class OnStep>
-run_report run(network& net, Syncer& syncer, std::span<Learner* const> learners, std::span<const learner_plan> plans,
+template <class Syncer, class Learners, class NextBatch, class OnStep>
+run_report run(network& net, Syncer& syncer, const Learners& learners, std::span<const learner_plan> plans,
                NextBatch&& next_batch, OnStep&& on_step, run_options options = {}) {
   if (learners.size() != plans.size()) throw std::invalid_argument("diloco::sim::run: one plan per learner");
   if (options.step_time <= std::chrono::nanoseconds::zero())

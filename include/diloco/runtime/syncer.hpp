@@ -199,8 +199,9 @@ class syncer {
       if (!fragments_[p].round.empty()) close_round(p, now);
   }
 
-  /// Serves a blocking transport until `stop` is requested, then flushes.
-  /// Sleeps in the transport when nothing is due; never busy-waits.
+  /// Serves a blocking transport until `stop` is requested; then handles
+  /// what has already arrived and flushes. Sleeps in the transport when
+  /// nothing is due; never busy-waits.
   void run(std::stop_token stop)
     requires blocking_transport<Transport>
   {
@@ -214,6 +215,7 @@ class syncer {
         while (auto more = transport_.try_receive()) handle(std::move(*more), clock::now());
       }
     }
+    while (auto rest = transport_.try_receive()) handle(std::move(*rest), clock::now());
     flush(clock::now());
   }
 
@@ -454,7 +456,7 @@ class syncer {
     }
     // A learner not yet heard from on this fragment is expected to weigh what
     // the others weigh on average.
-    const double expected = known + (known_count ? unknown_count * known / double(known_count) : 0.0);
+    const double expected = known + (known_count ? double(unknown_count) * known / double(known_count) : 0.0);
     if (!(expected > 0.0)) return 1.0;
     return std::min(1.0, round_weight / expected);
   }

@@ -1,0 +1,261 @@
+// fashion_mnist: trains an MLP on the real Fashion-MNIST with synchronous data
+// parallelism, DiLoCo or Decoupled DiLoCo — three configurations of the same
+// diloco runtime — and prints the result as one JSON line.
+//
+//   fashion_mnist --mode decoupled --learners 4 --speeds 1,1,0.7,0.5
+
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <iostream>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "trainer.hpp"
+
+namespace {
+
+constexpr const char* usage = R"(usage: fashion_mnist [options]
+
+Trains a 784-256-256-10 MLP on Fashion-MNIST with M learners and prints one
+JSON line with the test accuracy of the final global model.
+
+  --mode dp|diloco|decoupled   data parallel, DiLoCo or Decoupled DiLoCo (decoupled)
+  --learners M                 learner units (4)
+  --steps N                    inner steps per learner (1000)
+  --batch B                    examples per inner step (64)
+  --H H                        inner steps between two sends of a fragment (50)
+  --fragments P                fragments (decoupled: 4; dp and diloco: 1)
+  --quorum K                   learners a round waits for (decoupled: 1; others: M)
+  --overlap TAU                steps between a send and the use of its answer (decoupled: 5)
+  --alpha A                    mixing on adoption, 0 overwrites (0)
+  --speeds S1,S2,...           relative learner speeds, e.g. 1,1,0.7,0.5 (all 1)
+  --stall L:AFTER:STEPS        learner L freezes after its step AFTER for STEPS of its steps
+  --transport threads|sim      learner threads in this process, or the deterministic simulator (threads)
+  --merge tokens|average|rda   merge rule (tokens)
+  --partial-rounds all|live|full
+                               size of partial rounds: share of all learners' weight (all),
+                               of the live learners' weight (live), or a full step (full)
+  --lr LR                      AdamW learning rate (1e-3)
+  --weight-decay WD            AdamW weight decay (0.01)
+  --outer-lr ETA               Nesterov outer learning rate (0.7)
+  --outer-momentum MU          Nesterov outer momentum (0.9)
+  --seed SEED                  seed of initialization, sharding and sampling (1)
+  --data-dir DIR               Fashion-MNIST files (/usr/share/datasets/fashion-mnist)
+  --progress SECONDS           seconds between progress lines on stderr, 0 for none (2)
+  --help                       this text
+)";
+
+struct usage_error : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+template <class T>
+T parse_number(std::string_view option, const std::string& text) {
+  std::istringstream in(text);
+  T value{};
+  if (!(in >> value) || !in.eof()) throw usage_error("bad value '" + text + "' for " + std::string(option));
+  return value;
+}
+
+std::vector<std::string> split_list(const std::string& text, char sep) {
+  std::vector<std::string> parts;
+  std::string part;
+  std::istringstream in(text);
+  while (std::getline(in, part, sep)) parts.push_back(part);
+  return parts;
+}
+
+fashion::settings parse(int argc, char** argv) {
+  fashion::settings s;
+  std::optional<std::uint32_t> fragments;
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view opt = argv[i];
+    if (opt == "--help" || opt == "-h") {
+      std::fputs(usage, stdout);
+      std::exit(0);
+    }
+    if (i + 1 >= argc) throw usage_error("missing value for " + std::string(opt));
+    const std::string v = argv[++i];
+    if (opt == "--mode") {
+      if (v == "dp") s.run_mode = fashion::mode::data_parallel;
+      else if (v == "diloco") s.run_mode = fashion::mode::diloco;
+      else if (v == "decoupled") s.run_mode = fashion::mode::decoupled;
+      else throw usage_error("unknown mode '" + v + "' (dp, diloco or decoupled)");
+    } else if (opt == "--learners") {
+      s.learners = parse_number<std::uint32_t>(opt, v);
+    } else if (opt == "--steps") {
+      s.steps = parse_number<std::uint64_t>(opt, v);
+    } else if (opt == "--batch") {
+      s.batch = parse_number<std::uint32_t>(opt, v);
+    } else if (opt == "--H") {
+      s.sync_period = parse_number<std::uint32_t>(opt, v);
+    } else if (opt == "--fragments") {
+      fragments = parse_number<std::uint32_t>(opt, v);
+    } else if (opt == "--quorum") {
+      s.quorum = parse_number<std::uint32_t>(opt, v);
+    } else if (opt == "--overlap") {
+      s.overlap = parse_number<std::uint32_t>(opt, v);
+    } else if (opt == "--alpha") {
+      s.alpha = parse_number<double>(opt, v);
+    } else if (opt == "--seed") {
+      s.seed = parse_number<std::uint64_t>(opt, v);
+    } else if (opt == "--speeds") {
+      s.speeds.clear();
+      for (const auto& part : split_list(v, ',')) s.speeds.push_back(parse_number<double>(opt, part));
+    } else if (opt == "--stall") {
+      const auto parts = split_list(v, ':');
+      if (parts.size() != 3) throw usage_error("--stall takes LEARNER:AFTER:STEPS");
+      s.stall = fashion::stall_plan{parse_number<std::uint32_t>(opt, parts[0]), parse_number<std::uint64_t>(opt, parts[1]),
+                                    parse_number<std::uint64_t>(opt, parts[2])};
+    } else if (opt == "--transport") {
+      if (v == "threads") s.via = fashion::transport::threads;
+      else if (v == "sim") s.via = fashion::transport::simulated;
+      else throw usage_error("unknown transport '" + v + "' (threads or sim)");
+    } else if (opt == "--merge") {
+      if (v == "tokens") s.merge = fashion::merge_rule::token_weighted;
+      else if (v == "average") s.merge = fashion::merge_rule::average;
+      else if (v == "rda") s.merge = fashion::merge_rule::radial_directional;
+      else throw usage_error("unknown merge rule '" + v + "' (tokens, average or rda)");
+    } else if (opt == "--partial-rounds") {
+      if (v == "all") s.partial = diloco::partial_rounds::all_share;
+      else if (v == "live") s.partial = diloco::partial_rounds::live_share;
+      else if (v == "full") s.partial = diloco::partial_rounds::full_step;
+      else throw usage_error("unknown partial-round rule '" + v + "' (all, live or full)");
+    } else if (opt == "--lr") {
+      s.lr = parse_number<double>(opt, v);
+    } else if (opt == "--weight-decay") {
+      s.weight_decay = parse_number<double>(opt, v);
+    } else if (opt == "--outer-lr") {
+      s.outer_lr = parse_number<double>(opt, v);
+    } else if (opt == "--outer-momentum") {
+      s.outer_momentum = parse_number<double>(opt, v);
+    } else if (opt == "--data-dir") {
+      s.data_dir = v;
+    } else if (opt == "--progress") {
+      s.progress_seconds = parse_number<double>(opt, v);
+    } else {
+      throw usage_error("unknown option '" + std::string(opt) + "'");
+    }
+  }
+  if (s.learners == 0 || s.learners > 1024) throw usage_error("--learners must be in 1..1024");
+  if (s.steps == 0) throw usage_error("--steps must be at least 1");
+  if (s.batch == 0) throw usage_error("--batch must be at least 1");
+  if (!s.speeds.empty() && s.speeds.size() != s.learners)
+    throw usage_error("--speeds needs one value per learner (" + std::to_string(s.learners) + ")");
+  for (double v : s.speeds)
+    if (!(v > 0.0 && v <= 1.0)) throw usage_error("--speeds values must be in (0, 1]");
+  if (s.stall && s.stall->learner >= s.learners) throw usage_error("--stall names a learner that does not exist");
+  s.fragments = fragments.value_or(s.run_mode == fashion::mode::decoupled ? 4u : 1u);
+  return s;
+}
+
+const char* name(fashion::mode m) {
+  switch (m) {
+    case fashion::mode::data_parallel: return "dp";
+    case fashion::mode::diloco: return "diloco";
+    case fashion::mode::decoupled: return "decoupled";
+  }
+  return "?";
+}
+
+/// The syncer options of a mode, with the command line's overrides.
+diloco::syncer_options syncer_options_for(const fashion::settings& s) {
+  diloco::syncer_options o;
+  switch (s.run_mode) {
+    case fashion::mode::data_parallel: o = diloco::presets::data_parallel(s.learners); break;
+    case fashion::mode::diloco: o = diloco::presets::diloco(s.learners, s.sync_period); break;
+    case fashion::mode::decoupled:
+      o = diloco::presets::decoupled_diloco(s.sync_period, s.fragments, s.quorum.value_or(1), s.overlap.value_or(5));
+      break;
+  }
+  if (s.run_mode != fashion::mode::data_parallel) {
+    o.training.fragments = s.fragments;
+    if (s.quorum) o.quorum = *s.quorum;
+    if (s.overlap) o.training.overlap = *s.overlap;
+  }
+  o.training.mixing = s.alpha;
+  o.scaling = s.partial;
+  return o;
+}
+
+fashion::outcome run(const fashion::settings& s, const fashion::split& train, const fashion::split& test) {
+  using namespace diloco;
+  const auto options = syncer_options_for(s);
+  const inner::adamw_options adamw{.learning_rate = s.lr, .weight_decay = s.weight_decay};
+  if (s.run_mode == fashion::mode::data_parallel)
+    return fashion::train(s, train, test, presets::data_parallel_inner<float>(presets::data_parallel_inner_options()),
+                          presets::data_parallel_outer<float>(adamw), merge::average{}, options);
+  const inner::adamw<float> inner_step(adamw);
+  const outer::nesterov<float> outer_step({.learning_rate = s.outer_lr, .momentum = s.outer_momentum});
+  switch (s.merge) {
+    case fashion::merge_rule::average:
+      return fashion::train(s, train, test, inner_step, outer_step, merge::average{}, options);
+    case fashion::merge_rule::radial_directional:
+      return fashion::train(s, train, test, inner_step, outer_step, merge::radial_directional<>{}, options);
+    case fashion::merge_rule::token_weighted: break;
+  }
+  return fashion::train(s, train, test, inner_step, outer_step, merge::token_weighted{}, options);
+}
+
+std::string json_number(double v) {
+  char b[64];
+  std::snprintf(b, sizeof b, "%.6g", v);
+  return b;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  fashion::settings s;
+  try {
+    s = parse(argc, argv);
+  } catch (const usage_error& e) {
+    std::fprintf(stderr, "fashion_mnist: %s\n\n%s", e.what(), usage);
+    return 2;
+  }
+  try {
+    const auto options = syncer_options_for(s);  // validated again by the syncer
+    const auto train = fashion::load_split(s.data_dir, "train");
+    const auto test = fashion::load_split(s.data_dir, "t10k");
+    if (s.progress_seconds > 0)
+      std::fprintf(stderr, "fashion_mnist: %s, %u learners x %llu steps of %u, H=%u, P=%u, K=%u, tau=%u, alpha=%g, %s\n",
+                   name(s.run_mode), s.learners, static_cast<unsigned long long>(s.steps), s.batch,
+                   options.training.sync_period, options.training.fragments, options.quorum, options.training.overlap,
+                   options.training.mixing, s.via == fashion::transport::threads ? "threads" : "simulator");
+    const auto r = run(s, train, test);
+    if (!r.error.empty()) {
+      std::fprintf(stderr, "fashion_mnist: error: %s\n", r.error.c_str());
+      return 1;
+    }
+    std::string speeds;
+    for (std::size_t i = 0; i < s.learners; ++i)
+      speeds += (i ? "," : "") + json_number(i < s.speeds.size() ? s.speeds[i] : 1.0);
+    std::printf(
+        "{\"mode\":\"%s\",\"transport\":\"%s\",\"learners\":%u,\"steps\":%llu,\"batch\":%u,\"H\":%u,\"fragments\":%u,"
+        "\"quorum\":%u,\"overlap\":%u,\"alpha\":%s,\"seed\":%llu,\"speeds\":[%s],\"test_accuracy\":%s,"
+        "\"test_loss\":%s,\"outer_updates\":%llu,\"inner_steps\":%llu,\"contributions_merged\":%llu,"
+        "\"rejected\":%llu,\"fragment_imbalance\":%s,\"completed\":%s,\"seconds\":%s,\"virtual_seconds\":%s}\n",
+        name(s.run_mode), s.via == fashion::transport::threads ? "threads" : "sim", s.learners,
+        static_cast<unsigned long long>(s.steps), s.batch, options.training.sync_period, options.training.fragments,
+        options.quorum, options.training.overlap, json_number(options.training.mixing).c_str(),
+        static_cast<unsigned long long>(s.seed), speeds.c_str(), json_number(r.test_accuracy).c_str(),
+        json_number(r.test_loss).c_str(), static_cast<unsigned long long>(r.outer_updates),
+        static_cast<unsigned long long>(r.inner_steps), static_cast<unsigned long long>(r.contributions_merged),
+        static_cast<unsigned long long>(r.rejected), json_number(r.imbalance).c_str(), r.completed ? "true" : "false",
+        json_number(r.seconds).c_str(), json_number(r.virtual_seconds).c_str());
+    return r.completed ? 0 : 1;
+  } catch (const fashion::dataset_error& e) {
+    std::fprintf(stderr,
+                 "fashion_mnist: error: %s\n(the dataset comes with Debian's dataset-fashion-mnist package; "
+                 "pass --data-dir for another location)\n",
+                 e.what());
+    return 1;
+  } catch (const std::invalid_argument& e) {
+    std::fprintf(stderr, "fashion_mnist: error: %s\n", e.what());
+    return 2;
+  }
+}

@@ -1,0 +1,306 @@
+// The Fashion-MNIST trainer: data parallel, DiLoCo and Decoupled DiLoCo as
+// configurations of one diloco runtime, on threads or on the simulator.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <diloco/diloco.hpp>
+
+#include "idx.hpp"
+#include "mlp.hpp"
+
+namespace fashion {
+
+enum class mode { data_parallel, diloco, decoupled };
+enum class transport { threads, simulated };
+enum class merge_rule { token_weighted, average, radial_directional };
+
+/// Learner `learner` freezes after its step `after` for as long as `steps` of
+/// its own steps take.
+struct stall_plan {
+  std::uint32_t learner = 0;
+  std::uint64_t after = 0;
+  std::uint64_t steps = 0;
+};
+
+struct settings {
+  mode run_mode = mode::decoupled;
+  transport via = transport::threads;
+  std::uint32_t learners = 4;
+  std::uint64_t steps = 1000;  ///< inner steps per learner
+  std::uint32_t batch = 64;
+  std::uint32_t sync_period = 50;
+  std::uint32_t fragments = 4;
+  std::optional<std::uint32_t> quorum;   ///< default: 1 for decoupled, every learner otherwise
+  std::optional<std::uint32_t> overlap;  ///< default: 5 for decoupled, 0 otherwise
+  double alpha = 0.0;
+  std::uint64_t seed = 1;
+  std::vector<double> speeds;            ///< empty: all 1
+  std::optional<stall_plan> stall;
+  double lr = 1e-3;
+  double weight_decay = 0.01;
+  double outer_lr = 0.7;
+  double outer_momentum = 0.9;
+  merge_rule merge = merge_rule::token_weighted;
+  diloco::partial_rounds partial = diloco::partial_rounds::all_share;
+  std::string data_dir = "/usr/share/datasets/fashion-mnist";
+  double progress_seconds = 2.0;  ///< 0 disables progress lines
+  std::chrono::milliseconds sim_step_time{10};
+};
+
+struct outcome {
+  double test_accuracy = 0.0;
+  double test_loss = 0.0;
+  std::uint64_t outer_updates = 0;
+  std::uint64_t inner_steps = 0;
+  std::uint64_t contributions_merged = 0;
+  std::uint64_t rejected = 0;
+  double seconds = 0.0;          ///< wall time of training
+  double virtual_seconds = 0.0;  ///< simulated time (simulator only)
+  double imbalance = 0.0;        ///< largest fragment / mean fragment
+  bool completed = true;
+  std::string error;
+};
+
+/// Learner `index`'s shard of the training set (every M-th example of a
+/// seeded permutation), visited in a fresh seeded order every epoch.
+class shard_sampler {
+ public:
+  shard_sampler(const split& data, std::uint32_t learners, std::uint32_t index, std::uint64_t seed)
+      : data_(&data), rng_(seed * 1'000'003 + index + 17) {
+    diloco::detail::splitmix64 global(seed);
+    std::vector<std::uint32_t> all(data.count);
+    for (std::uint32_t i = 0; i < data.count; ++i) all[i] = i;
+    shuffle(all, global);
+    for (std::size_t i = index; i < all.size(); i += learners) shard_.push_back(all[i]);
+    shuffle(shard_, rng_);
+  }
+
+  batch next(std::uint32_t size) {
+    batch b;
+    b.x.resize(data_->features, size);
+    b.y.resize(size);
+    for (std::uint32_t j = 0; j < size; ++j) {
+      if (pos_ == shard_.size()) {
+        shuffle(shard_, rng_);
+        pos_ = 0;
+      }
+      const std::uint32_t e = shard_[pos_++];
+      std::copy_n(data_->x.data() + std::size_t(e) * data_->features, data_->features, b.x.col(j).data());
+      b.y[j] = data_->y[e];
+    }
+    return b;
+  }
+
+ private:
+  static void shuffle(std::vector<std::uint32_t>& v, diloco::detail::splitmix64& rng) {
+    for (std::size_t i = v.size(); i > 1; --i) std::swap(v[i - 1], v[rng.below(i)]);
+  }
+
+  const split* data_;
+  diloco::detail::splitmix64 rng_;
+  std::vector<std::uint32_t> shard_;
+  std::size_t pos_ = 0;
+};
+
+/// Test-set accuracy and mean loss of `params`.
+inline std::pair<double, double> evaluate(std::span<const float> params, const split& test, std::uint64_t seed) {
+  mlp model({784, 256, 256, 10}, seed);
+  std::copy(params.begin(), params.end(), model.parameters().begin());
+  const Eigen::Map<const Eigen::MatrixXf> x(test.x.data(), test.features, test.count);
+  double loss = 0.0;
+  std::uint64_t correct = 0;
+  constexpr std::uint32_t chunk = 1000;
+  for (std::uint32_t first = 0; first < test.count; first += chunk) {
+    const std::uint32_t n = std::min(chunk, test.count - first);
+    const auto e = model.evaluate(x.middleCols(first, n), std::span<const std::uint8_t>(test.y).subspan(first, n));
+    loss += e.loss * n;
+    correct += e.correct;
+  }
+  return {double(correct) / test.count, loss / test.count};
+}
+
+/// Periodic progress lines on stderr.
+class progress {
+ public:
+  progress(const settings& s) : settings_(s), steps_(s.learners), started_(std::chrono::steady_clock::now()) {
+    for (auto& a : steps_) a = 0;
+  }
+
+  void stepped(std::uint32_t learner, double loss) {
+    steps_[learner].fetch_add(1, std::memory_order_relaxed);
+    std::lock_guard lock(mutex_);
+    loss_ = loss_ < 0 ? loss : 0.98 * loss_ + 0.02 * loss;
+  }
+  void updated() { updates_.fetch_add(1, std::memory_order_relaxed); }
+  std::uint64_t updates() const { return updates_.load(); }
+
+  /// Prints a line if `progress_seconds` passed since the last one (or `force`).
+  void maybe_print(bool force = false, double virtual_seconds = -1) {
+    if (settings_.progress_seconds <= 0) return;
+    const auto now = std::chrono::steady_clock::now();
+    if (!force && now - last_ < std::chrono::duration<double>(settings_.progress_seconds)) return;
+    last_ = now;
+    std::string line = "[" + fixed(std::chrono::duration<double>(now - started_).count(), 1) + "s";
+    if (virtual_seconds >= 0) line += ", sim " + fixed(virtual_seconds, 1) + "s";
+    line += "] steps";
+    for (const auto& a : steps_) line += " " + std::to_string(a.load()) + "/" + std::to_string(settings_.steps);
+    double loss;
+    {
+      std::lock_guard lock(mutex_);
+      loss = loss_;
+    }
+    line += " | train loss " + fixed(loss, 4) + " | outer updates " + std::to_string(updates_.load());
+    std::fprintf(stderr, "%s\n", line.c_str());
+  }
+
+ private:
+  static std::string fixed(double v, int digits) {
+    char b[64];
+    std::snprintf(b, sizeof b, "%.*f", digits, v);
+    return b;
+  }
+
+  const settings& settings_;
+  std::vector<std::atomic<std::uint64_t>> steps_;
+  std::atomic<std::uint64_t> updates_{0};
+  std::mutex mutex_;
+  double loss_ = -1;
+  std::chrono::steady_clock::time_point started_;
+  std::chrono::steady_clock::time_point last_{};
+};
+
+/// Runs one configuration end to end and evaluates the final global model.
+template <class Inner, class Outer, class Merge>
+outcome train(const settings& s, const split& train_set, const split& test_set, Inner inner, Outer outer, Merge merge,
+              diloco::syncer_options options) {
+  using namespace diloco;
+  const std::vector<int> widths{784, 256, 256, 10};
+  const mlp initial(widths, s.seed);
+  mlp initial_copy = initial;
+  progress report(s);
+  options.on_update = [&report](const update_event&) { report.updated(); };
+
+  std::vector<double> speeds = s.speeds;
+  speeds.resize(s.learners, 1.0);
+  std::vector<shard_sampler> samplers;
+  for (std::uint32_t i = 0; i < s.learners; ++i) samplers.emplace_back(train_set, s.learners, i, s.seed);
+  std::vector<std::unique_ptr<mlp>> models;
+  for (std::uint32_t i = 0; i < s.learners; ++i) models.push_back(std::make_unique<mlp>(widths, s.seed));
+
+  outcome out;
+  const auto started = std::chrono::steady_clock::now();
+  std::vector<float> final_params;
+
+  if (s.via == transport::simulated) {
+    sim::network net(s.seed, sim::link_options{std::chrono::milliseconds(1), 1e9});
+    syncer<Outer, Merge, sim::endpoint> sync(initial.layout(), initial_copy.parameters(), net.attach(syncer_peer),
+                                             options, outer, merge);
+    out.imbalance = sync.plan().imbalance();
+    using learner_type = learner<mlp, Inner, sim::endpoint>;
+    std::vector<std::unique_ptr<learner_type>> learners;
+    std::vector<learner_type*> pointers;
+    std::vector<sim::learner_plan> plans;
+    for (std::uint32_t i = 0; i < s.learners; ++i) {
+      learners.push_back(std::make_unique<learner_type>(*models[i], net.attach(i), learner_options{.id = i}, inner));
+      pointers.push_back(learners.back().get());
+      sim::learner_plan plan{speeds[i], s.steps, {}};
+      if (s.stall && s.stall->learner == i) {
+        const auto step = std::chrono::duration_cast<std::chrono::nanoseconds>(s.sim_step_time) / speeds[i];
+        plan.stalls.push_back({std::chrono::duration_cast<std::chrono::nanoseconds>(step * double(s.stall->after)),
+                               std::chrono::duration_cast<std::chrono::nanoseconds>(step * double(s.stall->steps))});
+      }
+      plans.push_back(plan);
+    }
+    const auto start = net.now();
+    const auto result = sim::run(
+        net, sync, pointers, plans,
+        [&](std::size_t i) { return samplers[i].next(s.batch); },
+        [&](std::size_t i, const step_stats& st, time_point now) {
+          report.stepped(static_cast<std::uint32_t>(i), st.loss);
+          report.maybe_print(false, std::chrono::duration<double>(now - start).count());
+        },
+        sim::run_options{.step_time = s.sim_step_time});
+    out.completed = result.completed;
+    out.virtual_seconds = std::chrono::duration<double>(result.end - start).count();
+    out.outer_updates = sync.metrics().outer_updates;
+    out.contributions_merged = sync.metrics().contributions_merged;
+    out.rejected = sync.metrics().rejected_total();
+    for (const auto* l : pointers) out.inner_steps += l->local_step();
+    final_params = sync.parameters();
+  } else {
+    inproc::hub hub;
+    syncer<Outer, Merge, inproc::endpoint> sync(initial.layout(), initial_copy.parameters(),
+                                                 hub.attach(syncer_peer), options, outer, merge);
+    out.imbalance = sync.plan().imbalance();
+    using learner_type = learner<mlp, Inner, inproc::endpoint>;
+    std::vector<std::unique_ptr<learner_type>> learners;
+    for (std::uint32_t i = 0; i < s.learners; ++i)
+      learners.push_back(std::make_unique<learner_type>(*models[i], hub.attach(i), learner_options{.id = i}, inner));
+
+    std::mutex error_mutex;
+    std::atomic<std::uint32_t> finished{0};
+    std::jthread syncer_thread([&sync](std::stop_token stop) { sync.run(stop); });
+    {
+      std::vector<std::jthread> threads;
+      for (std::uint32_t i = 0; i < s.learners; ++i) {
+        threads.emplace_back([&, i] {
+          auto& l = *learners[i];
+          std::chrono::steady_clock::duration busy{};
+          for (std::uint64_t step = 0; step < s.steps; ++step) {
+            const auto b = samplers[i].next(s.batch);
+            const auto r = l.step(b);
+            if (!r) {
+              std::lock_guard lock(error_mutex);
+              out.error = "learner " + std::to_string(i) + ": " + r.error().message();
+              out.completed = false;
+              break;
+            }
+            report.stepped(i, r->loss);
+            // Heterogeneous hardware: a learner at speed v takes 1/v as long.
+            const auto compute = models[i]->last_compute();
+            busy += compute;
+            if (speeds[i] < 1.0)
+              std::this_thread::sleep_for(std::chrono::duration<double>(compute) * (1.0 / speeds[i] - 1.0));
+            if (s.stall && s.stall->learner == i && step + 1 == s.stall->after) {
+              const auto per_step = std::chrono::duration<double>(busy) / double(step + 1) / speeds[i];
+              std::this_thread::sleep_for(per_step * double(s.stall->steps));
+            }
+          }
+          l.finish(clock::now());
+          finished.fetch_add(1);
+        });
+      }
+      while (finished.load() < s.learners) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        report.maybe_print();
+      }
+    }  // joins the learner threads
+    // Every learner has sent its last contribution and left; the syncer
+    // handles what is queued, flushes and stops.
+    syncer_thread.request_stop();
+    syncer_thread.join();
+    out.outer_updates = sync.metrics().outer_updates;
+    out.contributions_merged = sync.metrics().contributions_merged;
+    out.rejected = sync.metrics().rejected_total();
+    for (const auto& l : learners) out.inner_steps += l->local_step();
+    final_params = sync.parameters();
+  }
+  out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  report.maybe_print(true);
+  const auto [accuracy, loss] = evaluate(final_params, test_set, s.seed);
+  out.test_accuracy = accuracy;
+  out.test_loss = loss;
+  return out;
+}
+
+}  // namespace fashion

@@ -1,0 +1,392 @@
+// The syncer driven message by message: joins, quorum, grace window,
+// partial-round scaling, liveness, and every reason to refuse a message —
+// each refusal counted on its own and changing nothing else.
+#include <boost/test/unit_test.hpp>
+
+#include <chrono>
+#include <vector>
+
+#include <diloco/diloco.hpp>
+
+namespace {
+
+using namespace std::chrono_literals;
+using namespace diloco;
+
+/// Outer SGD with η = 1 and plain averaging, so every merge is
+/// `Θ ← Θ − mean(Δ)` and can be checked by hand.
+using test_syncer = syncer<outer::sgd<double>, merge::average, inproc::endpoint>;
+
+struct fixture {
+  parameter_layout layout;
+  std::vector<double> initial{1, 2, 3, 4, 5, 6};
+  inproc::hub hub;
+  inproc::endpoint& syncer_end = hub.attach(syncer_peer);
+  std::vector<inproc::endpoint*> ends;
+  time_point now{};
+
+  fixture() {
+    layout.add("w", 4);
+    layout.add("b", 2);
+    for (std::uint32_t i = 0; i < 5; ++i) ends.push_back(&hub.attach(i));
+  }
+
+  static syncer_options options(std::uint32_t quorum = 1) {
+    syncer_options o;
+    o.training = training_config{.fragments = 1, .sync_period = 10, .overlap = 0, .mixing = 0.0, .lock_step = false};
+    o.quorum = quorum;
+    o.grace_factor = 0.0;
+    o.log = [](const std::string&) {};
+    return o;
+  }
+
+  void deliver(test_syncer& s) {
+    while (auto e = syncer_end.try_receive()) s.handle(std::move(*e), now);
+  }
+
+  std::vector<message> inbox(std::uint32_t i) {
+    std::vector<message> got;
+    while (auto e = ends[i]->try_receive()) got.push_back(std::move(e->msg));
+    return got;
+  }
+
+  void send(std::uint32_t from_endpoint, message m) { BOOST_TEST_REQUIRE(!ends[from_endpoint]->try_send(syncer_peer, m)); }
+
+  message join(std::uint32_t id, std::uint32_t incarnation = 1) {
+    message m;
+    m.header.kind = message_kind::join;
+    m.header.learner = id;
+    m.header.incarnation = incarnation;
+    m.header.layout = layout.fingerprint();
+    m.header.element_count = layout.size();
+    return m;
+  }
+
+  message contribution(std::uint32_t id, std::vector<double> delta, std::uint64_t base = 0,
+                       std::uint32_t incarnation = 1, std::uint64_t sequence = 1) {
+    message m;
+    auto& h = m.header;
+    h.kind = message_kind::contribution;
+    h.codec = codec_id::f64;
+    h.learner = id;
+    h.incarnation = incarnation;
+    h.fragment = 0;
+    h.base_revision = base;
+    h.sequence = sequence;
+    h.tokens = 640;
+    h.steps = 10;
+    h.element_count = delta.size();
+    m.payload = byte_buffer(delta.size() * sizeof(double));
+    std::copy(delta.begin(), delta.end(), m.payload.as<double>().begin());
+    return m;
+  }
+
+  message heartbeat(std::uint32_t id, std::chrono::nanoseconds step_time = 0ns) {
+    message m;
+    m.header.kind = message_kind::heartbeat;
+    m.header.learner = id;
+    m.header.incarnation = 1;
+    m.header.step_time_ns = step_time.count();
+    return m;
+  }
+
+  void join_all(test_syncer& s, std::uint32_t n) {
+    for (std::uint32_t i = 0; i < n; ++i) send(i, join(i));
+    deliver(s);
+    for (std::uint32_t i = 0; i < n; ++i) inbox(i);
+  }
+};
+
+std::vector<double> values(const message& m) {
+  const auto v = m.payload.as<const double>();
+  return {v.begin(), v.end()};
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(runtime_syncer)
+
+BOOST_FIXTURE_TEST_CASE(join_gets_configuration_and_full_state, fixture) {
+  auto o = options();
+  o.training.sync_period = 25;
+  o.training.overlap = 3;
+  test_syncer s(layout, initial, syncer_end, o);
+  send(0, join(0));
+  deliver(s);
+  const auto got = inbox(0);
+  BOOST_TEST_REQUIRE(got.size() == 2u);  // welcome, then P = 1 update
+  BOOST_TEST(int(got[0].header.kind) == int(message_kind::welcome));
+  BOOST_TEST(got[0].header.sync_period == 25u);
+  BOOST_TEST(got[0].header.overlap == 3u);
+  BOOST_TEST(got[0].header.fragment_count == 1u);
+  BOOST_TEST(got[0].header.layout == layout.fingerprint());
+  BOOST_TEST(int(got[1].header.kind) == int(message_kind::update));
+  BOOST_TEST(got[1].header.revision == 0u);
+  BOOST_TEST(values(got[1]) == initial, boost::test_tools::per_element());
+  BOOST_TEST(s.live_learners() == 1u);
+  BOOST_TEST(s.metrics().joins == 1u);
+}
+
+BOOST_FIXTURE_TEST_CASE(round_waits_for_quorum_then_merges_the_mean, fixture) {
+  test_syncer s(layout, initial, syncer_end, options(2));
+  join_all(s, 2);
+  send(0, contribution(0, {1, 1, 1, 1, 1, 1}, 0, 1, 7));
+  deliver(s);
+  BOOST_TEST(s.revision(0) == 0u);  // one of two
+  BOOST_TEST(inbox(0).empty());
+  send(1, contribution(1, {3, 3, 3, 3, 3, 5}, 0, 1, 9));
+  deliver(s);
+  BOOST_TEST(s.revision(0) == 1u);
+  // Θ − mean: 1 − 2, 2 − 2, ..., 6 − (1 + 5)/2
+  const std::vector<double> expected{-1, 0, 1, 2, 3, 3};
+  BOOST_TEST(s.parameters() == expected, boost::test_tools::per_element());
+  const auto a = inbox(0);
+  const auto b = inbox(1);
+  BOOST_TEST_REQUIRE(a.size() == 1u);
+  BOOST_TEST_REQUIRE(b.size() == 1u);
+  BOOST_TEST(a[0].header.revision == 1u);
+  BOOST_TEST(a[0].header.answers == 7u);  // each learner's own contribution
+  BOOST_TEST(b[0].header.answers == 9u);
+  BOOST_TEST(values(a[0]) == expected, boost::test_tools::per_element());
+  BOOST_TEST(s.metrics().contributions_merged == 2u);
+}
+
+BOOST_FIXTURE_TEST_CASE(partial_rounds_are_scaled_by_the_expected_weight_of_all_learners, fixture) {
+  // Four learners joined, one contributes Δ = 4: with "all_share" the round
+  // brings 1 of an expected 4 weights (the unknown three are expected to weigh
+  // what the known one does), so Θ moves by 4/4 = 1.
+  {
+    test_syncer s(layout, initial, syncer_end, options(1));
+    join_all(s, 4);
+    send(0, contribution(0, {4, 4, 4, 4, 4, 4}));
+    deliver(s);
+    BOOST_TEST(s.revision(0) == 1u);
+    const std::vector<double> expected{0, 1, 2, 3, 4, 5};
+    BOOST_TEST(s.parameters() == expected, boost::test_tools::per_element());
+  }
+  // "full_step" takes the whole Δ.
+  {
+    auto o = options(1);
+    o.scaling = partial_rounds::full_step;
+    test_syncer s(layout, initial, syncer_end, o);
+    join_all(s, 4);
+    send(0, contribution(0, {4, 4, 4, 4, 4, 4}));
+    deliver(s);
+    const std::vector<double> expected{-3, -2, -1, 0, 1, 2};
+    BOOST_TEST(s.parameters() == expected, boost::test_tools::per_element());
+  }
+  // "live_share" ignores learners that left: 2 of 4 left, so Δ/2.
+  {
+    auto o = options(1);
+    o.scaling = partial_rounds::live_share;
+    test_syncer s(layout, initial, syncer_end, o);
+    join_all(s, 4);
+    for (std::uint32_t i : {2u, 3u}) {
+      message m;
+      m.header.kind = message_kind::leave;
+      m.header.learner = i;
+      m.header.incarnation = 1;
+      send(i, std::move(m));
+    }
+    deliver(s);
+    send(0, contribution(0, {4, 4, 4, 4, 4, 4}));
+    deliver(s);
+    const std::vector<double> expected{-1, 0, 1, 2, 3, 4};
+    BOOST_TEST(s.parameters() == expected, boost::test_tools::per_element());
+  }
+}
+
+BOOST_FIXTURE_TEST_CASE(grace_window_collects_a_late_contribution, fixture) {
+  // τ = 4 steps of 1 s, nothing else known: slack = 4 s, γ = 0.5 → 2 s.
+  auto o = options(1);
+  o.training.overlap = 4;
+  o.grace_factor = 0.5;
+  o.max_grace = 10s;
+  test_syncer s(layout, initial, syncer_end, o);
+  join_all(s, 3);
+  for (std::uint32_t i = 0; i < 3; ++i) send(i, heartbeat(i, 1s));
+  deliver(s);
+  BOOST_TEST(s.grace().count() == std::chrono::nanoseconds(2s).count());
+
+  const time_point t0 = now;
+  send(0, contribution(0, {2, 2, 2, 2, 2, 2}));
+  deliver(s);
+  BOOST_TEST(s.revision(0) == 0u);  // quorum, but learners 1 and 2 are live and not in
+  const auto deadline = s.poll(now);
+  BOOST_TEST_REQUIRE(deadline.has_value());
+  BOOST_TEST((*deadline - t0).count() == std::chrono::nanoseconds(2s).count());
+
+  now = t0 + 1s;  // inside the window
+  send(1, contribution(1, {4, 4, 4, 4, 4, 4}));
+  deliver(s);
+  BOOST_TEST(s.revision(0) == 0u);
+  now = t0 + 2s;  // the window closes: Δ = mean(2, 4) = 3, scaled by 2 of 3 expected weights
+  s.poll(now);
+  BOOST_TEST(s.revision(0) == 1u);
+  const std::vector<double> expected{-1, 0, 1, 2, 3, 4};
+  BOOST_TEST(s.parameters() == expected, boost::test_tools::per_element());
+}
+
+BOOST_FIXTURE_TEST_CASE(round_closes_early_once_every_live_learner_is_in, fixture) {
+  auto o = options(1);
+  o.training.overlap = 4;
+  o.grace_factor = 0.5;
+  test_syncer s(layout, initial, syncer_end, o);
+  join_all(s, 2);
+  for (std::uint32_t i = 0; i < 2; ++i) send(i, heartbeat(i, 1s));
+  deliver(s);
+  send(0, contribution(0, {2, 2, 2, 2, 2, 2}));
+  send(1, contribution(1, {2, 2, 2, 2, 2, 2}));
+  deliver(s);  // no time passes: closed because nobody else is live
+  BOOST_TEST(s.revision(0) == 1u);
+}
+
+BOOST_FIXTURE_TEST_CASE(silent_learners_are_declared_dead_and_revived, fixture) {
+  auto o = options(1);
+  o.heartbeat_timeout = 5s;
+  test_syncer s(layout, initial, syncer_end, o);
+  join_all(s, 2);
+  BOOST_TEST(s.live_learners() == 2u);
+  const auto deadline = s.poll(now);
+  BOOST_TEST_REQUIRE(deadline.has_value());
+  BOOST_TEST((*deadline - now).count() == std::chrono::nanoseconds(5s).count());
+  now += 3s;
+  send(1, heartbeat(1));
+  deliver(s);
+  now += 2s;  // learner 0 silent for 5 s, learner 1 for 2 s
+  s.poll(now);
+  BOOST_TEST(s.live_learners() == 1u);
+  BOOST_TEST(s.metrics().declared_dead == 1u);
+  send(0, heartbeat(0));
+  deliver(s);
+  BOOST_TEST(s.live_learners() == 2u);
+  BOOST_TEST(s.metrics().revived == 1u);
+}
+
+BOOST_FIXTURE_TEST_CASE(a_leave_closes_the_round_it_was_blocking, fixture) {
+  test_syncer s(layout, initial, syncer_end, options(2));
+  join_all(s, 2);
+  send(0, contribution(0, {2, 2, 2, 2, 2, 2}));
+  deliver(s);
+  BOOST_TEST(s.revision(0) == 0u);
+  message leave;
+  leave.header.kind = message_kind::leave;
+  leave.header.learner = 1;
+  leave.header.incarnation = 1;
+  send(1, std::move(leave));
+  deliver(s);
+  BOOST_TEST(s.revision(0) == 1u);
+}
+
+BOOST_FIXTURE_TEST_CASE(every_bad_message_is_refused_for_its_own_reason_and_changes_nothing, fixture) {
+  auto o = options(1);
+  o.max_staleness = 1;
+  o.quorum = 3;  // keep accepted contributions pending, so a refused one could not hide
+  test_syncer s(layout, initial, syncer_end, o);
+  join_all(s, 3);
+  // Two accepted-and-merged rounds first, so that base 0 becomes stale (S = 1).
+  for (std::uint64_t r = 0; r < 2; ++r) {
+    for (std::uint32_t i = 0; i < 3; ++i) send(i, contribution(i, {1, 1, 1, 1, 1, 1}, r, 1, 10 + r));
+    deliver(s);
+  }
+  BOOST_TEST_REQUIRE(s.revision(0) == 2u);
+  for (std::uint32_t i = 0; i < 3; ++i) inbox(i);
+  const auto params_before = s.parameters();
+  const auto metrics_before = s.metrics();
+
+  auto expect = [&](reject_reason why, std::uint32_t endpoint, message m) {
+    const auto before = s.metrics().rejected_for(why);
+    const auto total = s.metrics().rejected_total();
+    send(endpoint, std::move(m));
+    deliver(s);
+    BOOST_TEST(s.metrics().rejected_for(why) == before + 1, to_string(why));
+    BOOST_TEST(s.metrics().rejected_total() == total + 1, to_string(why));
+  };
+
+  message update_from_learner = contribution(0, {1, 1, 1, 1, 1, 1}, 2);
+  update_from_learner.header.kind = message_kind::update;
+  expect(reject_reason::unexpected_kind, 0, std::move(update_from_learner));
+  expect(reject_reason::unknown_learner, 4, contribution(4, {1, 1, 1, 1, 1, 1}, 2));
+  expect(reject_reason::wrong_peer, 1, contribution(0, {1, 1, 1, 1, 1, 1}, 2));
+  expect(reject_reason::unknown_incarnation, 0, contribution(0, {1, 1, 1, 1, 1, 1}, 2, 2));
+  message stranger = join(3);
+  stranger.header.layout ^= 1;
+  expect(reject_reason::layout_mismatch, 3, std::move(stranger));
+  message bad_fragment = contribution(0, {1, 1, 1, 1, 1, 1}, 2);
+  bad_fragment.header.fragment = 1;
+  expect(reject_reason::bad_fragment, 0, std::move(bad_fragment));
+  message short_payload = contribution(0, {1, 1, 1, 1, 1}, 2);
+  short_payload.header.element_count = 6;
+  expect(reject_reason::bad_size, 0, std::move(short_payload));
+  expect(reject_reason::bad_size, 0, contribution(0, {1, 1, 1, 1, 1, 1, 1}, 2));
+  message float_payload = contribution(0, {1, 1, 1, 1, 1, 1}, 2);
+  float_payload.header.codec = codec_id::f32;
+  expect(reject_reason::bad_codec, 0, std::move(float_payload));
+  message no_steps = contribution(0, {1, 1, 1, 1, 1, 1}, 2);
+  no_steps.header.steps = 0;
+  expect(reject_reason::no_work, 0, std::move(no_steps));
+  expect(reject_reason::future_base, 0, contribution(0, {1, 1, 1, 1, 1, 1}, 3));
+  expect(reject_reason::stale, 0, contribution(0, {1, 1, 1, 1, 1, 1}, 0, 1, 50));
+  // A refusal for staleness sends the learner the current fragment (a resync).
+  const auto resync = inbox(0);
+  BOOST_TEST_REQUIRE(resync.size() == 1u);
+  BOOST_TEST(int(resync[0].header.status) == int(update_status::resync));
+  BOOST_TEST(resync[0].header.answers == 50u);
+  BOOST_TEST(resync[0].header.revision == 2u);
+  // An already merged contribution, replayed.
+  expect(reject_reason::duplicate, 1, contribution(1, {1, 1, 1, 1, 1, 1}, 1, 1, 11));
+
+  BOOST_TEST(s.parameters() == params_before, boost::test_tools::per_element());
+  BOOST_TEST(s.revision(0) == 2u);
+  BOOST_TEST(s.metrics().contributions_accepted == metrics_before.contributions_accepted);
+  BOOST_TEST(s.live_learners() == 3u);
+
+  // A learner that restarted: its old incarnation is dead from then on.
+  send(2, join(2, 2));
+  deliver(s);
+  BOOST_TEST(s.metrics().rejoins == 1u);
+  expect(reject_reason::dead_incarnation, 2, contribution(2, {1, 1, 1, 1, 1, 1}, 2, 1));
+
+  // Well-behaved learners are still served.
+  for (std::uint32_t i = 0; i < 2; ++i) send(i, contribution(i, {3, 3, 3, 3, 3, 3}, 2, 1, 20));
+  send(2, contribution(2, {3, 3, 3, 3, 3, 3}, 2, 2, 20));
+  deliver(s);
+  BOOST_TEST(s.revision(0) == 3u);
+  std::vector<double> expected = params_before;
+  for (auto& v : expected) v -= 3;
+  BOOST_TEST(s.parameters() == expected, boost::test_tools::per_element());
+}
+
+BOOST_FIXTURE_TEST_CASE(flush_merges_open_rounds_so_nothing_accepted_is_lost, fixture) {
+  test_syncer s(layout, initial, syncer_end, options(3));
+  join_all(s, 3);
+  send(0, contribution(0, {6, 6, 6, 6, 6, 6}));
+  deliver(s);
+  BOOST_TEST(s.metrics().contributions_pending == 1u);
+  s.flush(now);
+  BOOST_TEST(s.metrics().contributions_pending == 0u);
+  BOOST_TEST(s.metrics().contributions_merged == s.metrics().contributions_accepted);
+  BOOST_TEST(s.revision(0) == 1u);
+}
+
+BOOST_AUTO_TEST_CASE(inconsistent_options_are_refused_at_construction) {
+  parameter_layout layout;
+  layout.add("w", 4);
+  std::vector<double> initial(4, 0.0);
+  inproc::hub hub;
+  auto& end = hub.attach(syncer_peer);
+  auto make = [&](auto edit) {
+    auto o = fixture::options(1);
+    edit(o);
+    test_syncer s(layout, initial, end, o);
+  };
+  BOOST_CHECK_THROW(make([](syncer_options& o) { o.quorum = 0; }), std::invalid_argument);
+  BOOST_CHECK_THROW(make([](syncer_options& o) { o.training.sync_period = 0; }), std::invalid_argument);
+  BOOST_CHECK_THROW(make([](syncer_options& o) { o.training.overlap = 10; }), std::invalid_argument);
+  BOOST_CHECK_THROW(make([](syncer_options& o) { o.training.mixing = 1.0; }), std::invalid_argument);
+  BOOST_CHECK_THROW(make([](syncer_options& o) { o.training.fragments = 5; }), std::invalid_argument);
+  BOOST_CHECK_THROW(make([](syncer_options& o) { o.grace_factor = 1.0; }), std::invalid_argument);
+  BOOST_CHECK_THROW(test_syncer(layout, std::vector<double>(3, 0.0), end, fixture::options(1)), std::invalid_argument);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
