@@ -43,8 +43,9 @@ struct learner_options {
 /// the inner optimizer and counts tokens and steps per fragment; when fragment
 /// p falls due it sends `Δ_p = Θ_p(base) − θ_p` to the syncer and keeps
 /// training. A global fragment that arrives is adopted at a step boundary,
-/// `θ_p ← α·θ_p + (1−α)·Θ_p`, no earlier than τ steps after the send it
-/// answers; the adopted fragment becomes the new base and its counters reset.
+/// `θ_p ← α·θ_p + (1−α)·Θ_p` (the first state and resyncs overwrite), no
+/// earlier than τ steps after the send it answers; the adopted fragment
+/// becomes the new base and its counters reset.
 /// Inner-optimizer state is kept.
 ///
 /// Two ways to drive it:
@@ -209,6 +210,7 @@ class learner {
   struct received_update {
     std::uint64_t revision;
     std::uint64_t answers;
+    update_status status;
     byte_buffer payload;
   };
   struct fragment_track {
@@ -334,7 +336,11 @@ class learner {
       transfer_time_.add(std::max(0.0, rtt - double(h.hold_ns)));
     }
     const std::uint64_t answers = std::max(h.answers, f.inbox ? f.inbox->answers : 0);
-    f.inbox = received_update{h.revision, answers, std::move(m.payload)};
+    // A resync (join, refused contribution) must overwrite even if a newer
+    // merged revision replaces it before adoption.
+    const update_status status =
+        f.inbox && f.inbox->status == update_status::resync ? update_status::resync : h.status;
+    f.inbox = received_update{h.revision, answers, status, std::move(m.payload)};
   }
 
   /// Adopts each waiting update unless it answers the in-flight contribution
@@ -353,7 +359,10 @@ class learner {
     auto& f = tracks_[p];
     const std::span<const T> global = f.inbox->payload.template as<const T>();
     const std::span<T> theta = model_.parameters();
-    if (config_.mixing == 0.0) {
+    // Mixing blends a merged revision into local progress; the first state,
+    // and a resync after the learner fell behind, overwrite.
+    const bool mix = config_.mixing != 0.0 && f.adopted && f.inbox->status == update_status::merged;
+    if (!mix) {
       plan_.scatter(p, global, theta);
     } else {
       const T a = T(config_.mixing);

@@ -1,0 +1,278 @@
+// The learner driven step by step, with the test playing the syncer: joining,
+// the staggered schedule, outer gradients, the τ-step hold on answers, mixing,
+// lock-step waits and the final flush.
+#include <boost/test/unit_test.hpp>
+
+#include <chrono>
+#include <vector>
+
+#include <diloco/diloco.hpp>
+
+namespace {
+
+using namespace std::chrono_literals;
+using namespace diloco;
+
+/// Every gradient is 1, so inner SGD with learning rate 0.5 moves every
+/// parameter by −0.5 per step; each step counts 8 tokens.
+struct constant_gradient_model {
+  using scalar_type = double;
+  using batch_type = int;
+  parameter_layout layout_;
+  std::vector<double> params = std::vector<double>(8, 0.0);
+  std::vector<double> grads = std::vector<double>(8, 1.0);
+
+  constant_gradient_model() {
+    layout_.add("a", 4);
+    layout_.add("b", 4);
+  }
+  const parameter_layout& layout() const { return layout_; }
+  std::span<double> parameters() { return params; }
+  std::span<const double> gradients() const { return grads; }
+  step_stats compute_gradients(const int&) { return {0.0, 8}; }
+};
+
+using test_learner = learner<constant_gradient_model, inner::sgd<double>, inproc::endpoint>;
+
+struct fixture {
+  inproc::hub hub;
+  inproc::endpoint& syncer_end = hub.attach(syncer_peer);
+  inproc::endpoint& learner_end = hub.attach(0);
+  constant_gradient_model model;
+  test_learner l{model, learner_end, learner_options{.id = 0, .answer_timeout = 10s}, inner::sgd<double>({.learning_rate = 0.5})};
+  time_point now{};
+
+  std::vector<message> received() {
+    std::vector<message> got;
+    while (auto e = syncer_end.try_receive()) got.push_back(std::move(e->msg));
+    return got;
+  }
+
+  void send(message m) { BOOST_TEST_REQUIRE(!syncer_end.try_send(0, m)); }
+
+  message welcome(std::uint32_t fragments, std::uint32_t period, std::uint32_t overlap, double mixing = 0.0,
+                  bool lock_step = false) {
+    message m;
+    auto& h = m.header;
+    h.kind = message_kind::welcome;
+    h.learner = 0;
+    h.incarnation = 1;
+    h.layout = model.layout().fingerprint();
+    h.element_count = 8;
+    h.fragment_count = fragments;
+    h.sync_period = period;
+    h.overlap = overlap;
+    h.mixing = mixing;
+    h.lock_step = lock_step ? 1 : 0;
+    return m;
+  }
+
+  message update(std::uint32_t fragment, std::uint64_t revision, std::vector<double> values, std::uint64_t answers = 0) {
+    message m;
+    auto& h = m.header;
+    h.kind = message_kind::update;
+    h.codec = codec_id::f64;
+    h.learner = 0;
+    h.incarnation = 1;
+    h.fragment = fragment;
+    h.revision = revision;
+    h.answers = answers;
+    h.element_count = values.size();
+    m.payload = byte_buffer(values.size() * sizeof(double));
+    std::copy(values.begin(), values.end(), m.payload.as<double>().begin());
+    return m;
+  }
+
+  /// Joins with P fragments of 4 elements, all starting at `start`.
+  void join(std::uint32_t fragments, std::uint32_t period, std::uint32_t overlap, double mixing = 0.0,
+            bool lock_step = false, double start = 10.0) {
+    BOOST_TEST(!l.poll(now));
+    const auto sent = received();
+    BOOST_TEST_REQUIRE(sent.size() == 1u);
+    BOOST_TEST(int(sent[0].header.kind) == int(message_kind::join));
+    BOOST_TEST(sent[0].header.layout == model.layout().fingerprint());
+    send(welcome(fragments, period, overlap, mixing, lock_step));
+    BOOST_TEST(!l.poll(now));  // welcomed, but no state yet
+    for (std::uint32_t p = 0; p < fragments; ++p) send(update(p, 0, std::vector<double>(8 / fragments, start)));
+    BOOST_TEST(l.poll(now));
+    BOOST_TEST(l.joined());
+  }
+
+  void step() {
+    BOOST_TEST_REQUIRE(l.poll(now));
+    l.train_step(0, now);
+    now += 1s;
+  }
+
+  std::vector<message> contributions() {
+    std::vector<message> got;
+    for (auto& m : received())
+      if (m.header.kind == message_kind::contribution) got.push_back(std::move(m));
+    return got;
+  }
+};
+
+std::vector<double> values(const message& m) {
+  const auto v = m.payload.as<const double>();
+  return {v.begin(), v.end()};
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(runtime_learner)
+
+BOOST_FIXTURE_TEST_CASE(joins_and_adopts_the_global_state, fixture) {
+  join(2, 4, 1);
+  BOOST_TEST(l.plan().count() == 2u);
+  BOOST_TEST(l.config().sync_period == 4u);
+  BOOST_TEST(model.params == std::vector<double>(8, 10.0), boost::test_tools::per_element());
+}
+
+BOOST_FIXTURE_TEST_CASE(fragments_leave_on_the_staggered_schedule_with_their_outer_gradient, fixture) {
+  join(2, 4, 1);  // offsets 0 and 2: fragment 1 after steps 2, 6, ...; fragment 0 after 4, 8, ...
+  step();
+  BOOST_TEST(contributions().empty());
+  step();
+  auto sent = contributions();
+  BOOST_TEST_REQUIRE(sent.size() == 1u);
+  BOOST_TEST(sent[0].header.fragment == 1u);
+  BOOST_TEST(sent[0].header.base_revision == 0u);
+  BOOST_TEST(sent[0].header.steps == 2u);
+  BOOST_TEST(sent[0].header.tokens == 16u);
+  BOOST_TEST(int(sent[0].header.codec) == int(codec_id::f64));
+  // Δ = Θ(base) − θ = 10 − (10 − 2 · 0.5)
+  BOOST_TEST(values(sent[0]) == std::vector<double>(4, 1.0), boost::test_tools::per_element());
+  step();
+  step();
+  sent = contributions();
+  BOOST_TEST_REQUIRE(sent.size() == 1u);
+  BOOST_TEST(sent[0].header.fragment == 0u);
+  BOOST_TEST(sent[0].header.steps == 4u);
+  BOOST_TEST(values(sent[0]) == std::vector<double>(4, 2.0), boost::test_tools::per_element());
+}
+
+BOOST_FIXTURE_TEST_CASE(an_answer_is_adopted_tau_steps_after_its_send, fixture) {
+  join(2, 4, 2);
+  step();
+  step();  // fragment 1 sent after step 2
+  const auto sent = contributions();
+  BOOST_TEST_REQUIRE(sent.size() == 1u);
+  send(update(1, 1, std::vector<double>(4, 20.0), sent[0].header.sequence));
+  step();  // step 3: the answer is here but τ = 2 steps have not passed
+  step();  // step 4: still held at its start
+  BOOST_TEST(l.revision(1) == 0u);
+  BOOST_TEST(model.params[4] == 8.0);  // 10 − 4 · 0.5
+  BOOST_TEST(l.poll(now));             // the boundary after step 4: used now
+  BOOST_TEST(l.revision(1) == 1u);
+  BOOST_TEST(model.params[4] == 20.0);
+  contributions();  // fragment 0, due after step 4
+  step();
+  step();  // fragment 1 again after step 6: 2 steps since adoption, against revision 1
+  const auto next = contributions();
+  BOOST_TEST_REQUIRE(next.size() == 1u);
+  BOOST_TEST(next[0].header.fragment == 1u);
+  BOOST_TEST(next[0].header.base_revision == 1u);
+  BOOST_TEST(next[0].header.steps == 2u);
+  BOOST_TEST(values(next[0]) == std::vector<double>(4, 1.0), boost::test_tools::per_element());
+}
+
+BOOST_FIXTURE_TEST_CASE(other_updates_are_adopted_at_the_next_boundary_and_old_ones_ignored, fixture) {
+  join(2, 4, 2);
+  step();
+  send(update(0, 3, std::vector<double>(4, 30.0)));
+  step();
+  BOOST_TEST(l.revision(0) == 3u);
+  BOOST_TEST(model.params[0] == 29.5);
+  send(update(0, 2, std::vector<double>(4, -1.0)));
+  step();
+  BOOST_TEST(l.revision(0) == 3u);
+  BOOST_TEST(model.params[0] == 29.0);
+  BOOST_TEST(l.metrics().updates_ignored == 1u);
+}
+
+BOOST_FIXTURE_TEST_CASE(mixing_keeps_part_of_the_local_parameters, fixture) {
+  join(1, 4, 0, 0.25);  // the first state overwrites the local initialization (0)
+  BOOST_TEST(model.params[3] == 10.0);
+  step();  // θ = 9.5
+  send(update(0, 1, std::vector<double>(8, 1.5)));
+  step();  // adopt 0.25 · 9.5 + 0.75 · 1.5 = 3.5, then step: 3.0
+  BOOST_TEST(model.params[3] == 3.0);
+  auto resync = update(0, 2, std::vector<double>(8, 7.0));
+  resync.header.status = update_status::resync;
+  send(std::move(resync));
+  BOOST_TEST(l.poll(now));  // a resync overwrites
+  BOOST_TEST(model.params[3] == 7.0);
+}
+
+BOOST_FIXTURE_TEST_CASE(lock_step_waits_for_the_answer_and_gives_up_after_the_timeout, fixture) {
+  join(1, 2, 0, 0.0, true);
+  step();
+  step();  // sent after step 2; τ = 0: the next step needs the answer
+  const auto sent = contributions();
+  BOOST_TEST_REQUIRE(sent.size() == 1u);
+  BOOST_TEST(!l.poll(now));
+  send(update(0, 1, std::vector<double>(8, 4.0), sent[0].header.sequence));
+  BOOST_TEST(l.poll(now));
+  BOOST_TEST(model.params[0] == 4.0);
+  step();
+  step();
+  BOOST_TEST(!l.poll(now));
+  const auto deadline = l.next_deadline();
+  BOOST_TEST_REQUIRE(deadline.has_value());
+  BOOST_TEST((*deadline <= now + 10s));
+  now += 10s;  // answer_timeout
+  BOOST_TEST(l.poll(now));
+  BOOST_TEST(l.metrics().answers_timed_out == 1u);
+}
+
+BOOST_FIXTURE_TEST_CASE(finish_sends_unsent_work_then_leaves, fixture) {
+  join(1, 4, 0);
+  step();
+  step();
+  step();
+  l.finish(now);
+  const auto sent = received();
+  std::vector<message_kind> kinds;
+  for (const auto& m : sent)
+    if (m.header.kind != message_kind::heartbeat) kinds.push_back(m.header.kind);
+  BOOST_TEST_REQUIRE(kinds.size() == 2u);
+  BOOST_TEST(int(kinds[0]) == int(message_kind::contribution));
+  BOOST_TEST(int(kinds[1]) == int(message_kind::leave));
+  for (const auto& m : sent)
+    if (m.header.kind == message_kind::contribution) {
+      BOOST_TEST(m.header.steps == 3u);
+      BOOST_TEST((m.header.flags & final_contribution) != 0);
+      BOOST_TEST(values(m) == std::vector<double>(8, 1.5), boost::test_tools::per_element());
+    }
+}
+
+BOOST_FIXTURE_TEST_CASE(a_welcome_for_another_model_stops_the_learner, fixture) {
+  BOOST_TEST(!l.poll(now));
+  received();
+  auto w = welcome(1, 4, 0);
+  w.header.layout ^= 0xff;
+  send(std::move(w));
+  BOOST_TEST(!l.poll(now));
+  BOOST_TEST(l.error() == make_error_code(errc::layout_mismatch));
+  BOOST_TEST(!l.next_deadline().has_value());
+}
+
+BOOST_FIXTURE_TEST_CASE(an_unusable_configuration_stops_the_learner, fixture) {
+  BOOST_TEST(!l.poll(now));
+  send(welcome(1, 4, 4));  // τ must be below H
+  BOOST_TEST(!l.poll(now));
+  BOOST_TEST(l.error() == make_error_code(errc::bad_config));
+}
+
+BOOST_FIXTURE_TEST_CASE(join_is_retried_until_welcomed, fixture) {
+  BOOST_TEST(!l.poll(now));
+  now += 500ms;
+  BOOST_TEST(!l.poll(now));
+  now += 600ms;  // join_retry = 1 s after the first
+  BOOST_TEST(!l.poll(now));
+  std::size_t joins = 0;
+  for (const auto& m : received()) joins += m.header.kind == message_kind::join;
+  BOOST_TEST(joins == 2u);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
