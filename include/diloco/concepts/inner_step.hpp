@@ -17,8 +17,9 @@ namespace diloco {
 ///    in `s` and is created on the first call, when the size is known.
 /// 4. `s.options()` — returns `options_type&`, so a trainer can change, e.g.,
 ///    the learning rate between steps.
+/// 5. Move-constructible: the learner takes it by value.
 template <class S>
-concept inner_step = requires(S& s, std::span<typename S::scalar_type> params,
+concept inner_step = std::move_constructible<S> && requires(S& s, std::span<typename S::scalar_type> params,
                               std::span<const typename S::scalar_type> grads) {
   typename S::scalar_type;
   typename S::options_type;
@@ -38,13 +39,14 @@ consteval bool check_inner_step() {
   if constexpr (requires { typename S::scalar_type; }) {
     using T = typename S::scalar_type;
     static_assert(std::is_floating_point_v<T>, "diloco::inner_step: `scalar_type` must be float or double");
-    static_assert(requires(S& s, std::span<T> p, std::span<const T> g) { s.step(p, g); },
+    static_assert(requires(S& s, std::span<T> p, std::span<const T> g) { { s.step(p, g) } -> std::same_as<void>; },
                   "diloco::inner_step: missing member `void step(std::span<scalar_type> params, "
                   "std::span<const scalar_type> grads)`");
     if constexpr (requires { typename S::options_type; })
       static_assert(requires(S& s) { { s.options() } -> std::same_as<typename S::options_type&>; },
                     "diloco::inner_step: missing member `options_type& options()`");
   }
+  static_assert(std::move_constructible<S>, "diloco::inner_step: must be move-constructible (the learner owns it)");
   return true;
 }
 

@@ -30,8 +30,9 @@ struct weighted_delta {
 ///    normalized so that identical contributions merge to themselves; the
 ///    syncer uses `scale` to shrink partial rounds. It must not keep references
 ///    to its inputs.
+/// 3. Move-constructible: the syncer takes it by value.
 template <class P, class T>
-concept merge_policy = requires(const P& p, std::uint64_t tokens, std::uint64_t steps,
+concept merge_policy = std::move_constructible<P> && requires(const P& p, std::uint64_t tokens, std::uint64_t steps,
                                 std::span<const weighted_delta<T>> contributions,
                                 std::span<const fragment_slice> slices, std::span<T> out, double scale) {
   { p.weight(tokens, steps) } -> std::convertible_to<double>;
@@ -47,9 +48,10 @@ consteval bool check_merge_policy() {
                 "diloco::merge_policy: missing member `double weight(std::uint64_t tokens, std::uint64_t steps) "
                 "const`");
   static_assert(requires(const P& p, std::span<const weighted_delta<T>> c, std::span<const fragment_slice> s,
-                         std::span<T> out, double scale) { p.merge(c, s, out, scale); },
+                         std::span<T> out, double scale) { { p.merge(c, s, out, scale) } -> std::same_as<void>; },
                 "diloco::merge_policy: missing member `void merge(std::span<const weighted_delta<T>>, "
                 "std::span<const fragment_slice>, std::span<T> out, double scale) const`");
+  static_assert(std::move_constructible<P>, "diloco::merge_policy: must be move-constructible (the syncer owns it)");
   return true;
 }
 

@@ -20,8 +20,8 @@ struct step_stats {
 ///
 /// 1. `typename M::scalar_type` — `float` or `double`.
 /// 2. `typename M::batch_type` — whatever one inner step consumes.
-/// 3. `m.layout()` on a `const M` — the `parameter_layout` (names, sizes, roles)
-///    of its parameters, constant for the model's lifetime.
+/// 3. `m.layout()` on a `const M` — returns `const parameter_layout&` (names,
+///    sizes, roles of its parameters), constant for the model's lifetime.
 /// 4. `m.parameters()` — `std::span<scalar_type>` over all parameters, flat, in
 ///    layout order; the same memory for the model's lifetime.
 /// 5. `m.gradients()` — a span (convertible to `std::span<const scalar_type>`) of
@@ -33,7 +33,7 @@ template <class M>
 concept model = requires(M& m, const M& cm, const typename M::batch_type& batch) {
   typename M::scalar_type;
   typename M::batch_type;
-  { cm.layout() } -> std::convertible_to<const parameter_layout&>;
+  { cm.layout() } -> std::same_as<const parameter_layout&>;
   { m.parameters() } -> std::same_as<std::span<typename M::scalar_type>>;
   { m.gradients() } -> std::convertible_to<std::span<const typename M::scalar_type>>;
   { m.compute_gradients(batch) } -> std::same_as<step_stats>;
@@ -48,7 +48,7 @@ consteval bool check_model() {
                 "diloco::model: missing member type `scalar_type` (float or double)");
   static_assert(requires { typename M::batch_type; },
                 "diloco::model: missing member type `batch_type` (what one inner step consumes)");
-  static_assert(requires(const M& m) { { m.layout() } -> std::convertible_to<const parameter_layout&>; },
+  static_assert(requires(const M& m) { { m.layout() } -> std::same_as<const parameter_layout&>; },
                 "diloco::model: missing member `const parameter_layout& layout() const`");
   if constexpr (requires { typename M::scalar_type; }) {
     using T = typename M::scalar_type;

@@ -23,8 +23,9 @@ namespace diloco {
 /// 4. `o.save(std::ostream&) const` and `o.load(std::istream&)` — the whole
 ///    state, so the syncer can checkpoint it; `load` throws on corrupt input
 ///    and then leaves the state unchanged.
+/// 5. Move-constructible: the syncer takes it by value.
 template <class O>
-concept outer_optimizer = requires(O& o, const O& co, std::uint32_t fragment,
+concept outer_optimizer = std::move_constructible<O> && requires(O& o, const O& co, std::uint32_t fragment,
                                    std::span<typename O::scalar_type> global,
                                    std::span<const typename O::scalar_type> delta, std::ostream& out,
                                    std::istream& in) {
@@ -47,14 +48,18 @@ consteval bool check_outer_optimizer() {
   if constexpr (requires { typename O::scalar_type; }) {
     using T = typename O::scalar_type;
     static_assert(std::is_floating_point_v<T>, "diloco::outer_optimizer: `scalar_type` must be float or double");
-    static_assert(requires(O& o, std::uint32_t f, std::span<T> g, std::span<const T> d) { o.step(f, g, d); },
+    static_assert(requires(O& o, std::uint32_t f, std::span<T> g, std::span<const T> d) {
+                    { o.step(f, g, d) } -> std::same_as<void>;
+                  },
                   "diloco::outer_optimizer: missing member `void step(std::uint32_t fragment, "
                   "std::span<scalar_type> global, std::span<const scalar_type> delta)`");
   }
-  static_assert(requires(const O& o, std::ostream& out) { o.save(out); },
+  static_assert(requires(const O& o, std::ostream& out) { { o.save(out) } -> std::same_as<void>; },
                 "diloco::outer_optimizer: missing member `void save(std::ostream&) const`");
-  static_assert(requires(O& o, std::istream& in) { o.load(in); },
+  static_assert(requires(O& o, std::istream& in) { { o.load(in) } -> std::same_as<void>; },
                 "diloco::outer_optimizer: missing member `void load(std::istream&)`");
+  static_assert(std::move_constructible<O>,
+                "diloco::outer_optimizer: must be move-constructible (the syncer owns it)");
   return true;
 }
 

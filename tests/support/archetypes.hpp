@@ -1,0 +1,238 @@
+// Archetypes: for each concept, a type that provides exactly the documented
+// requirements and nothing more (asio's archetypes). Code that compiles with
+// an archetype relies on nothing the concept does not promise.
+//
+// Where a requirement is "convertible to", the archetype returns a type that
+// is only convertible (`gradient_view`, `weight_value`). No archetype is
+// default-constructible or copyable, since no concept asks for that; the
+// policies (inner, outer, merge) are movable because the learner and the
+// syncer take them by value.
+//
+// Each archetype also behaves, in the simplest way, so that a learner and a
+// syncer built from archetypes can run a round whose result is known by hand.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <deque>
+#include <istream>
+#include <optional>
+#include <ostream>
+#include <span>
+#include <system_error>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include <diloco/concepts/inner_step.hpp>
+#include <diloco/concepts/merge_policy.hpp>
+#include <diloco/concepts/model.hpp>
+#include <diloco/concepts/outer_optimizer.hpp>
+#include <diloco/concepts/transport.hpp>
+#include <diloco/error.hpp>
+#include <diloco/params/fragments.hpp>
+#include <diloco/params/layout.hpp>
+#include <diloco/transport/message.hpp>
+
+namespace archetypes {
+
+/// Constructs an archetype that has no settings.
+struct construct_t {
+  explicit construct_t() = default;
+};
+inline constexpr construct_t construct{};
+
+/// Convertible to `std::span<const float>`, and nothing else.
+class gradient_view {
+ public:
+  explicit gradient_view(std::span<const float> values) : values_(values) {}
+  operator std::span<const float>() const { return values_; }
+
+ private:
+  std::span<const float> values_;
+};
+
+/// Convertible to `double`, and nothing else.
+class weight_value {
+ public:
+  explicit weight_value(double w) : w_(w) {}
+  operator double() const { return w_; }
+
+ private:
+  double w_;
+};
+
+/// Model (`diloco::model`): `scalar_type`, `batch_type`, `layout()` on a
+/// const model, `parameters()`, `gradients()` (only convertible to a span),
+/// `compute_gradients(const batch_type&)`. Neither copyable nor movable.
+///
+/// Behaviour: a batch sets every gradient to its `gradient` and counts its
+/// `tokens`.
+class model_archetype {
+ public:
+  using scalar_type = float;
+
+  /// Neither default-constructible nor copyable: the runtime only passes it on.
+  class batch_type {
+   public:
+    batch_type(float gradient, std::uint64_t tokens) : gradient_(gradient), tokens_(tokens) {}
+    batch_type(const batch_type&) = delete;
+    batch_type& operator=(const batch_type&) = delete;
+
+   private:
+    friend class model_archetype;
+    float gradient_;
+    std::uint64_t tokens_;
+  };
+
+  model_archetype(diloco::parameter_layout layout, std::vector<float> initial)
+      : layout_(std::move(layout)), parameters_(std::move(initial)), gradients_(parameters_.size(), 0.0f) {}
+  model_archetype(const model_archetype&) = delete;
+  model_archetype& operator=(const model_archetype&) = delete;
+
+  const diloco::parameter_layout& layout() const { return layout_; }
+  std::span<float> parameters() { return parameters_; }
+  gradient_view gradients() { return gradient_view(gradients_); }
+  diloco::step_stats compute_gradients(const batch_type& batch) {
+    for (float& g : gradients_) g = batch.gradient_;
+    return diloco::step_stats{0.0, batch.tokens_};
+  }
+
+ private:
+  diloco::parameter_layout layout_;
+  std::vector<float> parameters_;
+  std::vector<float> gradients_;
+};
+
+/// InnerStep (`diloco::inner_step`): `scalar_type`, `options_type`,
+/// `step(params, grads)` returning void, `options()` returning
+/// `options_type&`. Move-only.
+///
+/// Behaviour: plain SGD, `θ ← θ − lr·g`.
+class inner_archetype {
+ public:
+  using scalar_type = float;
+  struct options_type {
+    float learning_rate = 0.5f;
+  };
+
+  explicit inner_archetype(options_type options) : options_(options) {}
+  inner_archetype(inner_archetype&&) = default;
+  inner_archetype& operator=(inner_archetype&&) = default;
+
+  void step(std::span<float> params, std::span<const float> grads) {
+    for (std::size_t i = 0; i < params.size(); ++i) params[i] -= options_.learning_rate * grads[i];
+  }
+  options_type& options() { return options_; }
+
+ private:
+  options_type options_;
+};
+
+/// OuterOptimizer (`diloco::outer_optimizer`): `scalar_type`, `options_type`,
+/// `step(fragment, global, delta)`, `save(std::ostream&) const`,
+/// `load(std::istream&)`, all returning void. Move-only.
+///
+/// Behaviour: stateless SGD, `Θ ← Θ − lr·Δ`; `save` and `load` have no state
+/// to move.
+class outer_archetype {
+ public:
+  using scalar_type = float;
+  struct options_type {
+    float learning_rate = 1.0f;
+  };
+
+  explicit outer_archetype(options_type options) : options_(options) {}
+  outer_archetype(outer_archetype&&) = default;
+  outer_archetype& operator=(outer_archetype&&) = default;
+
+  void step(std::uint32_t /*fragment*/, std::span<float> global, std::span<const float> delta) {
+    for (std::size_t i = 0; i < global.size(); ++i) global[i] -= options_.learning_rate * delta[i];
+  }
+  void save(std::ostream&) const {}
+  void load(std::istream&) {}
+
+ private:
+  options_type options_;
+};
+
+/// MergePolicy for float (`diloco::merge_policy<merge_archetype, float>`):
+/// `weight(tokens, steps) const` (only convertible to double) and
+/// `merge(contributions, slices, out, scale) const` returning void. Move-only.
+///
+/// Behaviour: the weight is the token count; the merge is the weighted mean
+/// times `scale`.
+class merge_archetype {
+ public:
+  explicit merge_archetype(construct_t) {}
+  merge_archetype(merge_archetype&&) = default;
+  merge_archetype& operator=(merge_archetype&&) = default;
+
+  weight_value weight(std::uint64_t tokens, std::uint64_t /*steps*/) const {
+    return weight_value(static_cast<double>(tokens));
+  }
+  void merge(std::span<const diloco::weighted_delta<float>> contributions,
+             std::span<const diloco::fragment_slice> /*slices*/, std::span<float> out, double scale) const {
+    double total = 0.0;
+    for (const auto& c : contributions) total += c.weight;
+    for (std::size_t i = 0; i < out.size(); ++i) {
+      double sum = 0.0;
+      for (const auto& c : contributions) sum += c.weight * static_cast<double>(c.delta[i]);
+      out[i] = static_cast<float>(scale * sum / total);
+    }
+  }
+};
+
+/// Transport (`diloco::transport`): `try_send(peer_id, message&)` returning
+/// `std::error_code`, `try_receive()` returning `std::optional<envelope>`.
+/// Neither copyable nor movable (the runtime holds a reference).
+///
+/// Behaviour: two endpoints joined by `connect` deliver to each other at once,
+/// in order, without loss; any other destination is `errc::unknown_peer`.
+class transport_archetype {
+ public:
+  explicit transport_archetype(diloco::peer_id self) : self_(self) {}
+  transport_archetype(const transport_archetype&) = delete;
+  transport_archetype& operator=(const transport_archetype&) = delete;
+
+  friend void connect(transport_archetype& a, transport_archetype& b) {
+    a.peer_ = &b;
+    b.peer_ = &a;
+  }
+
+  std::error_code try_send(diloco::peer_id to, diloco::message& m) {
+    if (peer_ == nullptr || to != peer_->self_) return diloco::errc::unknown_peer;
+    peer_->inbox_.push_back(diloco::envelope{self_, std::move(m)});
+    return {};
+  }
+
+  std::optional<diloco::envelope> try_receive() {
+    if (inbox_.empty()) return std::nullopt;
+    diloco::envelope e = std::move(inbox_.front());
+    inbox_.pop_front();
+    return e;
+  }
+
+ private:
+  diloco::peer_id self_;
+  transport_archetype* peer_ = nullptr;
+  std::deque<diloco::envelope> inbox_;
+};
+
+/// A `diloco::blocking_transport`: a Transport plus
+/// `receive_for(std::chrono::nanoseconds)`.
+///
+/// Behaviour: the peer runs on the same thread, so nothing arrives during a
+/// wait: it returns what has arrived, or sleeps `timeout` and returns nothing.
+class blocking_transport_archetype : public transport_archetype {
+ public:
+  using transport_archetype::transport_archetype;
+
+  std::optional<diloco::envelope> receive_for(std::chrono::nanoseconds timeout) {
+    if (auto e = try_receive()) return e;
+    std::this_thread::sleep_for(timeout);
+    return std::nullopt;
+  }
+};
+
+}  // namespace archetypes
