@@ -78,7 +78,10 @@ class gz_file {
   std::string error() {
     int code = 0;
     const char* msg = gzerror(file_, &code);
-    return msg ? msg : "unknown zlib error";
+    std::string text = msg ? msg : "unknown zlib error";
+    // zlib prefixes the path, which our messages already carry.
+    if (text.rfind(path_ + ": ", 0) == 0) text.erase(0, path_.size() + 2);
+    return text;
   }
 
   std::string path_;

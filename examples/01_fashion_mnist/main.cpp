@@ -30,7 +30,7 @@ JSON line with the test accuracy of the final global model.
   --H H                        inner steps between two sends of a fragment (50)
   --fragments P                fragments (decoupled: 4; dp and diloco: 1)
   --quorum K                   learners a round waits for (decoupled: 1; others: M)
-  --overlap TAU                steps between a send and the use of its answer (decoupled: 5)
+  --overlap TAU                steps between a send and the use of its answer (decoupled: H/10)
   --alpha A                    mixing on adoption, 0 overwrites (0)
   --speeds S1,S2,...           relative learner speeds, e.g. 1,1,0.7,0.5 (all 1)
   --stall L:AFTER:STEPS        learner L freezes after its step AFTER for STEPS of its steps
@@ -150,6 +150,11 @@ fashion::settings parse(int argc, char** argv) {
     if (!(v > 0.0 && v <= 1.0)) throw usage_error("--speeds values must be in (0, 1]");
   if (s.stall && s.stall->learner >= s.learners) throw usage_error("--stall names a learner that does not exist");
   s.fragments = fragments.value_or(s.run_mode == fashion::mode::decoupled ? 4u : 1u);
+  if (s.sync_period == 0) throw usage_error("--H must be at least 1");
+  if (s.fragments == 0) throw usage_error("--fragments must be at least 1");
+  if (s.quorum && *s.quorum == 0) throw usage_error("--quorum must be at least 1");
+  if (s.overlap && *s.overlap >= s.sync_period) throw usage_error("--overlap must be smaller than --H");
+  if (!(s.alpha >= 0.0 && s.alpha < 1.0)) throw usage_error("--alpha must be in [0, 1)");
   return s;
 }
 
@@ -169,7 +174,8 @@ diloco::syncer_options syncer_options_for(const fashion::settings& s) {
     case fashion::mode::data_parallel: o = diloco::presets::data_parallel(s.learners); break;
     case fashion::mode::diloco: o = diloco::presets::diloco(s.learners, s.sync_period); break;
     case fashion::mode::decoupled:
-      o = diloco::presets::decoupled_diloco(s.sync_period, s.fragments, s.quorum.value_or(1), s.overlap.value_or(5));
+      o = diloco::presets::decoupled_diloco(s.sync_period, s.fragments, s.quorum.value_or(1),
+                                            s.overlap.value_or(s.sync_period / 10));
       break;
   }
   if (s.run_mode != fashion::mode::data_parallel) {

@@ -41,7 +41,7 @@ struct settings {
   std::uint32_t sync_period = 50;
   std::uint32_t fragments = 4;
   std::optional<std::uint32_t> quorum;   ///< default: 1 for decoupled, every learner otherwise
-  std::optional<std::uint32_t> overlap;  ///< default: 5 for decoupled, 0 otherwise
+  std::optional<std::uint32_t> overlap;  ///< default: H/10 for decoupled, 0 otherwise
   double alpha = 0.0;
   std::uint64_t seed = 1;
   std::vector<double> speeds;            ///< empty: all 1
