@@ -2,6 +2,7 @@
 // length-prefixed arrays, with every read bounds-checked.
 #pragma once
 
+#include <algorithm>
 #include <bit>
 #include <cstdint>
 #include <cstring>
@@ -45,14 +46,22 @@ void write_array(std::ostream& out, const std::vector<T>& values) {
 }
 
 /// Reads an array written by `write_array`, refusing more than `max_elements`.
+/// Memory grows with the data actually read, so a truncated stream that
+/// announces a huge length fails as `corrupt_state`, not as an allocation.
 template <class T>
 std::vector<T> read_array(std::istream& in, std::uint64_t max_elements, const char* what) {
   const auto n = read_pod<std::uint64_t>(in, what);
   if (n > max_elements)
     throw corrupt_state(std::string("diloco: implausible length ") + std::to_string(n) + " for " + what);
-  std::vector<T> values(static_cast<std::size_t>(n));
-  if (n > 0 && !in.read(reinterpret_cast<char*>(values.data()), static_cast<std::streamsize>(n * sizeof(T))))
-    throw corrupt_state(std::string("diloco: truncated state while reading ") + what);
+  constexpr std::uint64_t chunk = std::uint64_t{1} << 20;
+  std::vector<T> values;
+  for (std::uint64_t done = 0; done < n;) {
+    const std::uint64_t take = std::min(chunk, n - done);
+    values.resize(static_cast<std::size_t>(done + take));
+    if (!in.read(reinterpret_cast<char*>(values.data() + done), static_cast<std::streamsize>(take * sizeof(T))))
+      throw corrupt_state(std::string("diloco: truncated state while reading ") + what);
+    done += take;
+  }
   return values;
 }
 

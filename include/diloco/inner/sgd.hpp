@@ -54,6 +54,8 @@ class sgd {
     if (!(options.momentum >= 0 && options.momentum < 1))
       throw std::invalid_argument("diloco::inner::sgd: momentum must be in [0, 1)");
     if (!(options.weight_decay >= 0)) throw std::invalid_argument("diloco::inner::sgd: weight_decay must be >= 0");
+    if (options.nesterov && options.momentum == 0)
+      throw std::invalid_argument("diloco::inner::sgd: nesterov needs a momentum above 0");
   }
 
   void step(std::span<T> params, std::span<const T> grads) {

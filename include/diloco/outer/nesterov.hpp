@@ -57,7 +57,10 @@ class nesterov {
   options_type& options() noexcept { return options_; }
 
   /// The momentum buffer of `fragment` (empty before its first step).
-  std::span<const T> momentum(std::uint32_t fragment) { return momentum_[fragment].values; }
+  std::span<const T> momentum(std::uint32_t fragment) const {
+    const auto* state = momentum_.find(fragment);
+    return state ? std::span<const T>(state->values) : std::span<const T>();
+  }
 
   void save(std::ostream& out) const {
     diloco::detail::write_tag(out, "NSTV", 1);

@@ -31,10 +31,16 @@ struct block {
   std::size_t capacity = 0;
 };
 
+/// Blocks of 2 MiB or more are 2 MiB aligned (huge pages); the rest 64 bytes.
+/// Allocation and release derive the alignment from the capacity alike.
+inline std::align_val_t alignment_for(std::size_t capacity) noexcept {
+  return std::align_val_t{capacity >= huge_page ? huge_page : buffer_alignment};
+}
+
 inline block allocate_block(std::size_t bytes) {
   const std::size_t granule = bytes >= huge_page ? huge_page : 4096;
   const std::size_t capacity = (bytes + granule - 1) / granule * granule;
-  auto* p = static_cast<std::byte*>(::operator new(capacity, std::align_val_t{granule >= huge_page ? huge_page : buffer_alignment}));
+  auto* p = static_cast<std::byte*>(::operator new(capacity, alignment_for(capacity)));
 #if defined(__linux__) && defined(MADV_HUGEPAGE)
   if (capacity >= huge_page) ::madvise(p, capacity, MADV_HUGEPAGE);
 #endif
@@ -42,8 +48,7 @@ inline block allocate_block(std::size_t bytes) {
 }
 
 inline void free_block(block b) noexcept {
-  if (b.data)
-    ::operator delete(b.data, std::align_val_t{b.capacity >= huge_page ? huge_page : buffer_alignment});
+  if (b.data) ::operator delete(b.data, alignment_for(b.capacity));
 }
 
 struct pool_state {

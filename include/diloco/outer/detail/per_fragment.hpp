@@ -22,6 +22,11 @@ class per_fragment {
   }
   std::size_t size() const noexcept { return states_.size(); }
 
+  /// The state of `fragment`, or null if it has none yet; creates nothing.
+  const State* find(std::uint32_t fragment) const noexcept {
+    return fragment < states_.size() ? &states_[fragment] : nullptr;
+  }
+
   void save(std::ostream& out) const {
     diloco::detail::write_pod<std::uint64_t>(out, states_.size());
     for (const auto& s : states_) s.save(out);
