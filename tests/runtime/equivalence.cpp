@@ -11,6 +11,7 @@
 
 #include <diloco/diloco.hpp>
 
+#include "support/reference_adamw.hpp"
 #include "support/toy_model.hpp"
 
 namespace {
@@ -19,23 +20,7 @@ using T = double;
 constexpr std::size_t features = 6;
 constexpr std::size_t batch_size = 16;
 
-/// AdamW written out (Loshchilov & Hutter 2019, PyTorch's convention).
-struct reference_adamw {
-  double lr, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, decay;
-  std::vector<double> m{}, v{};
-  int t = 0;
-  void step(std::vector<double>& p, const std::vector<double>& g) {
-    if (m.empty()) m.assign(p.size(), 0.0), v.assign(p.size(), 0.0);
-    ++t;
-    for (std::size_t i = 0; i < p.size(); ++i) {
-      m[i] = beta1 * m[i] + (1 - beta1) * g[i];
-      v[i] = beta2 * v[i] + (1 - beta2) * g[i] * g[i];
-      const double mhat = m[i] / (1 - std::pow(beta1, t));
-      const double vhat = v[i] / (1 - std::pow(beta2, t));
-      p[i] = p[i] * (1 - lr * decay) - lr * mhat / (std::sqrt(vhat) + eps);
-    }
-  }
-};
+using diloco::test::reference_adamw;
 
 std::vector<double> gradient(const std::vector<double>& params, const toy::batch<T>& b) {
   toy::linear_regression<T> model(features);
@@ -99,7 +84,7 @@ BOOST_AUTO_TEST_CASE(data_parallel_preset_is_gradient_averaging_with_adamw) {
   std::vector<double> theta(initial.parameters().begin(), initial.parameters().end());
   std::vector<toy::teacher<T>> teachers;
   for (std::uint32_t i = 0; i < M; ++i) teachers.emplace_back(features, 100 + i);
-  reference_adamw opt{.lr = 0.05, .decay = 0.01};
+  reference_adamw opt{{.learning_rate = 0.05, .weight_decay = 0.01}, {}, {}, 0};
   for (std::uint64_t t = 0; t < steps; ++t) {
     std::vector<double> g(theta.size(), 0.0);
     for (auto& teacher : teachers) {
@@ -133,7 +118,7 @@ BOOST_AUTO_TEST_CASE(diloco_preset_is_local_adamw_then_nesterov_on_the_average) 
   std::vector<double> global(initial.parameters().begin(), initial.parameters().end());
   std::vector<double> momentum(global.size(), 0.0);
   std::vector<toy::teacher<T>> teachers;
-  std::vector<reference_adamw> inner_opt(M, reference_adamw{.lr = 0.02, .decay = 0.0});
+  std::vector<reference_adamw> inner_opt(M, reference_adamw{{.learning_rate = 0.02, .weight_decay = 0.0}, {}, {}, 0});
   for (std::uint32_t i = 0; i < M; ++i) teachers.emplace_back(features, 100 + i);
   for (std::uint64_t r = 0; r < rounds; ++r) {
     std::vector<double> delta(global.size(), 0.0);
