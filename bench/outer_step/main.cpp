@@ -1,0 +1,352 @@
+// bench_outer_step: DiLoCo's outer Nesterov step against the memory system.
+//
+// For each N, on one set of buffers (2 MiB aligned, MADV_HUGEPAGE, written
+// before timing), times in turn, repetition after repetition (A B C … A B C …):
+//   triad          STREAM triad a = b + s·c                       12 B/param
+//   diloco         diloco::outer::nesterov<float>::step          20 B/param
+//   four_pass      Nesterov as PyTorch's foreach SGD does it      44 B/param
+//   element_loop   the library's element functor, bench buffers   20 B/param
+//   memcpy         std::memcpy                                     8 B/param
+// and prints median, min and max GB/s (10⁹ bytes/s, STREAM's counting) and the
+// ratios diloco/triad and diloco/four_pass. Before timing, the fused step is
+// checked against the four-pass one on a prefix; after timing, the three
+// momentum buffers are checked against each other over all N.
+//
+//   bench_outer_step [--sizes 16M,64M] [--repeat 20] [--warmup 2] [--json]
+//                    [--keep-library-pages]
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <cassert>
+#include <cerrno>
+#include <charconv>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <fstream>
+#include <functional>
+#include <optional>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <system_error>
+#include <vector>
+
+#include "outer_step.hpp"
+
+namespace {
+
+constexpr std::size_t huge_page = std::size_t{2} << 20;
+/// MADV_COLLAPSE (Linux 6.1); glibc 2.36's headers do not define it yet.
+constexpr int madv_collapse = 25;
+
+std::size_t round_up(std::size_t x, std::size_t to) { return (x + to - 1) / to * to; }
+std::size_t round_down(std::size_t x, std::size_t to) { return x / to * to; }
+
+/// `n` floats in their own anonymous mapping, 2 MiB aligned, advised
+/// MADV_HUGEPAGE before the first touch, then written once.
+class huge_buffer {
+ public:
+  explicit huge_buffer(std::size_t n) : bytes_(round_up(n * sizeof(float), huge_page)) {
+    map_bytes_ = bytes_ + huge_page;
+    map_ = mmap(nullptr, map_bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (map_ == MAP_FAILED) throw std::system_error(errno, std::generic_category(), "mmap");
+    const auto aligned = round_up(reinterpret_cast<std::uintptr_t>(map_), huge_page);
+    data_ = reinterpret_cast<float*>(aligned);
+    madvise(data_, bytes_, MADV_HUGEPAGE);  // best effort: THP may be off
+    size_ = n;
+    std::fill_n(data_, n, 0.0f);
+  }
+  ~huge_buffer() { munmap(map_, map_bytes_); }
+  huge_buffer(const huge_buffer&) = delete;
+  huge_buffer& operator=(const huge_buffer&) = delete;
+
+  std::span<float> first(std::size_t n) const {
+    assert(n <= size_);
+    return {data_, n};
+  }
+
+ private:
+  std::size_t bytes_ = 0;
+  std::size_t map_bytes_ = 0;
+  void* map_ = nullptr;
+  float* data_ = nullptr;
+  std::size_t size_ = 0;
+};
+
+/// Asks the kernel to back the 2 MiB pages inside [p, p + bytes) with huge
+/// pages now (MADV_COLLAPSE). Used on the optimizer's own momentum buffer, a
+/// std::vector the benchmark cannot allocate itself.
+bool collapse_to_huge_pages(const void* p, std::size_t bytes) {
+  const auto begin = round_up(reinterpret_cast<std::uintptr_t>(p), huge_page);
+  const auto end = round_down(reinterpret_cast<std::uintptr_t>(p) + bytes, huge_page);
+  if (end <= begin) return false;
+  auto* start = reinterpret_cast<void*>(begin);
+  madvise(start, end - begin, MADV_HUGEPAGE);
+  return madvise(start, end - begin, madv_collapse) == 0;
+}
+
+/// AnonHugePages of this process, in bytes (0 where /proc is unreadable).
+std::size_t anon_huge_bytes() {
+  std::ifstream in("/proc/self/smaps_rollup");
+  std::string key;
+  std::size_t kib = 0;
+  while (in >> key) {
+    if (key == "AnonHugePages:" && in >> kib) return kib * 1024;
+    in.ignore(1 << 16, '\n');
+  }
+  return 0;
+}
+
+struct options {
+  std::vector<std::size_t> sizes{std::size_t{16} << 20, std::size_t{64} << 20};
+  int repeat = 20;
+  int warmup = 2;
+  bool json = false;
+  bool keep_library_pages = false;
+};
+
+std::optional<std::size_t> parse_size(std::string_view s) {
+  std::size_t shift = 0;
+  if (!s.empty()) {
+    switch (s.back()) {
+      case 'K': case 'k': shift = 10; break;
+      case 'M': case 'm': shift = 20; break;
+      case 'G': case 'g': shift = 30; break;
+      default: break;
+    }
+    if (shift != 0) s.remove_suffix(1);
+  }
+  std::size_t v = 0;
+  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc{} || end != s.data() + s.size() || v == 0) return std::nullopt;
+  return v << shift;
+}
+
+std::optional<int> parse_count(std::string_view s, int min) {
+  int v = 0;
+  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc{} || end != s.data() + s.size() || v < min) return std::nullopt;
+  return v;
+}
+
+constexpr const char* usage =
+    "usage: bench_outer_step [--sizes 16M,64M] [--repeat 20] [--warmup 2] [--json] [--keep-library-pages]\n"
+    "  --sizes N,...           parameter counts (fp32); suffixes K, M, G are powers of 2\n"
+    "  --repeat K              timed repetitions of each method (>= 1)\n"
+    "  --warmup W              untimed repetitions first (>= 0)\n"
+    "  --json                  one JSON object per size on stdout, nothing else\n"
+    "  --keep-library-pages    leave the optimizer's momentum buffer on the pages\n"
+    "                          malloc gave it (default: collapse it to huge pages)\n";
+
+std::optional<options> parse(int argc, char** argv) {
+  options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view arg = argv[i];
+    const bool has_value = i + 1 < argc;
+    if (arg == "--json") {
+      o.json = true;
+    } else if (arg == "--keep-library-pages") {
+      o.keep_library_pages = true;
+    } else if (arg == "--sizes" && has_value) {
+      o.sizes.clear();
+      std::string_view list = argv[++i];
+      while (!list.empty()) {
+        const auto comma = list.find(',');
+        const auto size = parse_size(list.substr(0, comma));
+        if (!size) return std::nullopt;
+        o.sizes.push_back(*size);
+        list = comma == std::string_view::npos ? std::string_view{} : list.substr(comma + 1);
+      }
+      if (o.sizes.empty()) return std::nullopt;
+    } else if (arg == "--repeat" && has_value) {
+      const auto k = parse_count(argv[++i], 1);
+      if (!k) return std::nullopt;
+      o.repeat = *k;
+    } else if (arg == "--warmup" && has_value) {
+      const auto w = parse_count(argv[++i], 0);
+      if (!w) return std::nullopt;
+      o.warmup = *w;
+    } else {
+      return std::nullopt;
+    }
+  }
+  return o;
+}
+
+/// Equal up to fp rounding: a few ulps, and more than contraction into FMAs
+/// (-march=native) can change; a wrong formula is off by orders more.
+bool close(float a, float b) { return std::fabs(a - b) <= 1e-5f * std::max(std::fabs(a), std::fabs(b)); }
+
+/// Empty if `a` and `b` agree everywhere, else where they first differ.
+std::string compare(const char* what, std::span<const float> a, std::span<const float> b) {
+  if (a.size() != b.size()) return std::string(what) + ": sizes differ";
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    if (!close(a[i], b[i])) {
+      char msg[160];
+      std::snprintf(msg, sizeof msg, "%s differs at %zu: %.9g vs %.9g", what, i, double(a[i]), double(b[i]));
+      return msg;
+    }
+  }
+  return {};
+}
+
+/// Runs three steps of the library's step, the element loop and the four-pass
+/// Nesterov on copies of the first `n` parameters and compares Θ and m.
+std::string check_prefix(std::span<const float> global, std::span<const float> delta) {
+  const std::size_t n = global.size();
+  std::vector<float> g_lib(global.begin(), global.end()), g_loop = g_lib, g_four = g_lib;
+  std::vector<float> m_loop(n, 0.0f), m_four(n, 0.0f), tmp(n, 0.0f);
+  diloco::outer::nesterov<float> optimizer({bench::outer_lr, bench::outer_momentum});
+  for (int step = 0; step < 3; ++step) {
+    bench::diloco_step(optimizer, g_lib, delta);
+    bench::diloco_element_loop(g_loop, m_loop, delta);
+    bench::four_pass_nesterov(g_four, m_four, tmp, delta);
+  }
+  for (auto err : {compare("prefix Θ (diloco vs four_pass)", g_lib, g_four),
+                   compare("prefix m (diloco vs four_pass)", optimizer.momentum(0), m_four),
+                   compare("prefix Θ (element_loop vs four_pass)", g_loop, g_four),
+                   compare("prefix m (element_loop vs four_pass)", m_loop, m_four)})
+    if (!err.empty()) return err;
+  // The step must have done something: Θ moved by more than rounding.
+  if (close(g_four[0], global[0])) return "prefix: the four-pass step left Θ unchanged";
+  return {};
+}
+
+struct method {
+  const char* name;
+  double bytes_per_param;
+  std::function<void()> run;
+  std::vector<double> gbps{};
+};
+
+struct summary {
+  double median, min, max;
+};
+
+summary summarize(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const std::size_t k = v.size();
+  const double median = k % 2 ? v[k / 2] : (v[k / 2 - 1] + v[k / 2]) / 2;
+  return {median, v.front(), v.back()};
+}
+
+std::string mib(std::size_t bytes) { return std::to_string(bytes >> 20) + " MiB"; }
+
+int run_size(const options& o, std::size_t n, huge_buffer& global_buf, huge_buffer& delta_buf, huge_buffer& m_four_buf,
+             huge_buffer& m_loop_buf, huge_buffer& tmp_buf) {
+  const auto global = global_buf.first(n), delta = delta_buf.first(n), m_four = m_four_buf.first(n),
+             m_loop = m_loop_buf.first(n), tmp = tmp_buf.first(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    global[i] = 1.0f + static_cast<float>(i % 1024) * 1e-4f;
+    delta[i] = 1e-3f * (1.0f + static_cast<float>(i % 97) / 97.0f);
+  }
+  std::fill(m_four.begin(), m_four.end(), 0.0f);
+  std::fill(m_loop.begin(), m_loop.end(), 0.0f);
+  std::fill(tmp.begin(), tmp.end(), 0.0f);
+
+  if (auto err = check_prefix(global.first(std::min<std::size_t>(n, 4099)), delta.first(std::min<std::size_t>(n, 4099)));
+      !err.empty()) {
+    std::fprintf(stderr, "bench_outer_step: N = %zu: %s\n", n, err.c_str());
+    return 1;
+  }
+
+  // The optimizer sizes its momentum on the first step: take that step with
+  // Δ = 0 (tmp), which leaves Θ and m = 0 as they are, before anything is timed.
+  diloco::outer::nesterov<float> optimizer({bench::outer_lr, bench::outer_momentum});
+  const std::size_t huge_before = anon_huge_bytes();
+  bench::diloco_step(optimizer, global, tmp);
+  const auto m_lib = optimizer.momentum(0);
+  if (!o.keep_library_pages && !collapse_to_huge_pages(m_lib.data(), m_lib.size_bytes()) && !o.json)
+    std::fprintf(stderr, "bench_outer_step: could not collapse the optimizer's momentum to huge pages\n");
+  const std::size_t huge_after = anon_huge_bytes();
+  const std::size_t library_huge = huge_after - std::min(huge_after, huge_before);
+
+  constexpr float triad_scalar = 3.0f;
+  std::vector<method> methods;
+  methods.push_back({"triad", bench::bytes_per_param::triad, [&] { bench::triad(tmp, global, delta, triad_scalar); }});
+  methods.push_back({"diloco", bench::bytes_per_param::fused, [&] { bench::diloco_step(optimizer, global, delta); }});
+  methods.push_back({"four_pass", bench::bytes_per_param::four_pass,
+                     [&] { bench::four_pass_nesterov(global, m_four, tmp, delta); }});
+  methods.push_back({"element_loop", bench::bytes_per_param::fused,
+                     [&] { bench::diloco_element_loop(global, m_loop, delta); }});
+  methods.push_back({"memcpy", bench::bytes_per_param::copy, [&] { bench::copy(tmp, delta); }});
+
+  for (int r = 0; r < o.warmup + o.repeat; ++r) {
+    for (auto& m : methods) {
+      const auto t0 = std::chrono::steady_clock::now();
+      m.run();
+      const auto t1 = std::chrono::steady_clock::now();
+      if (r < o.warmup) continue;
+      const double seconds = std::chrono::duration<double>(t1 - t0).count();
+      m.gbps.push_back(m.bytes_per_param * static_cast<double>(n) / seconds / 1e9);
+    }
+  }
+
+  // Every momentum buffer saw the same Δ the same number of times.
+  for (auto err : {compare("momentum (diloco vs four_pass)", m_lib, m_four),
+                   compare("momentum (element_loop vs four_pass)", m_loop, m_four)}) {
+    if (!err.empty()) {
+      std::fprintf(stderr, "bench_outer_step: N = %zu after timing: %s\n", n, err.c_str());
+      return 1;
+    }
+  }
+
+  std::vector<summary> s;
+  for (const auto& m : methods) s.push_back(summarize(m.gbps));
+  const double over_triad = s[1].median / s[0].median;
+  // Parameters per second, fused over four-pass: the speed-up of fusing.
+  const double speedup = (s[1].median / methods[1].bytes_per_param) / (s[2].median / methods[2].bytes_per_param);
+
+  if (o.json) {
+    std::printf("{\"n\":%zu,\"repeat\":%d,\"warmup\":%d,\"library_momentum_huge_bytes\":%zu,\"methods\":{", n, o.repeat,
+                o.warmup, library_huge);
+    for (std::size_t i = 0; i < methods.size(); ++i) {
+      std::printf("%s\"%s\":{\"bytes_per_param\":%g,\"median_gbps\":%.3f,\"min_gbps\":%.3f,\"max_gbps\":%.3f,"
+                  "\"median_ms\":%.4f}",
+                  i ? "," : "", methods[i].name, methods[i].bytes_per_param, s[i].median, s[i].min, s[i].max,
+                  methods[i].bytes_per_param * static_cast<double>(n) / s[i].median / 1e6);
+    }
+    std::printf("},\"diloco_over_triad\":%.4f,\"diloco_speedup_over_four_pass\":%.4f}\n", over_triad, speedup);
+  } else {
+    std::printf("N = %zu fp32 (%s per buffer), %d timed repetitions after %d warm-ups, methods interleaved\n", n,
+                mib(n * sizeof(float)).c_str(), o.repeat, o.warmup);
+    std::printf("optimizer momentum on huge pages: %s of %s%s\n", mib(library_huge).c_str(),
+                mib(m_lib.size_bytes()).c_str(), o.keep_library_pages ? " (--keep-library-pages)" : "");
+    std::printf("  %-13s %7s %12s %9s %9s %10s\n", "method", "B/param", "median GB/s", "min", "max", "median ms");
+    for (std::size_t i = 0; i < methods.size(); ++i)
+      std::printf("  %-13s %7g %12.1f %9.1f %9.1f %10.2f\n", methods[i].name, methods[i].bytes_per_param, s[i].median,
+                  s[i].min, s[i].max, methods[i].bytes_per_param * static_cast<double>(n) / s[i].median / 1e6);
+    std::printf("  diloco / triad (GB/s as counted):        %.2f\n", over_triad);
+    std::printf("  diloco / four_pass (parameters per s):   %.2f\n\n", speedup);
+  }
+  std::fflush(stdout);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const auto o = parse(argc, argv);
+  if (!o) {
+    std::fputs(usage, stderr);
+    return 2;
+  }
+  try {
+    const std::size_t max_n = *std::max_element(o->sizes.begin(), o->sizes.end());
+    const std::size_t huge_before = anon_huge_bytes();
+    huge_buffer global(max_n), delta(max_n), m_four(max_n), m_loop(max_n), tmp(max_n);
+    const std::size_t huge_after = anon_huge_bytes();
+    if (!o->json)
+      std::printf("bench buffers: 5 x %s, on huge pages: %s\n\n", mib(max_n * sizeof(float)).c_str(),
+                  mib(huge_after - std::min(huge_after, huge_before)).c_str());
+    for (const std::size_t n : o->sizes)
+      if (const int rc = run_size(*o, n, global, delta, m_four, m_loop, tmp); rc != 0) return rc;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_outer_step: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
