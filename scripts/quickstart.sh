@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Installs what is missing (Debian 12), builds diloco and runs either the main
+# demo or the whole test suite.
+#
+#   bash scripts/quickstart.sh demo   # Decoupled DiLoCo, 4 learners, Fashion-MNIST
+#   bash scripts/quickstart.sh test   # every test, including the slow quality runs
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+what=${1:-}
+if [[ $what != demo && $what != test ]]; then
+  echo "usage: bash scripts/quickstart.sh demo|test" >&2
+  exit 2
+fi
+
+packages=(g++ cmake make libeigen3-dev libboost-test-dev zlib1g-dev dataset-fashion-mnist python3 gzip)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "quickstart: installing ${missing[*]}"
+  sudo=""
+  if [[ $(id -u) -ne 0 ]]; then sudo=sudo; fi
+  $sudo apt-get update -q
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -q --no-install-recommends "${missing[@]}"
+fi
+
+jobs=$(nproc)
+if [[ $what == test ]]; then
+  cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DDILOCO_WERROR=ON
+  cmake --build build -j"$jobs"
+  ctest --test-dir build --output-on-failure -j"$jobs"
+else
+  cmake -S . -B build -DCMAKE_BUILD_TYPE=Release
+  cmake --build build -j"$jobs" --target fashion_mnist
+  ./build/examples/01_fashion_mnist/fashion_mnist --mode decoupled --learners 4 --speeds 1,1,0.7,0.5
+fi
