@@ -1,5 +1,6 @@
-// What learners and the syncer count. Every accepted contribution is merged,
-// or counted as dropped; every rejected message is counted by reason.
+// What learners and the syncer count. Every accepted contribution is merged
+// or still pending in an open round (accepted = merged + pending); every
+// refused message is counted by reason.
 #pragma once
 
 #include <array>
@@ -53,7 +54,6 @@ struct syncer_metrics {
   std::uint64_t outer_updates = 0;           ///< merges applied (revisions created), all fragments
   std::uint64_t contributions_accepted = 0;
   std::uint64_t contributions_merged = 0;
-  std::uint64_t contributions_dropped = 0;   ///< accepted but discarded (only at shutdown without flush)
   std::uint64_t contributions_pending = 0;   ///< accepted, waiting in an open round
   std::array<std::uint64_t, reject_reason_count> rejected{};
   std::uint64_t joins = 0;                   ///< first joins of a learner id
@@ -78,7 +78,8 @@ struct learner_metrics {
   std::uint64_t steps = 0;                   ///< inner steps taken
   std::uint64_t tokens = 0;
   std::uint64_t contributions_sent = 0;
-  std::uint64_t send_retries = 0;            ///< sends the transport refused and that were retried
+  std::uint64_t sends_deferred = 0;          ///< messages queued for retry (refused, or behind refused ones)
+  std::uint64_t sends_dropped = 0;           ///< queued messages discarded beyond `max_outbox`, oldest first
   std::uint64_t updates_received = 0;
   std::uint64_t updates_adopted = 0;
   std::uint64_t updates_ignored = 0;         ///< not newer than the adopted revision, or malformed

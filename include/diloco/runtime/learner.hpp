@@ -288,9 +288,9 @@ class learner {
   /// behind them. The oldest are dropped beyond `max_outbox`.
   void send(message& m) {
     if (outbox_.empty() && !transport_.try_send(syncer_peer, m)) return;
-    ++metrics_.send_retries;
+    ++metrics_.sends_deferred;
     outbox_.push_back(std::move(m));
-    while (outbox_.size() > options_.max_outbox) outbox_.pop_front();
+    for (; outbox_.size() > options_.max_outbox; ++metrics_.sends_dropped) outbox_.pop_front();
   }
 
   void flush_outbox() {
