@@ -185,8 +185,7 @@ outcome train(const settings& s, const split& train_set, const split& test_set, 
               diloco::syncer_options options) {
   using namespace diloco;
   const std::vector<int> widths{784, 256, 256, 10};
-  const mlp initial(widths, s.seed);
-  mlp initial_copy = initial;
+  mlp initial(widths, s.seed);
   progress report(s);
   options.on_update = [&report](const update_event&) { report.updated(); };
 
@@ -203,16 +202,14 @@ outcome train(const settings& s, const split& train_set, const split& test_set, 
 
   if (s.via == transport::simulated) {
     sim::network net(s.seed, sim::link_options{std::chrono::milliseconds(1), 1e9});
-    syncer<Outer, Merge, sim::endpoint> sync(initial.layout(), initial_copy.parameters(), net.attach(syncer_peer),
+    syncer<Outer, Merge, sim::endpoint> sync(initial.layout(), initial.parameters(), net.attach(syncer_peer),
                                              options, outer, merge);
     out.imbalance = sync.plan().imbalance();
     using learner_type = learner<mlp, Inner, sim::endpoint>;
     std::vector<std::unique_ptr<learner_type>> learners;
-    std::vector<learner_type*> pointers;
     std::vector<sim::learner_plan> plans;
     for (std::uint32_t i = 0; i < s.learners; ++i) {
       learners.push_back(std::make_unique<learner_type>(*models[i], net.attach(i), learner_options{.id = i}, inner));
-      pointers.push_back(learners.back().get());
       sim::learner_plan plan{speeds[i], s.steps, {}};
       if (s.stall && s.stall->learner == i) {
         const auto step = std::chrono::duration_cast<std::chrono::nanoseconds>(s.sim_step_time) / speeds[i];
@@ -223,7 +220,7 @@ outcome train(const settings& s, const split& train_set, const split& test_set, 
     }
     const auto start = net.now();
     const auto result = sim::run(
-        net, sync, pointers, plans,
+        net, sync, learners, plans,
         [&](std::size_t i) { return samplers[i].next(s.batch); },
         [&](std::size_t i, const step_stats& st, time_point now) {
           report.stepped(static_cast<std::uint32_t>(i), st.loss);
@@ -235,11 +232,11 @@ outcome train(const settings& s, const split& train_set, const split& test_set, 
     out.outer_updates = sync.metrics().outer_updates;
     out.contributions_merged = sync.metrics().contributions_merged;
     out.rejected = sync.metrics().rejected_total();
-    for (const auto* l : pointers) out.inner_steps += l->local_step();
+    for (const auto& l : learners) out.inner_steps += l->local_step();
     final_params = sync.parameters();
   } else {
     inproc::hub hub;
-    syncer<Outer, Merge, inproc::endpoint> sync(initial.layout(), initial_copy.parameters(),
+    syncer<Outer, Merge, inproc::endpoint> sync(initial.layout(), initial.parameters(),
                                                  hub.attach(syncer_peer), options, outer, merge);
     out.imbalance = sync.plan().imbalance();
     using learner_type = learner<mlp, Inner, inproc::endpoint>;
