@@ -12,6 +12,12 @@ namespace diloco {
 
 /// Why the syncer refused a message. Each has its own counter.
 enum class reject_reason : std::uint8_t {
+  truncated,            ///< wire: a frame of the wrong length, or missing frames
+  bad_magic,            ///< wire: not a diloco message
+  bad_version,          ///< wire: an unsupported protocol version
+  bad_checksum,         ///< wire: header or payload CRC-32C mismatch
+  bad_header,           ///< wire: unknown kind, codec, status or flag, reserved field set
+  oversized,            ///< wire: payload beyond the receiver's limit
   unexpected_kind,      ///< a kind the syncer does not accept (e.g. an update)
   unknown_learner,      ///< a learner that never joined
   wrong_peer,           ///< sent from another endpoint than the learner joined from
@@ -32,6 +38,12 @@ inline constexpr std::size_t reject_reason_count = static_cast<std::size_t>(reje
 
 constexpr std::string_view to_string(reject_reason r) noexcept {
   switch (r) {
+    case reject_reason::truncated: return "truncated";
+    case reject_reason::bad_magic: return "bad_magic";
+    case reject_reason::bad_version: return "bad_version";
+    case reject_reason::bad_checksum: return "bad_checksum";
+    case reject_reason::bad_header: return "bad_header";
+    case reject_reason::oversized: return "oversized";
     case reject_reason::unexpected_kind: return "unexpected_kind";
     case reject_reason::unknown_learner: return "unknown_learner";
     case reject_reason::wrong_peer: return "wrong_peer";

@@ -189,7 +189,8 @@ class learner {
   /// Handles one received envelope (what `poll` does for each arrival).
   void receive(envelope&& e, time_point now) {
     const auto& h = e.msg.header;
-    if (e.from != syncer_peer || h.learner != options_.id || h.incarnation != options_.incarnation) {
+    if (e.error != wire_error::none || e.from != syncer_peer || h.learner != options_.id ||
+        h.incarnation != options_.incarnation) {
       ++metrics_.updates_ignored;
       return;
     }

@@ -139,6 +139,7 @@ class syncer {
   /// Validates and applies one message. Never throws for bad input: a refused
   /// message is counted by reason and logged, and changes nothing else.
   void handle(envelope&& e, time_point now) {
+    if (e.error != wire_error::none) return reject_undecodable(e.from, e.error);
     auto& h = e.msg.header;
     if (h.kind == message_kind::join) return on_join(e.from, h, now);
     if (h.kind != message_kind::contribution && h.kind != message_kind::heartbeat && h.kind != message_kind::leave)
@@ -296,6 +297,21 @@ class syncer {
     options_.log("refused message kind " + std::to_string(int(h.kind)) + " from learner " +
                  std::to_string(h.learner) + "/" + std::to_string(h.incarnation) + ": " +
                  std::string(to_string(why)));
+  }
+
+  void reject_undecodable(peer_id from, wire_error error) {
+    reject_reason why = reject_reason::truncated;
+    switch (error) {
+      case wire_error::none:
+      case wire_error::truncated: why = reject_reason::truncated; break;
+      case wire_error::bad_magic: why = reject_reason::bad_magic; break;
+      case wire_error::bad_version: why = reject_reason::bad_version; break;
+      case wire_error::bad_checksum: why = reject_reason::bad_checksum; break;
+      case wire_error::bad_header: why = reject_reason::bad_header; break;
+      case wire_error::oversized: why = reject_reason::oversized; break;
+    }
+    ++metrics_.rejected[static_cast<std::size_t>(why)];
+    options_.log("refused undecodable message from peer " + std::to_string(from) + ": " + std::string(to_string(why)));
   }
 
   void heard_from(std::uint32_t id, learner_entry& l, time_point now) {

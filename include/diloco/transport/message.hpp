@@ -80,11 +80,26 @@ struct message {
   byte_buffer payload;
 };
 
+/// What a network transport found wrong with bytes it could not turn into a
+/// message (see `wire::decode`).
+enum class wire_error : std::uint8_t {
+  none = 0,
+  truncated,     ///< a frame shorter or longer than the protocol allows, or missing frames
+  bad_magic,     ///< not a diloco message
+  bad_version,   ///< a protocol version this build does not speak
+  bad_checksum,  ///< header or payload CRC-32C mismatch
+  bad_header,    ///< an unknown kind, codec, status or flag, or a reserved field not zero
+  oversized,     ///< more payload than the receiver's limit
+};
+
 /// A received message and the peer it came from (as the transport saw it, not
-/// as the header claims).
+/// as the header claims). A network transport that received bytes it could
+/// not decode delivers an envelope with `error` set and an empty message, so
+/// the receiver counts it.
 struct envelope {
   peer_id from = 0;
   message msg;
+  wire_error error = wire_error::none;
 };
 
 }  // namespace diloco

@@ -1,0 +1,187 @@
+// The wire format of diloco messages, shared by every network transport and
+// specified in docs/protocol.md: a fixed 144-byte little-endian header, then
+// (for contributions and updates) the payload. Decoding trusts nothing: every
+// field is range-checked and both header and payload carry a CRC-32C.
+#pragma once
+
+#include <array>
+#include <bit>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <span>
+
+#include "diloco/transport/crc32c.hpp"
+#include "diloco/transport/message.hpp"
+
+namespace diloco::wire {
+
+static_assert(std::endian::native == std::endian::little,
+              "the wire format is little-endian; a big-endian host needs byte swaps in wire.hpp");
+
+inline constexpr std::array<std::byte, 4> magic{std::byte{'D'}, std::byte{'L'}, std::byte{'C'}, std::byte{'O'}};
+inline constexpr std::uint16_t protocol_version = 1;
+inline constexpr std::size_t header_size = 144;
+
+/// Byte offsets of the header fields (docs/protocol.md has the table).
+namespace offset {
+inline constexpr std::size_t magic = 0, version = 4, kind = 6, codec = 7, status = 8, flags = 9, lock_step = 10,
+                             reserved8 = 11, learner = 12, incarnation = 16, fragment = 20, fragment_count = 24,
+                             sync_period = 28, overlap = 32, reserved32 = 36, sequence = 40, answers = 48,
+                             base_revision = 56, revision = 64, tokens = 72, steps = 80, element_count = 88,
+                             layout = 96, step_time_ns = 104, transfer_ns = 112, hold_ns = 120, mixing = 128,
+                             payload_crc = 136, header_crc = 140;
+}  // namespace offset
+
+/// Bytes per element of a codec (0 for `none` and unknown codecs).
+constexpr std::size_t element_size(codec_id c) noexcept {
+  switch (c) {
+    case codec_id::f32: return 4;
+    case codec_id::f64: return 8;
+    case codec_id::none: break;
+  }
+  return 0;
+}
+
+/// Whether messages of this kind carry a payload frame.
+constexpr bool carries_payload(message_kind k) noexcept {
+  return k == message_kind::contribution || k == message_kind::update;
+}
+
+namespace detail {
+
+template <class T>
+void put(std::span<std::byte, header_size> out, std::size_t at, T value) noexcept {
+  std::memcpy(out.data() + at, &value, sizeof(T));
+}
+
+template <class T>
+T get(std::span<const std::byte> in, std::size_t at) noexcept {
+  T value;
+  std::memcpy(&value, in.data() + at, sizeof(T));
+  return value;
+}
+
+}  // namespace detail
+
+/// Writes the header of `h` into `out`, with the CRC-32C of `payload`.
+/// Cost: one pass over the payload for its checksum.
+inline void encode_header(const message_header& h, std::span<const std::byte> payload,
+                          std::span<std::byte, header_size> out) noexcept {
+  using detail::put;
+  std::memset(out.data(), 0, header_size);
+  std::memcpy(out.data() + offset::magic, magic.data(), magic.size());
+  put<std::uint16_t>(out, offset::version, protocol_version);
+  put<std::uint8_t>(out, offset::kind, static_cast<std::uint8_t>(h.kind));
+  put<std::uint8_t>(out, offset::codec, static_cast<std::uint8_t>(h.codec));
+  put<std::uint8_t>(out, offset::status, static_cast<std::uint8_t>(h.status));
+  put<std::uint8_t>(out, offset::flags, h.flags);
+  put<std::uint8_t>(out, offset::lock_step, h.lock_step);
+  put<std::uint32_t>(out, offset::learner, h.learner);
+  put<std::uint32_t>(out, offset::incarnation, h.incarnation);
+  put<std::uint32_t>(out, offset::fragment, h.fragment);
+  put<std::uint32_t>(out, offset::fragment_count, h.fragment_count);
+  put<std::uint32_t>(out, offset::sync_period, h.sync_period);
+  put<std::uint32_t>(out, offset::overlap, h.overlap);
+  put<std::uint64_t>(out, offset::sequence, h.sequence);
+  put<std::uint64_t>(out, offset::answers, h.answers);
+  put<std::uint64_t>(out, offset::base_revision, h.base_revision);
+  put<std::uint64_t>(out, offset::revision, h.revision);
+  put<std::uint64_t>(out, offset::tokens, h.tokens);
+  put<std::uint64_t>(out, offset::steps, h.steps);
+  put<std::uint64_t>(out, offset::element_count, h.element_count);
+  put<std::uint64_t>(out, offset::layout, h.layout);
+  put<std::int64_t>(out, offset::step_time_ns, h.step_time_ns);
+  put<std::int64_t>(out, offset::transfer_ns, h.transfer_ns);
+  put<std::int64_t>(out, offset::hold_ns, h.hold_ns);
+  put<double>(out, offset::mixing, h.mixing);
+  put<std::uint32_t>(out, offset::payload_crc, crc32c(payload));
+  put<std::uint32_t>(out, offset::header_crc, crc32c(std::span<const std::byte>(out.data(), offset::header_crc)));
+}
+
+inline std::array<std::byte, header_size> encode_header(const message_header& h,
+                                                         std::span<const std::byte> payload) noexcept {
+  std::array<std::byte, header_size> out;
+  encode_header(h, payload, out);
+  return out;
+}
+
+/// A decoded header, or why it was refused.
+struct decoded_header {
+  wire_error error = wire_error::none;
+  message_header header;
+  std::uint32_t payload_crc = 0;
+  std::uint64_t payload_bytes = 0;  ///< what the payload frame must hold
+};
+
+/// Decodes and validates a header frame. `max_payload_bytes` bounds what a
+/// payload may announce. Checks, in order: length (`truncated`), magic,
+/// version, header CRC (`bad_checksum`), every enumerated field, flag and
+/// reserved byte, mixing finite in [0, 1) (`bad_header`), and the payload size
+/// the header implies (`oversized`).
+inline decoded_header decode_header(std::span<const std::byte> frame, std::uint64_t max_payload_bytes) noexcept {
+  using detail::get;
+  decoded_header d;
+  if (frame.size() != header_size) return d.error = wire_error::truncated, d;
+  if (std::memcmp(frame.data(), magic.data(), magic.size()) != 0) return d.error = wire_error::bad_magic, d;
+  if (get<std::uint16_t>(frame, offset::version) != protocol_version) return d.error = wire_error::bad_version, d;
+  if (get<std::uint32_t>(frame, offset::header_crc) != crc32c(frame.first(offset::header_crc)))
+    return d.error = wire_error::bad_checksum, d;
+
+  const auto kind = get<std::uint8_t>(frame, offset::kind);
+  const auto codec = get<std::uint8_t>(frame, offset::codec);
+  const auto status = get<std::uint8_t>(frame, offset::status);
+  auto& h = d.header;
+  h.flags = get<std::uint8_t>(frame, offset::flags);
+  h.lock_step = get<std::uint8_t>(frame, offset::lock_step);
+  h.mixing = get<double>(frame, offset::mixing);
+  const bool known_kind = kind >= static_cast<std::uint8_t>(message_kind::join) &&
+                          kind <= static_cast<std::uint8_t>(message_kind::leave);
+  if (!known_kind || codec > static_cast<std::uint8_t>(codec_id::f64) ||
+      status > static_cast<std::uint8_t>(update_status::resync) || (h.flags & ~final_contribution) != 0 ||
+      h.lock_step > 1 || get<std::uint8_t>(frame, offset::reserved8) != 0 ||
+      get<std::uint32_t>(frame, offset::reserved32) != 0 || !std::isfinite(h.mixing) || h.mixing < 0.0 ||
+      h.mixing >= 1.0)
+    return d.error = wire_error::bad_header, d;
+  h.kind = static_cast<message_kind>(kind);
+  h.codec = static_cast<codec_id>(codec);
+  h.status = static_cast<update_status>(status);
+  if (carries_payload(h.kind) != (h.codec != codec_id::none)) return d.error = wire_error::bad_header, d;
+
+  h.learner = get<std::uint32_t>(frame, offset::learner);
+  h.incarnation = get<std::uint32_t>(frame, offset::incarnation);
+  h.fragment = get<std::uint32_t>(frame, offset::fragment);
+  h.fragment_count = get<std::uint32_t>(frame, offset::fragment_count);
+  h.sync_period = get<std::uint32_t>(frame, offset::sync_period);
+  h.overlap = get<std::uint32_t>(frame, offset::overlap);
+  h.sequence = get<std::uint64_t>(frame, offset::sequence);
+  h.answers = get<std::uint64_t>(frame, offset::answers);
+  h.base_revision = get<std::uint64_t>(frame, offset::base_revision);
+  h.revision = get<std::uint64_t>(frame, offset::revision);
+  h.tokens = get<std::uint64_t>(frame, offset::tokens);
+  h.steps = get<std::uint64_t>(frame, offset::steps);
+  h.element_count = get<std::uint64_t>(frame, offset::element_count);
+  h.layout = get<std::uint64_t>(frame, offset::layout);
+  h.step_time_ns = get<std::int64_t>(frame, offset::step_time_ns);
+  h.transfer_ns = get<std::int64_t>(frame, offset::transfer_ns);
+  h.hold_ns = get<std::int64_t>(frame, offset::hold_ns);
+  d.payload_crc = get<std::uint32_t>(frame, offset::payload_crc);
+
+  if (carries_payload(h.kind)) {
+    const std::uint64_t width = element_size(h.codec);
+    if (h.element_count > max_payload_bytes / width) return d.error = wire_error::oversized, d;
+    d.payload_bytes = h.element_count * width;
+  }
+  return d;
+}
+
+/// Checks a payload frame against its decoded header: exact size
+/// (`truncated`), then CRC-32C (`bad_checksum`).
+inline wire_error check_payload(const decoded_header& d, std::span<const std::byte> payload) noexcept {
+  if (payload.size() != d.payload_bytes) return wire_error::truncated;
+  if (crc32c(payload) != d.payload_crc) return wire_error::bad_checksum;
+  return wire_error::none;
+}
+
+}  // namespace diloco::wire

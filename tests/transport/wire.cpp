@@ -1,0 +1,215 @@
+// The wire format: every field round-trips at the documented offset, and
+// every kind of damage is refused for its own reason.
+#include <boost/test/unit_test.hpp>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include <diloco/transport/wire.hpp>
+
+namespace {
+
+using namespace diloco;
+
+message_header full_header(message_kind kind) {
+  message_header h;
+  h.kind = kind;
+  h.codec = wire::carries_payload(kind) ? codec_id::f32 : codec_id::none;
+  h.status = update_status::resync;
+  h.flags = kind == message_kind::contribution ? final_contribution : 0;
+  h.lock_step = 1;
+  h.learner = 0x01020304;
+  h.incarnation = 7;
+  h.fragment = 3;
+  h.fragment_count = 4;
+  h.sync_period = 50;
+  h.overlap = 5;
+  h.sequence = 0x1122334455667788ull;
+  h.answers = 99;
+  h.base_revision = 12;
+  h.revision = 13;
+  h.tokens = 3200;
+  h.steps = 50;
+  h.element_count = wire::carries_payload(kind) ? 3 : 269322;
+  h.layout = 0xfeedfacecafebeefull;
+  h.step_time_ns = 2'000'000;
+  h.transfer_ns = 150'000;
+  h.hold_ns = -5;
+  h.mixing = 0.25;
+  return h;
+}
+
+std::vector<std::byte> payload_of(std::initializer_list<float> values) {
+  std::vector<std::byte> p(values.size() * sizeof(float));
+  std::memcpy(p.data(), std::data(values), p.size());
+  return p;
+}
+
+/// Rewrites the header checksum after a deliberate change, so that the
+/// change itself is what the decoder sees.
+void reseal(std::array<std::byte, wire::header_size>& frame) {
+  const auto crc = crc32c(std::span<const std::byte>(frame.data(), wire::offset::header_crc));
+  std::memcpy(frame.data() + wire::offset::header_crc, &crc, 4);
+}
+
+constexpr std::uint64_t limit = 1 << 20;
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(transport_wire)
+
+BOOST_AUTO_TEST_CASE(every_kind_round_trips) {
+  const auto payload = payload_of({1.5f, -2.0f, 3.25f});
+  for (auto kind : {message_kind::join, message_kind::welcome, message_kind::contribution, message_kind::update,
+                    message_kind::heartbeat, message_kind::leave}) {
+    const auto h = full_header(kind);
+    const std::span<const std::byte> p = wire::carries_payload(kind) ? std::span<const std::byte>(payload)
+                                                                      : std::span<const std::byte>();
+    const auto frame = wire::encode_header(h, p);
+    const auto d = wire::decode_header(frame, limit);
+    BOOST_TEST_REQUIRE(int(d.error) == int(wire_error::none));
+    const auto& g = d.header;
+    BOOST_TEST(int(g.kind) == int(h.kind));
+    BOOST_TEST(int(g.codec) == int(h.codec));
+    BOOST_TEST(int(g.status) == int(h.status));
+    BOOST_TEST(g.flags == h.flags);
+    BOOST_TEST(g.lock_step == h.lock_step);
+    BOOST_TEST(g.learner == h.learner);
+    BOOST_TEST(g.incarnation == h.incarnation);
+    BOOST_TEST(g.fragment == h.fragment);
+    BOOST_TEST(g.fragment_count == h.fragment_count);
+    BOOST_TEST(g.sync_period == h.sync_period);
+    BOOST_TEST(g.overlap == h.overlap);
+    BOOST_TEST(g.sequence == h.sequence);
+    BOOST_TEST(g.answers == h.answers);
+    BOOST_TEST(g.base_revision == h.base_revision);
+    BOOST_TEST(g.revision == h.revision);
+    BOOST_TEST(g.tokens == h.tokens);
+    BOOST_TEST(g.steps == h.steps);
+    BOOST_TEST(g.element_count == h.element_count);
+    BOOST_TEST(g.layout == h.layout);
+    BOOST_TEST(g.step_time_ns == h.step_time_ns);
+    BOOST_TEST(g.transfer_ns == h.transfer_ns);
+    BOOST_TEST(g.hold_ns == h.hold_ns);
+    BOOST_TEST(g.mixing == h.mixing);
+    BOOST_TEST(d.payload_bytes == p.size());
+    BOOST_TEST(int(wire::check_payload(d, p)) == int(wire_error::none));
+  }
+}
+
+BOOST_AUTO_TEST_CASE(fields_sit_at_the_documented_offsets_in_little_endian) {
+  const auto frame = wire::encode_header(full_header(message_kind::heartbeat), {});
+  auto byte = [&](std::size_t i) { return std::to_integer<unsigned>(frame[i]); };
+  // "DLCO", version 1 as 01 00, kind 5 (heartbeat), codec 0.
+  BOOST_TEST(byte(0) == unsigned('D'));
+  BOOST_TEST(byte(3) == unsigned('O'));
+  BOOST_TEST(byte(4) == 1u);
+  BOOST_TEST(byte(5) == 0u);
+  BOOST_TEST(byte(6) == 5u);
+  BOOST_TEST(byte(7) == 0u);
+  // learner 0x01020304 at 12, least significant byte first.
+  BOOST_TEST(byte(12) == 0x04u);
+  BOOST_TEST(byte(15) == 0x01u);
+  // sequence 0x1122334455667788 at 40.
+  BOOST_TEST(byte(40) == 0x88u);
+  BOOST_TEST(byte(47) == 0x11u);
+  // mixing 0.25 at 128: binary64 0x3FD0000000000000.
+  BOOST_TEST(byte(134) == 0xD0u);
+  BOOST_TEST(byte(135) == 0x3Fu);
+  // No payload: its checksum is CRC-32C of nothing, 0.
+  for (std::size_t i = 136; i < 140; ++i) BOOST_TEST(byte(i) == 0u);
+}
+
+BOOST_AUTO_TEST_CASE(wrong_lengths_are_truncated) {
+  const auto frame = wire::encode_header(full_header(message_kind::join), {});
+  for (std::size_t n = 0; n < wire::header_size; ++n)
+    BOOST_TEST(int(wire::decode_header(std::span<const std::byte>(frame.data(), n), limit).error) ==
+               int(wire_error::truncated));
+  std::vector<std::byte> longer(frame.begin(), frame.end());
+  longer.push_back(std::byte{0});
+  BOOST_TEST(int(wire::decode_header(longer, limit).error) == int(wire_error::truncated));
+}
+
+BOOST_AUTO_TEST_CASE(every_single_bit_flip_of_a_header_is_refused) {
+  const auto payload = payload_of({1.0f, 2.0f, 3.0f});
+  const auto clean = wire::encode_header(full_header(message_kind::contribution), payload);
+  for (std::size_t bit = 0; bit < wire::header_size * 8; ++bit) {
+    auto frame = clean;
+    frame[bit / 8] ^= std::byte(1u << (bit % 8));
+    BOOST_TEST(int(wire::decode_header(frame, limit).error) != int(wire_error::none), "bit " << bit);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(each_kind_of_damage_has_its_own_reason) {
+  const auto payload = payload_of({1.0f, 2.0f, 3.0f});
+  const auto clean = wire::encode_header(full_header(message_kind::contribution), payload);
+  auto refused = [](std::array<std::byte, wire::header_size> frame) {
+    return wire::decode_header(frame, limit).error;
+  };
+
+  auto f = clean;
+  f[1] = std::byte{'X'};
+  BOOST_TEST(int(refused(f)) == int(wire_error::bad_magic));
+
+  f = clean;
+  f[4] = std::byte{2};
+  BOOST_TEST(int(refused(f)) == int(wire_error::bad_version));
+
+  f = clean;
+  f[wire::offset::tokens] ^= std::byte{1};  // not resealed
+  BOOST_TEST(int(refused(f)) == int(wire_error::bad_checksum));
+
+  for (auto [at, value] : {std::pair<std::size_t, unsigned>{wire::offset::kind, 0u},
+                           {wire::offset::kind, 7u},
+                           {wire::offset::codec, 3u},
+                           {wire::offset::codec, 0u},  // a contribution needs a codec
+                           {wire::offset::status, 2u},
+                           {wire::offset::flags, 2u},
+                           {wire::offset::lock_step, 2u},
+                           {wire::offset::reserved8, 1u},
+                           {wire::offset::reserved32, 1u}}) {
+    f = clean;
+    f[at] = std::byte(value);
+    reseal(f);
+    BOOST_TEST(int(refused(f)) == int(wire_error::bad_header), "byte " << at << " = " << value);
+  }
+  for (double mixing : {std::nan(""), -0.5, 1.0, std::numeric_limits<double>::infinity()}) {
+    f = clean;
+    std::memcpy(f.data() + wire::offset::mixing, &mixing, 8);
+    reseal(f);
+    BOOST_TEST(int(refused(f)) == int(wire_error::bad_header), "mixing " << mixing);
+  }
+  // A join must not name a codec.
+  auto join = wire::encode_header(full_header(message_kind::join), {});
+  join[wire::offset::codec] = std::byte{1};
+  reseal(join);
+  BOOST_TEST(int(refused(join)) == int(wire_error::bad_header));
+
+  // 2^18 + 1 floats is one element over a 1 MiB limit; 2^62 would overflow a
+  // naive size computation.
+  for (std::uint64_t count : {(limit / 4) + 1, std::uint64_t{1} << 62, ~std::uint64_t{0}}) {
+    f = clean;
+    std::memcpy(f.data() + wire::offset::element_count, &count, 8);
+    reseal(f);
+    BOOST_TEST(int(refused(f)) == int(wire_error::oversized), "count " << count);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(payload_damage_is_refused) {
+  auto payload = payload_of({1.0f, 2.0f, 3.0f});
+  const auto d = wire::decode_header(wire::encode_header(full_header(message_kind::contribution), payload), limit);
+  BOOST_TEST_REQUIRE(int(d.error) == int(wire_error::none));
+  BOOST_TEST(int(wire::check_payload(d, std::span<const std::byte>(payload).first(11))) == int(wire_error::truncated));
+  auto longer = payload;
+  longer.push_back(std::byte{0});
+  BOOST_TEST(int(wire::check_payload(d, longer)) == int(wire_error::truncated));
+  for (std::size_t bit = 0; bit < payload.size() * 8; ++bit) {
+    auto damaged = payload;
+    damaged[bit / 8] ^= std::byte(1u << (bit % 8));
+    BOOST_TEST(int(wire::check_payload(d, damaged)) == int(wire_error::bad_checksum));
+  }
+}
+
+BOOST_AUTO_TEST_SUITE_END()
