@@ -196,6 +196,53 @@ BOOST_FIXTURE_TEST_CASE(partial_rounds_are_scaled_by_the_expected_weight_of_all_
   }
 }
 
+BOOST_FIXTURE_TEST_CASE(a_contribution_cut_short_keeps_its_share, fixture) {
+  // Token weights, H = 10, four learners of batch 64. Learner 0 brings a full
+  // period (640 tokens in 10 steps), learner 1 one cut short by an adoption
+  // (128 tokens in 2 steps). At the same 64 tokens per step both count as a
+  // full period, (64·10)²/10, so each round is one learner of four: Δ/4 each,
+  // 4/4 + 2/4 in all. (Sharing by each contribution's own weight would give
+  // the short one 128²/2 = 8192 against 40960 expected: a different share.)
+  syncer<outer::sgd<double>, merge::token_weighted, inproc::endpoint> s(layout, initial, syncer_end, options(1));
+  for (std::uint32_t i = 0; i < 4; ++i) send(i, join(i));
+  while (auto e = syncer_end.try_receive()) s.handle(std::move(*e), now);
+  send(0, contribution(0, {4, 4, 4, 4, 4, 4}));
+  auto cut_short = contribution(1, {2, 2, 2, 2, 2, 2});
+  cut_short.header.tokens = 128;
+  cut_short.header.steps = 2;
+  send(1, std::move(cut_short));
+  while (auto e = syncer_end.try_receive()) s.handle(std::move(*e), now);
+  BOOST_TEST(s.revision(0) == 2u);
+  const std::vector<double> expected{-0.5, 0.5, 1.5, 2.5, 3.5, 4.5};
+  BOOST_TEST(s.parameters() == expected, boost::test_tools::per_element());
+}
+
+BOOST_FIXTURE_TEST_CASE(new_revisions_go_to_every_live_learner_or_only_to_contributors, fixture) {
+  for (auto recipients : {update_recipients::live_learners, update_recipients::contributors}) {
+    inproc::hub h;
+    auto& end = h.attach(syncer_peer);
+    std::vector<inproc::endpoint*> e{&h.attach(0), &h.attach(1), &h.attach(2)};
+    auto o = options(1);
+    o.recipients = recipients;
+    test_syncer s(layout, initial, end, o);
+    for (std::uint32_t i = 0; i < 3; ++i) {
+      auto j = join(i);
+      BOOST_TEST_REQUIRE(!e[i]->try_send(syncer_peer, j));
+    }
+    auto c = contribution(0, {1, 1, 1, 1, 1, 1});
+    BOOST_TEST_REQUIRE(!e[0]->try_send(syncer_peer, c));
+    while (auto m = end.try_receive()) s.handle(std::move(*m), now);
+    std::vector<std::size_t> updates(3, 0);
+    for (std::uint32_t i = 0; i < 3; ++i)
+      while (auto m = e[i]->try_receive())
+        if (m->msg.header.kind == message_kind::update && m->msg.header.revision == 1) ++updates[i];
+    const std::size_t others = recipients == update_recipients::live_learners ? 1 : 0;
+    BOOST_TEST(updates[0] == 1u);
+    BOOST_TEST(updates[1] == others);
+    BOOST_TEST(updates[2] == others);
+  }
+}
+
 BOOST_FIXTURE_TEST_CASE(grace_window_collects_a_late_contribution, fixture) {
   // τ = 4 steps of 1 s, nothing else known: slack = 4 s, γ = 0.5 → 2 s.
   auto o = options(1);

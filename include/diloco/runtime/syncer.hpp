@@ -49,6 +49,19 @@ enum class partial_rounds {
   all_share,
 };
 
+/// Who receives a fragment's new revision.
+enum class update_recipients {
+  /// Every live learner (DESIGN 2.3). Learners keep adopting fresh revisions,
+  /// so their outer gradients are computed against recent bases. The default.
+  live_learners,
+  /// Only the live learners whose contributions it merged: one download per
+  /// upload, but each learner's base then lags by the other learners' merges
+  /// (3 revisions with 4 learners), and Nesterov momentum with that delay
+  /// oscillates (a 4-learner line fit swings to 9× its error before settling);
+  /// pair it with `outer::delayed_nesterov`.
+  contributors,
+};
+
 /// What the syncer reports after each outer update.
 struct update_event {
   std::uint32_t fragment = 0;
@@ -68,6 +81,7 @@ struct syncer_options {
   std::uint32_t max_staleness = 16;  ///< S: refuse a base more than S revisions old
   std::chrono::nanoseconds heartbeat_timeout = std::chrono::seconds(10);  ///< silence before a learner is dead
   partial_rounds scaling = partial_rounds::all_share;
+  update_recipients recipients = update_recipients::live_learners;
   double ema_decay = 0.8;            ///< smoothing of step, quorum and transfer times
   /// Called for every refused message and liveness change; defaults to stderr.
   std::function<void(const std::string&)> log = [](const std::string& line) { std::cerr << "diloco syncer: " << line << '\n'; };
@@ -80,7 +94,7 @@ struct syncer_options {
 /// `γ·(τ·ξ_step − ξ_quorum − ξ_sync)` (never negative, at most `max_grace`),
 /// closing early once every live learner is in; then it merges, scales partial
 /// rounds, applies the outer optimizer, bumps the revision and sends the new
-/// fragment to every live learner.
+/// fragment to every live learner (see `update_recipients`).
 ///
 /// Like the learner it is driven from outside: `handle` each received
 /// envelope, and call `poll` by the deadline it returns. `run` does both for
@@ -264,14 +278,18 @@ class syncer {
     bool live = false;
     bool left = false;
     time_point last_seen{};
-    std::vector<double> expected_weight;  ///< per fragment; NaN until its first regular contribution
+    /// Per fragment: the weight a full period (H steps) of this learner's work
+    /// would have, at the tokens per step of its last regular contribution;
+    /// NaN until then.
+    std::vector<double> expected_weight;
   };
 
   struct contribution_entry {
     std::uint32_t learner;
     std::uint64_t sequence;
     std::uint64_t base_revision;
-    double weight;
+    double weight;         ///< the merge weight of this contribution's own work
+    double period_weight;  ///< the weight of a full period at its tokens per step
     bool final;
     time_point arrived;
     byte_buffer payload;
@@ -411,11 +429,16 @@ class syncer {
       return send_fragment(id, l, h.fragment, h.sequence, update_status::resync, 0);
     }
     const double weight = merge_.weight(h.tokens, h.steps);
-    if (!(weight >= 0.0) || !std::isfinite(weight)) return reject(reject_reason::no_work, h);
+    const double period = options_.training.sync_period;
+    const double period_weight =
+        merge_.weight(static_cast<std::uint64_t>(std::llround(double(h.tokens) / double(h.steps) * period)),
+                      options_.training.sync_period);
+    if (!(weight >= 0.0) || !std::isfinite(weight) || !(period_weight >= 0.0) || !std::isfinite(period_weight))
+      return reject(reject_reason::no_work, h);
     ++metrics_.contributions_accepted;
     ++metrics_.contributions_pending;
     if (f.round.empty()) f.opened = now;
-    f.round.push_back(contribution_entry{id, h.sequence, h.base_revision, weight,
+    f.round.push_back(contribution_entry{id, h.sequence, h.base_revision, weight, period_weight,
                                          (h.flags & final_contribution) != 0, now, std::move(m.payload)});
     advance_round(h.fragment, now);
   }
@@ -454,15 +477,20 @@ class syncer {
   }
 
   /// The share of the expected total weight that this round's contributors
-  /// bring (DESIGN 2.3's partial-round rule), at most 1.
-  double round_scale(std::uint32_t p, double round_weight) {
+  /// bring (DESIGN 2.3's partial-round rule), at most 1. Every learner counts
+  /// with the weight of a full period of its work, so a contribution cut short
+  /// (its fragment was overwritten by another learner's revision) brings its
+  /// smaller outer gradient at the same share instead of a smaller one too.
+  double round_scale(std::uint32_t p, const std::map<std::uint32_t, double>& present) const {
     if (options_.scaling == partial_rounds::full_step) return 1.0;
-    double known = 0.0;
+    double known = 0.0, in_round = 0.0;
     std::size_t known_count = 0;
     std::size_t unknown_count = 0;
     for (const auto& [id, l] : learners_) {
-      if (options_.scaling == partial_rounds::live_share && !l.live && !contributed(fragments_[p], id)) continue;
-      const double w = l.expected_weight[p];
+      const auto here = present.find(id);
+      if (options_.scaling == partial_rounds::live_share && !l.live && here == present.end()) continue;
+      const double w = here != present.end() ? here->second : l.expected_weight[p];
+      if (here != present.end()) in_round += w;
       if (std::isnan(w)) {
         ++unknown_count;
       } else {
@@ -474,21 +502,19 @@ class syncer {
     // the others weigh on average.
     const double expected = known + (known_count ? double(unknown_count) * known / double(known_count) : 0.0);
     if (!(expected > 0.0)) return 1.0;
-    return std::min(1.0, round_weight / expected);
+    return std::min(1.0, in_round / expected);
   }
 
   void close_round(std::uint32_t p, time_point now) {
     auto& f = fragments_[p];
-    // Each learner's expected weight becomes what it brought to this round,
-    // unless that was its final, partial contribution.
-    std::map<std::uint32_t, double> brought;
-    double round_weight = 0.0;
+    // The contributors' period weights; a regular (not final) contribution
+    // also updates the learner's expected weight.
+    std::map<std::uint32_t, double> present;
     for (const auto& c : f.round) {
-      round_weight += c.weight;
-      if (!c.final) brought[c.learner] += c.weight;
+      present[c.learner] = c.period_weight;
+      if (!c.final) learners_.at(c.learner).expected_weight[p] = c.period_weight;
     }
-    for (const auto& [id, w] : brought) learners_.at(id).expected_weight[p] = w;
-    const double scale = round_scale(p, round_weight);
+    const double scale = round_scale(p, present);
 
     std::vector<weighted_delta<T>> in;
     in.reserve(f.round.size());
@@ -520,7 +546,8 @@ class syncer {
           answers = c.sequence;
           hold = (now - c.arrived).count();
         }
-      send_fragment(id, l, p, answers, update_status::merged, hold);
+      if (answers != 0 || options_.recipients == update_recipients::live_learners)
+        send_fragment(id, l, p, answers, update_status::merged, hold);
     }
 
     const auto contributors_merged = static_cast<std::uint32_t>(f.round.size());
