@@ -50,6 +50,13 @@ struct fixture {
     return got;
   }
 
+  static std::vector<message> of_kind(std::vector<message>&& all, message_kind kind) {
+    std::vector<message> got;
+    for (auto& m : all)
+      if (m.header.kind == kind) got.push_back(std::move(m));
+    return got;
+  }
+
   void send(std::uint32_t from_endpoint, message m) { BOOST_TEST_REQUIRE(!ends[from_endpoint]->try_send(syncer_peer, m)); }
 
   message join(std::uint32_t id, std::uint32_t incarnation = 1) {
@@ -133,15 +140,18 @@ BOOST_FIXTURE_TEST_CASE(round_waits_for_quorum_then_merges_the_mean, fixture) {
   send(0, contribution(0, {1, 1, 1, 1, 1, 1}, 0, 1, 7));
   deliver(s);
   BOOST_TEST(s.revision(0) == 0u);  // one of two
-  BOOST_TEST(inbox(0).empty());
+  const auto verdict = inbox(0);    // accepted, not merged yet
+  BOOST_TEST_REQUIRE(verdict.size() == 1u);
+  BOOST_TEST(int(verdict[0].header.kind) == int(message_kind::ack));
+  BOOST_TEST(verdict[0].header.answers == 7u);
   send(1, contribution(1, {3, 3, 3, 3, 3, 5}, 0, 1, 9));
   deliver(s);
   BOOST_TEST(s.revision(0) == 1u);
   // Θ − mean: 1 − 2, 2 − 2, ..., 6 − (1 + 5)/2
   const std::vector<double> expected{-1, 0, 1, 2, 3, 3};
   BOOST_TEST(s.parameters() == expected, boost::test_tools::per_element());
-  const auto a = inbox(0);
-  const auto b = inbox(1);
+  const auto a = of_kind(inbox(0), message_kind::update);
+  const auto b = of_kind(inbox(1), message_kind::update);
   BOOST_TEST_REQUIRE(a.size() == 1u);
   BOOST_TEST_REQUIRE(b.size() == 1u);
   BOOST_TEST(a[0].header.revision == 1u);
@@ -274,6 +284,25 @@ BOOST_FIXTURE_TEST_CASE(grace_window_collects_a_late_contribution, fixture) {
   BOOST_TEST(s.parameters() == expected, boost::test_tools::per_element());
 }
 
+BOOST_FIXTURE_TEST_CASE(the_first_contribution_already_sizes_the_grace_window, fixture) {
+  // No heartbeat yet: the contribution's own step time (1 s) gives
+  // γ · τ · ξ_step = 0.5 · 4 · 1 s = 2 s, so a burst of contributions is merged
+  // as one round rather than as stale single ones.
+  auto o = options(1);
+  o.training.overlap = 4;
+  o.grace_factor = 0.5;
+  o.max_grace = 10s;
+  test_syncer s(layout, initial, syncer_end, o);
+  join_all(s, 3);
+  BOOST_TEST(s.grace().count() == 0);
+  auto c = contribution(0, {2, 2, 2, 2, 2, 2});
+  c.header.step_time_ns = std::chrono::nanoseconds(1s).count();
+  send(0, std::move(c));
+  deliver(s);
+  BOOST_TEST(s.revision(0) == 0u);
+  BOOST_TEST(s.grace().count() == std::chrono::nanoseconds(2s).count());
+}
+
 BOOST_FIXTURE_TEST_CASE(round_closes_early_once_every_live_learner_is_in, fixture) {
   auto o = options(1);
   o.training.overlap = 4;
@@ -374,8 +403,20 @@ BOOST_FIXTURE_TEST_CASE(every_bad_message_is_refused_for_its_own_reason_and_chan
   expect(reject_reason::no_work, 0, std::move(no_steps));
   expect(reject_reason::future_base, 0, contribution(0, {1, 1, 1, 1, 1, 1}, 3));
   expect(reject_reason::stale, 0, contribution(0, {1, 1, 1, 1, 1, 1}, 0, 1, 50));
+  // Learner 0 was told why each of its messages was refused (the ones above
+  // that claimed to be learner 0 from another endpoint or incarnation were
+  // not answered: they cannot be trusted).
+  auto told = inbox(0);
+  std::vector<int> reasons;
+  for (const auto& m : told)
+    if (m.header.kind == message_kind::reject) reasons.push_back(m.header.reason);
+  const std::vector<int> expected_reasons{int(reject_reason::bad_fragment), int(reject_reason::bad_size),
+                                          int(reject_reason::bad_size),     int(reject_reason::bad_codec),
+                                          int(reject_reason::no_work),      int(reject_reason::future_base),
+                                          int(reject_reason::stale)};
+  BOOST_TEST(reasons == expected_reasons, boost::test_tools::per_element());
   // A refusal for staleness sends the learner the current fragment (a resync).
-  const auto resync = inbox(0);
+  const auto resync = of_kind(std::move(told), message_kind::update);
   BOOST_TEST_REQUIRE(resync.size() == 1u);
   BOOST_TEST(int(resync[0].header.status) == int(update_status::resync));
   BOOST_TEST(resync[0].header.answers == 50u);

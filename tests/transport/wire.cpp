@@ -19,6 +19,7 @@ message_header full_header(message_kind kind) {
   h.codec = wire::carries_payload(kind) ? codec_id::f32 : codec_id::none;
   h.status = update_status::resync;
   h.flags = kind == message_kind::contribution ? final_contribution : 0;
+  h.reason = kind == message_kind::reject ? static_cast<std::uint8_t>(reject_reason::duplicate) : 0;
   h.lock_step = 1;
   h.learner = 0x01020304;
   h.incarnation = 7;
@@ -63,7 +64,7 @@ BOOST_AUTO_TEST_SUITE(transport_wire)
 BOOST_AUTO_TEST_CASE(every_kind_round_trips) {
   const auto payload = payload_of({1.5f, -2.0f, 3.25f});
   for (auto kind : {message_kind::join, message_kind::welcome, message_kind::contribution, message_kind::update,
-                    message_kind::heartbeat, message_kind::leave}) {
+                    message_kind::heartbeat, message_kind::leave, message_kind::ack, message_kind::reject}) {
     const auto h = full_header(kind);
     const std::span<const std::byte> p = wire::carries_payload(kind) ? std::span<const std::byte>(payload)
                                                                       : std::span<const std::byte>();
@@ -75,6 +76,7 @@ BOOST_AUTO_TEST_CASE(every_kind_round_trips) {
     BOOST_TEST(int(g.codec) == int(h.codec));
     BOOST_TEST(int(g.status) == int(h.status));
     BOOST_TEST(g.flags == h.flags);
+    BOOST_TEST(g.reason == h.reason);
     BOOST_TEST(g.lock_step == h.lock_step);
     BOOST_TEST(g.learner == h.learner);
     BOOST_TEST(g.incarnation == h.incarnation);
@@ -168,7 +170,7 @@ BOOST_AUTO_TEST_CASE(each_kind_of_damage_has_its_own_reason) {
                            {wire::offset::status, 2u},
                            {wire::offset::flags, 2u},
                            {wire::offset::lock_step, 2u},
-                           {wire::offset::reserved8, 1u},
+                           {wire::offset::reason, 1u},  // only a reject carries a reason
                            {wire::offset::reserved32, 1u}}) {
     f = clean;
     f[at] = std::byte(value);
@@ -181,6 +183,14 @@ BOOST_AUTO_TEST_CASE(each_kind_of_damage_has_its_own_reason) {
     reseal(f);
     BOOST_TEST(int(refused(f)) == int(wire_error::bad_header), "mixing " << mixing);
   }
+  // A reject's reason must be a known code.
+  auto rejected = full_header(message_kind::reject);
+  rejected.reason = static_cast<std::uint8_t>(reject_reason::stale);
+  BOOST_TEST(int(wire::decode_header(wire::encode_header(rejected, {}), limit).header.reason) ==
+             int(reject_reason::stale));
+  rejected.reason = static_cast<std::uint8_t>(reject_reason_count);
+  BOOST_TEST(int(refused(wire::encode_header(rejected, {}))) == int(wire_error::bad_header));
+
   // A join must not name a codec.
   auto join = wire::encode_header(full_header(message_kind::join), {});
   join[wire::offset::codec] = std::byte{1};

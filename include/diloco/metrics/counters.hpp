@@ -10,27 +10,28 @@
 
 namespace diloco {
 
-/// Why the syncer refused a message. Each has its own counter.
+/// Why the syncer refused a message. Each has its own counter. The values are
+/// the `reason` codes of `reject` messages on the wire: never renumber.
 enum class reject_reason : std::uint8_t {
-  truncated,            ///< wire: a frame of the wrong length, or missing frames
-  bad_magic,            ///< wire: not a diloco message
-  bad_version,          ///< wire: an unsupported protocol version
-  bad_checksum,         ///< wire: header or payload CRC-32C mismatch
-  bad_header,           ///< wire: unknown kind, codec, status or flag, reserved field set
-  oversized,            ///< wire: payload beyond the receiver's limit
-  unexpected_kind,      ///< a kind the syncer does not accept (e.g. an update)
-  unknown_learner,      ///< a learner that never joined
-  wrong_peer,           ///< sent from another endpoint than the learner joined from
-  dead_incarnation,     ///< an older incarnation, or one that has left
-  unknown_incarnation,  ///< a newer incarnation that has not joined
-  layout_mismatch,      ///< a join for a different model
-  bad_fragment,         ///< fragment index out of range
-  bad_size,             ///< element count or payload size does not match the fragment
-  bad_codec,            ///< a codec the syncer does not decode
-  no_work,              ///< a contribution with zero inner steps
-  future_base,          ///< base revision newer than the fragment's
-  stale,                ///< base revision more than S revisions old
-  duplicate,            ///< the idempotency key (learner, incarnation, fragment, base) was seen
+  truncated = 0,            ///< wire: a frame of the wrong length, or missing frames
+  bad_magic = 1,            ///< wire: not a diloco message
+  bad_version = 2,          ///< wire: an unsupported protocol version
+  bad_checksum = 3,         ///< wire: header or payload CRC-32C mismatch
+  bad_header = 4,           ///< wire: unknown kind, codec, status or flag, reserved field set
+  oversized = 5,            ///< wire: payload beyond the receiver's limit
+  unexpected_kind = 6,      ///< a kind the syncer does not accept (e.g. an update)
+  unknown_learner = 7,      ///< a learner that never joined
+  wrong_peer = 8,           ///< sent from another endpoint than the learner joined from
+  dead_incarnation = 9,     ///< an older incarnation, or one that has left
+  unknown_incarnation = 10,  ///< a newer incarnation that has not joined
+  layout_mismatch = 11,      ///< a join for a different model
+  bad_fragment = 12,         ///< fragment index out of range
+  bad_size = 13,             ///< element count or payload size does not match the fragment
+  bad_codec = 14,            ///< a codec the syncer does not decode
+  no_work = 15,              ///< a contribution with zero inner steps
+  future_base = 16,          ///< base revision newer than the fragment's
+  stale = 17,                ///< base revision more than S revisions old
+  duplicate = 18,            ///< the idempotency key (learner, incarnation, fragment, base) was seen
   count_
 };
 
@@ -74,6 +75,7 @@ struct syncer_metrics {
   std::uint64_t declared_dead = 0;           ///< heartbeat timeouts
   std::uint64_t revived = 0;                 ///< learners heard from again after a timeout
   std::uint64_t updates_sent = 0;
+  std::uint64_t verdicts_sent = 0;           ///< acks and rejects
   std::uint64_t send_failures = 0;           ///< updates the transport refused
   std::uint64_t staleness_sum = 0;           ///< Σ (revision at merge − base revision) over merged contributions
   std::uint64_t staleness_max = 0;
@@ -96,6 +98,8 @@ struct learner_metrics {
   std::uint64_t updates_adopted = 0;
   std::uint64_t updates_ignored = 0;         ///< not newer than the adopted revision, or malformed
   std::uint64_t answers_timed_out = 0;       ///< lock-step waits given up after `answer_timeout`
+  std::uint64_t contributions_acked = 0;     ///< accepted by the syncer
+  std::uint64_t contributions_refused = 0;   ///< refused by the syncer (a `reject` answered them)
   std::uint64_t heartbeats_sent = 0;
   std::uint64_t joins_sent = 0;
 };

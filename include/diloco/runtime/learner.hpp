@@ -197,6 +197,8 @@ class learner {
     switch (h.kind) {
       case message_kind::welcome: on_welcome(h); break;
       case message_kind::update: on_update(std::move(e.msg), now); break;
+      case message_kind::ack: ++metrics_.contributions_acked; break;
+      case message_kind::reject: on_reject(h); break;
       default: ++metrics_.updates_ignored; break;
     }
   }
@@ -273,6 +275,8 @@ class learner {
     h.steps = f.steps;
     h.element_count = frag.size();
     h.flags = flags;
+    h.step_time_ns = static_cast<std::int64_t>(step_time_.value());
+    h.transfer_ns = static_cast<std::int64_t>(transfer_time_.value());
     m.payload = pool_.acquire(frag.size() * sizeof(T));
     T* delta = m.payload.template as<T>().data();
     const T* theta = model_.parameters().data();
@@ -342,6 +346,16 @@ class learner {
     const update_status status =
         f.inbox && f.inbox->status == update_status::resync ? update_status::resync : h.status;
     f.inbox = received_update{h.revision, answers, status, std::move(m.payload)};
+  }
+
+  /// A refused contribution is no longer awaited (a stale or duplicate one
+  /// also brings a resync update).
+  void on_reject(const message_header& h) {
+    ++metrics_.contributions_refused;
+    if (h.fragment < tracks_.size()) {
+      auto& f = tracks_[h.fragment];
+      if (f.in_flight && f.in_flight->sequence == h.answers) f.in_flight.reset();
+    }
   }
 
   /// Adopts each waiting update unless it answers the in-flight contribution

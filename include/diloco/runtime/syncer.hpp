@@ -166,19 +166,19 @@ class syncer {
       return reject(reject_reason::dead_incarnation, h);
     if (h.incarnation > l.incarnation) return reject(reject_reason::unknown_incarnation, h);
     heard_from(h.learner, l, now);
+    // Heartbeats and contributions both report the learner's timing, so the
+    // grace window is known from the first rounds on.
+    if (h.step_time_ns > 0) step_time_.add(double(h.step_time_ns));
+    if (h.transfer_ns > 0) transfer_time_.add(double(h.transfer_ns));
+    if (h.kind == message_kind::contribution) return on_contribution(h.learner, std::move(e.msg), now);
     switch (h.kind) {
       case message_kind::heartbeat:
-        if (h.step_time_ns > 0) step_time_.add(double(h.step_time_ns));
-        if (h.transfer_ns > 0) transfer_time_.add(double(h.transfer_ns));
         break;
-      case message_kind::leave:
+      default:  // leave
         l.left = true;
         l.live = false;
         ++metrics_.leaves;
         for (std::uint32_t p = 0; p < fragments_.size(); ++p) advance_round(p, now);
-        break;
-      default:
-        on_contribution(h.learner, std::move(e.msg), now);
         break;
     }
   }
@@ -310,11 +310,30 @@ class syncer {
     return std::to_string(std::chrono::duration<double>(d).count()) + " s";
   }
 
-  void reject(reject_reason why, const message_header& h) {
+  /// Counts and logs a refused message; answers it with a `reject` when it
+  /// came from learner `to`, authenticated by its peer and incarnation.
+  void reject(reject_reason why, const message_header& h, const learner_entry* to = nullptr) {
     ++metrics_.rejected[static_cast<std::size_t>(why)];
     options_.log("refused message kind " + std::to_string(int(h.kind)) + " from learner " +
                  std::to_string(h.learner) + "/" + std::to_string(h.incarnation) + ": " +
                  std::string(to_string(why)));
+    if (to) send_verdict(*to, h, message_kind::reject, why);
+  }
+
+  void send_verdict(const learner_entry& to, const message_header& about, message_kind kind, reject_reason why) {
+    message m;
+    auto& h = m.header;
+    h.kind = kind;
+    h.learner = about.learner;
+    h.incarnation = to.incarnation;
+    h.fragment = about.fragment;
+    h.base_revision = about.base_revision;
+    h.answers = about.sequence;
+    h.reason = kind == message_kind::reject ? static_cast<std::uint8_t>(why) : 0;
+    if (transport_.try_send(to.peer, m))
+      ++metrics_.send_failures;
+    else
+      ++metrics_.verdicts_sent;
   }
 
   void reject_undecodable(peer_id from, wire_error error) {
@@ -413,29 +432,32 @@ class syncer {
   void on_contribution(std::uint32_t id, message&& m, time_point now) {
     const auto& h = m.header;
     auto& l = learners_.at(id);
-    if (h.fragment >= fragments_.size()) return reject(reject_reason::bad_fragment, h);
+    if (h.fragment >= fragments_.size()) return reject(reject_reason::bad_fragment, h, &l);
     auto& f = fragments_[h.fragment];
-    if (h.codec != codec_of<T>) return reject(reject_reason::bad_codec, h);
+    if (h.codec != codec_of<T>) return reject(reject_reason::bad_codec, h, &l);
     if (h.element_count != f.global.size() || m.payload.size() != f.global.size() * sizeof(T))
-      return reject(reject_reason::bad_size, h);
-    if (h.steps == 0) return reject(reject_reason::no_work, h);
-    if (h.base_revision > f.revision) return reject(reject_reason::future_base, h);
+      return reject(reject_reason::bad_size, h, &l);
+    if (h.steps == 0) return reject(reject_reason::no_work, h, &l);
+    if (h.base_revision > f.revision) return reject(reject_reason::future_base, h, &l);
+    // Stale and duplicate contributions come from learners that fell behind:
+    // the current fragment goes with the refusal.
     if (f.revision - h.base_revision > options_.max_staleness) {
-      reject(reject_reason::stale, h);
+      reject(reject_reason::stale, h, &l);
       return send_fragment(id, l, h.fragment, h.sequence, update_status::resync, 0);
     }
     if (!f.seen.emplace(id, h.incarnation, h.base_revision).second) {
-      reject(reject_reason::duplicate, h);
+      reject(reject_reason::duplicate, h, &l);
       return send_fragment(id, l, h.fragment, h.sequence, update_status::resync, 0);
     }
     const double weight = merge_.weight(h.tokens, h.steps);
-    const double period = options_.training.sync_period;
     const double period_weight =
-        merge_.weight(static_cast<std::uint64_t>(std::llround(double(h.tokens) / double(h.steps) * period)),
+        merge_.weight(static_cast<std::uint64_t>(
+                          std::llround(double(h.tokens) / double(h.steps) * options_.training.sync_period)),
                       options_.training.sync_period);
     if (!(weight >= 0.0) || !std::isfinite(weight) || !(period_weight >= 0.0) || !std::isfinite(period_weight))
-      return reject(reject_reason::no_work, h);
+      return reject(reject_reason::no_work, h, &l);
     ++metrics_.contributions_accepted;
+    send_verdict(l, h, message_kind::ack, reject_reason::truncated);
     ++metrics_.contributions_pending;
     if (f.round.empty()) f.opened = now;
     f.round.push_back(contribution_entry{id, h.sequence, h.base_revision, weight, period_weight,

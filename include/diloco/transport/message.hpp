@@ -28,6 +28,8 @@ enum class message_kind : std::uint8_t {
   update = 4,        ///< syncer → learner: global fragment Θ_p at `revision`
   heartbeat = 5,     ///< learner → syncer: liveness, progress and timing
   leave = 6,         ///< learner → syncer: finished, stop counting me as live
+  ack = 7,           ///< syncer → learner: contribution `answers` was accepted into a round
+  reject = 8,        ///< syncer → learner: message `answers` was refused for `reason`
 };
 
 /// Element encoding of a payload.
@@ -53,19 +55,20 @@ struct message_header {
   codec_id codec = codec_id::none;       ///< contribution, update
   update_status status = update_status::merged;  ///< update
   std::uint8_t flags = 0;                ///< contribution
+  std::uint8_t reason = 0;               ///< reject: a `reject_reason` code (metrics/counters.hpp)
   std::uint32_t learner = 0;             ///< all kinds: the learner concerned
   std::uint32_t incarnation = 0;         ///< all kinds: bumps each time learner L restarts
-  std::uint32_t fragment = 0;            ///< contribution, update
+  std::uint32_t fragment = 0;            ///< contribution, update, ack
   std::uint64_t sequence = 0;            ///< learner → syncer: per-incarnation message counter
-  std::uint64_t answers = 0;             ///< update: sequence of the recipient's contribution it answers
-  std::uint64_t base_revision = 0;       ///< contribution: revision Δ is computed against
+  std::uint64_t answers = 0;             ///< update, ack, reject: sequence of the recipient's message it answers
+  std::uint64_t base_revision = 0;       ///< contribution, ack: revision Δ is computed against
   std::uint64_t revision = 0;            ///< update: revision of the fragment carried
   std::uint64_t tokens = 0;              ///< contribution: c_tokens; heartbeat: tokens so far
   std::uint64_t steps = 0;               ///< contribution: c_steps; heartbeat: local step
   std::uint64_t element_count = 0;       ///< contribution, update: payload elements; join, welcome: model size
   std::uint64_t layout = 0;              ///< join, welcome: parameter layout fingerprint
-  std::int64_t step_time_ns = 0;         ///< heartbeat: smoothed duration of one inner step
-  std::int64_t transfer_ns = 0;          ///< heartbeat: smoothed network time of a round trip
+  std::int64_t step_time_ns = 0;         ///< heartbeat, contribution: smoothed duration of one inner step
+  std::int64_t transfer_ns = 0;          ///< heartbeat, contribution: smoothed network time of a round trip
   std::int64_t hold_ns = 0;              ///< update: how long the syncer held the answered contribution
   // welcome: the training configuration every learner adopts
   std::uint32_t fragment_count = 0;      ///< P

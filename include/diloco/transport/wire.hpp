@@ -12,6 +12,7 @@
 #include <cstring>
 #include <span>
 
+#include "diloco/metrics/counters.hpp"
 #include "diloco/transport/crc32c.hpp"
 #include "diloco/transport/message.hpp"
 
@@ -27,7 +28,7 @@ inline constexpr std::size_t header_size = 144;
 /// Byte offsets of the header fields (docs/protocol.md has the table).
 namespace offset {
 inline constexpr std::size_t magic = 0, version = 4, kind = 6, codec = 7, status = 8, flags = 9, lock_step = 10,
-                             reserved8 = 11, learner = 12, incarnation = 16, fragment = 20, fragment_count = 24,
+                             reason = 11, learner = 12, incarnation = 16, fragment = 20, fragment_count = 24,
                              sync_period = 28, overlap = 32, reserved32 = 36, sequence = 40, answers = 48,
                              base_revision = 56, revision = 64, tokens = 72, steps = 80, element_count = 88,
                              layout = 96, step_time_ns = 104, transfer_ns = 112, hold_ns = 120, mixing = 128,
@@ -78,6 +79,7 @@ inline void encode_header(const message_header& h, std::span<const std::byte> pa
   put<std::uint8_t>(out, offset::status, static_cast<std::uint8_t>(h.status));
   put<std::uint8_t>(out, offset::flags, h.flags);
   put<std::uint8_t>(out, offset::lock_step, h.lock_step);
+  put<std::uint8_t>(out, offset::reason, h.reason);
   put<std::uint32_t>(out, offset::learner, h.learner);
   put<std::uint32_t>(out, offset::incarnation, h.incarnation);
   put<std::uint32_t>(out, offset::fragment, h.fragment);
@@ -117,9 +119,9 @@ struct decoded_header {
 
 /// Decodes and validates a header frame. `max_payload_bytes` bounds what a
 /// payload may announce. Checks, in order: length (`truncated`), magic,
-/// version, header CRC (`bad_checksum`), every enumerated field, flag and
-/// reserved byte, mixing finite in [0, 1) (`bad_header`), and the payload size
-/// the header implies (`oversized`).
+/// version, header CRC (`bad_checksum`), every enumerated field, flag, reason
+/// and reserved field, mixing finite in [0, 1) (`bad_header`), and the payload
+/// size the header implies (`oversized`).
 inline decoded_header decode_header(std::span<const std::byte> frame, std::uint64_t max_payload_bytes) noexcept {
   using detail::get;
   decoded_header d;
@@ -135,12 +137,15 @@ inline decoded_header decode_header(std::span<const std::byte> frame, std::uint6
   auto& h = d.header;
   h.flags = get<std::uint8_t>(frame, offset::flags);
   h.lock_step = get<std::uint8_t>(frame, offset::lock_step);
+  h.reason = get<std::uint8_t>(frame, offset::reason);
   h.mixing = get<double>(frame, offset::mixing);
   const bool known_kind = kind >= static_cast<std::uint8_t>(message_kind::join) &&
-                          kind <= static_cast<std::uint8_t>(message_kind::leave);
+                          kind <= static_cast<std::uint8_t>(message_kind::reject);
+  const bool reason_ok = kind == static_cast<std::uint8_t>(message_kind::reject) ? h.reason < reject_reason_count
+                                                                                 : h.reason == 0;
   if (!known_kind || codec > static_cast<std::uint8_t>(codec_id::f64) ||
       status > static_cast<std::uint8_t>(update_status::resync) || (h.flags & ~final_contribution) != 0 ||
-      h.lock_step > 1 || get<std::uint8_t>(frame, offset::reserved8) != 0 ||
+      h.lock_step > 1 || !reason_ok ||
       get<std::uint32_t>(frame, offset::reserved32) != 0 || !std::isfinite(h.mixing) || h.mixing < 0.0 ||
       h.mixing >= 1.0)
     return d.error = wire_error::bad_header, d;
