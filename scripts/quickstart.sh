@@ -13,7 +13,8 @@ if [[ $what != demo && $what != test ]]; then
   exit 2
 fi
 
-packages=(g++ cmake make libeigen3-dev libboost-test-dev zlib1g-dev dataset-fashion-mnist python3 gzip)
+packages=(g++ cmake make libeigen3-dev libboost-test-dev zlib1g-dev dataset-fashion-mnist python3 gzip
+          libzmq3-dev cppzmq-dev)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

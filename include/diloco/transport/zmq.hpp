@@ -1,0 +1,287 @@
+// The ZeroMQ transport, namespace diloco::zeromq (CMake target diloco::zmq;
+// needs libzmq and cppzmq; named so as not to clash with cppzmq's ::zmq):
+// the syncer on a ROUTER socket, learners on DEALER sockets, over tcp://,
+// ipc:// or inproc://. Framing and validation follow docs/protocol.md.
+#pragma once
+
+#include <zmq.hpp>
+
+#include <algorithm>
+#include <array>
+#include <cerrno>
+#include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <optional>
+#include <string>
+#include <system_error>
+#include <unordered_map>
+#include <vector>
+
+#include "diloco/concepts/transport.hpp"
+#include "diloco/error.hpp"
+#include "diloco/transport/buffer.hpp"
+#include "diloco/transport/message.hpp"
+#include "diloco/transport/wire.hpp"
+
+namespace diloco::zeromq {
+
+/// Socket settings shared by both ends.
+struct socket_options {
+  /// Largest payload accepted; also sets `ZMQ_MAXMSGSIZE` (libzmq drops a peer
+  /// that announces more).
+  std::uint64_t max_payload_bytes = std::uint64_t{1} << 30;
+  /// Bytes the send and receive queues may hold, and the size of a typical
+  /// message: the high-water marks are `queue_bytes / message_bytes` messages,
+  /// so that the budget is in bytes whatever the fragment size.
+  std::uint64_t queue_bytes = std::uint64_t{1} << 30;
+  std::uint64_t message_bytes = std::uint64_t{16} << 20;
+  /// ZeroMQ's own heartbeats (ZMTP PING/PONG): a silent connection is closed
+  /// after `heartbeat_timeout`, and the DEALER reconnects.
+  std::chrono::milliseconds heartbeat_interval{1000};
+  std::chrono::milliseconds heartbeat_timeout{5000};
+  std::chrono::milliseconds reconnect_interval{100};
+  std::chrono::milliseconds reconnect_interval_max{2000};
+  /// How long unsent messages may delay closing the socket.
+  std::chrono::milliseconds linger{1000};
+};
+
+namespace detail {
+
+inline int high_water_mark(const socket_options& o) {
+  const std::uint64_t n = o.queue_bytes / std::max<std::uint64_t>(1, o.message_bytes);
+  return static_cast<int>(std::clamp<std::uint64_t>(n, 4, 1u << 20));
+}
+
+inline void configure(::zmq::socket_t& s, const socket_options& o) {
+  s.set(::zmq::sockopt::maxmsgsize, static_cast<std::int64_t>(o.max_payload_bytes + wire::header_size));
+  s.set(::zmq::sockopt::sndhwm, high_water_mark(o));
+  s.set(::zmq::sockopt::rcvhwm, high_water_mark(o));
+  s.set(::zmq::sockopt::heartbeat_ivl, static_cast<int>(o.heartbeat_interval.count()));
+  s.set(::zmq::sockopt::heartbeat_timeout, static_cast<int>(o.heartbeat_timeout.count()));
+  s.set(::zmq::sockopt::heartbeat_ttl, static_cast<int>(o.heartbeat_timeout.count()));
+  s.set(::zmq::sockopt::reconnect_ivl, static_cast<int>(o.reconnect_interval.count()));
+  s.set(::zmq::sockopt::reconnect_ivl_max, static_cast<int>(o.reconnect_interval_max.count()));
+  s.set(::zmq::sockopt::linger, static_cast<int>(o.linger.count()));
+}
+
+inline std::error_code from_errno(int e) {
+  switch (e) {
+    case EAGAIN: return errc::queue_full;
+    case EHOSTUNREACH: return errc::unknown_peer;
+    case ETERM:
+    case ENOTSOCK: return errc::closed;
+    default: return {e, std::generic_category()};
+  }
+}
+
+/// Frees a payload handed to libzmq without copying, on libzmq's I/O thread.
+inline void release_payload(void* /*data*/, void* hint) noexcept { delete static_cast<byte_buffer*>(hint); }
+
+/// Sends `prefix` (a routing-id frame, or nothing), the header and the
+/// payload of `m` without blocking. The payload is handed to libzmq without a
+/// copy; `m` is moved from only once the first frame is queued, after which
+/// libzmq accepts the rest of the multipart message.
+inline std::error_code send(::zmq::socket_t& s, const std::string* prefix, message& m) {
+  const bool payload = !m.payload.empty();
+  const auto header = wire::encode_header(m.header, m.payload.bytes());
+  try {
+    const auto more = ::zmq::send_flags::sndmore | ::zmq::send_flags::dontwait;
+    if (prefix) {
+      if (!s.send(::zmq::buffer(*prefix), more)) return errc::queue_full;
+      if (!s.send(::zmq::buffer(header.data(), header.size()), payload ? more : ::zmq::send_flags::dontwait))
+        return errc::queue_full;  // not reached: later parts are never refused
+    } else if (!s.send(::zmq::buffer(header.data(), header.size()),
+                       payload ? more : ::zmq::send_flags::dontwait)) {
+      return errc::queue_full;
+    }
+    if (payload) {
+      auto* owned = new byte_buffer(std::move(m.payload));
+      ::zmq::message_t frame(owned->data(), owned->size(), release_payload, owned);
+      (void)s.send(frame, ::zmq::send_flags::dontwait);
+    }
+    m = message{};
+    return {};
+  } catch (const ::zmq::error_t& e) {
+    return from_errno(e.num());
+  }
+}
+
+/// Receives one whole multipart message without blocking, or nothing.
+/// `routed`: the first frame is a routing id (ROUTER side).
+struct raw_message {
+  std::string routing_id;
+  std::vector<::zmq::message_t> frames;
+};
+
+inline std::optional<raw_message> receive_raw(::zmq::socket_t& s, bool routed) {
+  raw_message r;
+  ::zmq::message_t frame;
+  try {
+    if (!s.recv(frame, ::zmq::recv_flags::dontwait)) return std::nullopt;
+    bool more = frame.more();
+    if (routed) {
+      r.routing_id.assign(static_cast<const char*>(frame.data()), frame.size());
+      if (!more) return r;
+      (void)s.recv(frame, ::zmq::recv_flags::none);  // parts of a message arrive together
+      more = frame.more();
+    }
+    r.frames.push_back(std::move(frame));
+    // Never keep more than three frames of a hostile message; drain the rest.
+    while (more) {
+      ::zmq::message_t next;
+      (void)s.recv(next, ::zmq::recv_flags::none);
+      more = next.more();
+      if (r.frames.size() < 3) r.frames.push_back(std::move(next));
+    }
+  } catch (const ::zmq::error_t&) {
+    return std::nullopt;
+  }
+  return r;
+}
+
+/// Turns frames into a validated message, or an envelope carrying the error.
+inline envelope decode(std::vector<::zmq::message_t>& frames, peer_id from, std::uint64_t max_payload,
+                       buffer_pool& pool) {
+  envelope e;
+  e.from = from;
+  auto refuse = [&e](wire_error error) {
+    e.error = error;
+    return std::move(e);
+  };
+  if (frames.empty() || frames.size() > 2) return refuse(wire_error::truncated);
+  const auto d = wire::decode_header(
+      std::span<const std::byte>(static_cast<const std::byte*>(frames[0].data()), frames[0].size()), max_payload);
+  if (d.error != wire_error::none) return refuse(d.error);
+  const std::span<const std::byte> payload =
+      frames.size() == 2 ? std::span<const std::byte>(static_cast<const std::byte*>(frames[1].data()), frames[1].size())
+                         : std::span<const std::byte>();
+  if (auto bad = wire::check_payload(d, payload); bad != wire_error::none) return refuse(bad);
+  e.msg.header = d.header;
+  if (!payload.empty()) {
+    e.msg.payload = pool.acquire(payload.size());
+    std::memcpy(e.msg.payload.data(), payload.data(), payload.size());
+  }
+  return e;
+}
+
+inline bool wait_readable(::zmq::socket_t& s, std::chrono::nanoseconds timeout) {
+  ::zmq::pollitem_t item{s.handle(), 0, ZMQ_POLLIN, 0};
+  const auto ms = std::chrono::ceil<std::chrono::milliseconds>(std::max(timeout, std::chrono::nanoseconds::zero()));
+  try {
+    return ::zmq::poll(&item, 1, ms) > 0;
+  } catch (const ::zmq::error_t&) {
+    return false;
+  }
+}
+
+}  // namespace detail
+
+/// The syncer's endpoint: a ROUTER socket bound to `endpoint`
+/// (`tcp://127.0.0.1:0` picks a free port; see `endpoint()`), with
+/// `ZMQ_ROUTER_MANDATORY` so that a send to a vanished learner fails with
+/// `errc::unknown_peer` instead of disappearing. Each distinct routing id (a
+/// learner incarnation) becomes a peer id. A blocking transport; use from
+/// one thread.
+class server {
+ public:
+  server(::zmq::context_t& context, const std::string& endpoint, socket_options options = {})
+      : options_(options), socket_(context, ::zmq::socket_type::router) {
+    detail::configure(socket_, options_);
+    socket_.set(::zmq::sockopt::router_mandatory, 1);
+    // A learner that reconnects with its routing id takes over its old slot.
+    socket_.set(::zmq::sockopt::router_handover, 1);
+    socket_.bind(endpoint);
+    endpoint_ = socket_.get(::zmq::sockopt::last_endpoint);
+  }
+
+  /// The bound endpoint, with the port the system chose.
+  const std::string& endpoint() const noexcept { return endpoint_; }
+  ::zmq::socket_t& socket() noexcept { return socket_; }
+
+  std::error_code try_send(peer_id to, message& m) {
+    if (to == 0 || to > routing_ids_.size()) return errc::unknown_peer;
+    return detail::send(socket_, &routing_ids_[to - 1], m);
+  }
+
+  std::optional<envelope> try_receive() {
+    auto raw = detail::receive_raw(socket_, true);
+    if (!raw) return std::nullopt;
+    return detail::decode(raw->frames, peer_of(raw->routing_id), options_.max_payload_bytes, pool_);
+  }
+
+  std::optional<envelope> receive_for(std::chrono::nanoseconds timeout) {
+    if (auto e = try_receive()) return e;
+    if (!detail::wait_readable(socket_, timeout)) return std::nullopt;
+    return try_receive();
+  }
+
+ private:
+  peer_id peer_of(const std::string& routing_id) {
+    auto [it, fresh] = peers_.try_emplace(routing_id, static_cast<peer_id>(routing_ids_.size() + 1));
+    if (fresh) routing_ids_.push_back(routing_id);
+    return it->second;
+  }
+
+  socket_options options_;
+  ::zmq::socket_t socket_;
+  std::string endpoint_;
+  std::unordered_map<std::string, peer_id> peers_;
+  std::vector<std::string> routing_ids_;  ///< by peer id − 1
+  buffer_pool pool_;
+};
+
+/// The routing id of learner `id`, incarnation `incarnation` (docs/protocol.md).
+inline std::string routing_id(std::uint32_t id, std::uint32_t incarnation) {
+  std::string r(8, '\0');
+  std::memcpy(r.data(), &id, 4);
+  std::memcpy(r.data() + 4, &incarnation, 4);
+  return r;
+}
+
+/// A learner's endpoint: a DEALER socket connected to the syncer at
+/// `endpoint`, with `ZMQ_IMMEDIATE` (messages queue only on a live
+/// connection; before that `try_send` reports `errc::queue_full` and the
+/// learner keeps the message) and automatic reconnection. A blocking
+/// transport; use from one thread.
+class client {
+ public:
+  client(::zmq::context_t& context, const std::string& endpoint, std::uint32_t learner, std::uint32_t incarnation,
+         socket_options options = {})
+      : options_(options), socket_(context, ::zmq::socket_type::dealer) {
+    detail::configure(socket_, options_);
+    socket_.set(::zmq::sockopt::immediate, 1);
+    socket_.set(::zmq::sockopt::routing_id, routing_id(learner, incarnation));
+    socket_.connect(endpoint);
+  }
+
+  ::zmq::socket_t& socket() noexcept { return socket_; }
+
+  /// Sends to the syncer (`to` must be `syncer_peer`).
+  std::error_code try_send(peer_id to, message& m) {
+    if (to != syncer_peer) return errc::unknown_peer;
+    return detail::send(socket_, nullptr, m);
+  }
+
+  std::optional<envelope> try_receive() {
+    auto raw = detail::receive_raw(socket_, false);
+    if (!raw) return std::nullopt;
+    return detail::decode(raw->frames, syncer_peer, options_.max_payload_bytes, pool_);
+  }
+
+  std::optional<envelope> receive_for(std::chrono::nanoseconds timeout) {
+    if (auto e = try_receive()) return e;
+    if (!detail::wait_readable(socket_, timeout)) return std::nullopt;
+    return try_receive();
+  }
+
+ private:
+  socket_options options_;
+  ::zmq::socket_t socket_;
+  buffer_pool pool_;
+};
+
+static_assert(blocking_transport<server>);
+static_assert(blocking_transport<client>);
+
+}  // namespace diloco::zeromq

@@ -1,0 +1,235 @@
+// ctest-labels: unit zmq
+// The ZeroMQ transport over real sockets: inproc, ipc and tcp on an
+// ephemeral loopback port. Every wait is bounded.
+#include <boost/test/unit_test.hpp>
+
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <thread>
+#include <vector>
+
+#include <diloco/transport/zmq.hpp>
+
+namespace {
+
+using namespace std::chrono_literals;
+using namespace diloco;
+
+message update_with(std::vector<float> values, std::uint32_t learner = 3) {
+  message m;
+  m.header.kind = message_kind::update;
+  m.header.codec = codec_id::f32;
+  m.header.learner = learner;
+  m.header.incarnation = 1;
+  m.header.revision = 42;
+  m.header.element_count = values.size();
+  m.payload = byte_buffer(values.size() * sizeof(float));
+  std::memcpy(m.payload.data(), values.data(), m.payload.size());
+  return m;
+}
+
+message join_of(std::uint32_t learner) {
+  message m;
+  m.header.kind = message_kind::join;
+  m.header.learner = learner;
+  m.header.incarnation = 1;
+  m.header.layout = 0xabcdef;
+  m.header.element_count = 1234;
+  return m;
+}
+
+/// Sends until the transport takes it (a fresh connection may not be up yet).
+template <class Endpoint>
+void send_within(Endpoint& e, peer_id to, message m, std::chrono::milliseconds limit = 5s) {
+  const auto end = std::chrono::steady_clock::now() + limit;
+  std::error_code ec;
+  while ((ec = e.try_send(to, m)) && std::chrono::steady_clock::now() < end) std::this_thread::sleep_for(5ms);
+  BOOST_TEST_REQUIRE(!ec, "send failed: " << ec.message());
+}
+
+template <class Endpoint>
+std::optional<envelope> receive_within(Endpoint& e, std::chrono::milliseconds limit = 5s) {
+  return e.receive_for(limit);
+}
+
+void round_trip(const std::string& address) {
+  ::zmq::context_t context;
+  zeromq::server server(context, address);
+  zeromq::client client(context, server.endpoint(), 3, 1);
+
+  send_within(client, syncer_peer, join_of(3));
+  auto got = receive_within(server);
+  BOOST_TEST_REQUIRE(got.has_value());
+  BOOST_TEST(int(got->error) == int(wire_error::none));
+  BOOST_TEST(int(got->msg.header.kind) == int(message_kind::join));
+  BOOST_TEST(got->msg.header.layout == 0xabcdefu);
+  BOOST_TEST(got->msg.header.element_count == 1234u);
+  const peer_id learner = got->from;
+
+  auto update = update_with({1.5f, -2.5f, 3.0f});
+  BOOST_TEST_REQUIRE(!server.try_send(learner, update));
+  BOOST_TEST(update.payload.empty());  // handed to libzmq without a copy
+  auto back = receive_within(client);
+  BOOST_TEST_REQUIRE(back.has_value());
+  BOOST_TEST(back->from == syncer_peer);
+  BOOST_TEST(back->msg.header.revision == 42u);
+  const auto v = back->msg.payload.as<const float>();
+  BOOST_TEST_REQUIRE(v.size() == 3u);
+  BOOST_TEST(v[0] == 1.5f);
+  BOOST_TEST(v[1] == -2.5f);
+  BOOST_TEST(v[2] == 3.0f);
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(transport_zmq)
+
+BOOST_AUTO_TEST_CASE(round_trip_over_inproc) { round_trip("inproc://diloco-test"); }
+
+BOOST_AUTO_TEST_CASE(round_trip_over_ipc) {
+  const auto path = std::filesystem::temp_directory_path() / ("diloco-test-" + std::to_string(::getpid()));
+  round_trip("ipc://" + path.string());
+  std::filesystem::remove(path);
+}
+
+BOOST_AUTO_TEST_CASE(round_trip_over_tcp_on_an_ephemeral_port) { round_trip("tcp://127.0.0.1:*"); }
+
+BOOST_AUTO_TEST_CASE(each_learner_incarnation_is_its_own_peer) {
+  ::zmq::context_t context;
+  zeromq::server server(context, "inproc://peers");
+  zeromq::client a(context, server.endpoint(), 1, 1), b(context, server.endpoint(), 2, 1), a2(context, server.endpoint(), 1, 2);
+  send_within(a, syncer_peer, join_of(1));
+  send_within(b, syncer_peer, join_of(2));
+  send_within(a2, syncer_peer, join_of(1));
+  std::vector<peer_id> peers;
+  for (int i = 0; i < 3; ++i) {
+    auto e = receive_within(server);
+    BOOST_TEST_REQUIRE(e.has_value());
+    peers.push_back(e->from);
+  }
+  std::sort(peers.begin(), peers.end());
+  BOOST_TEST((std::adjacent_find(peers.begin(), peers.end()) == peers.end()));
+  // Messages from the same socket keep their peer id.
+  send_within(b, syncer_peer, join_of(2));
+  auto again = receive_within(server);
+  BOOST_TEST_REQUIRE(again.has_value());
+  BOOST_TEST(std::count(peers.begin(), peers.end(), again->from) == 1);
+}
+
+BOOST_AUTO_TEST_CASE(sending_to_an_unknown_or_vanished_peer_fails_and_keeps_the_message) {
+  ::zmq::context_t context;
+  zeromq::server server(context, "tcp://127.0.0.1:*");
+  auto update = update_with({1.0f});
+  BOOST_TEST(server.try_send(7, update) == make_error_code(errc::unknown_peer));
+  BOOST_TEST(!update.payload.empty());
+
+  peer_id learner = 0;
+  {
+    zeromq::client client(context, server.endpoint(), 3, 1);
+    send_within(client, syncer_peer, join_of(3));
+    auto e = receive_within(server);
+    BOOST_TEST_REQUIRE(e.has_value());
+    learner = e->from;
+  }  // the learner's socket closes
+  std::error_code ec;
+  const auto end = std::chrono::steady_clock::now() + 5s;
+  while (!(ec = server.try_send(learner, update)) && std::chrono::steady_clock::now() < end) {
+    update = update_with({1.0f});
+    std::this_thread::sleep_for(10ms);
+  }
+  BOOST_TEST(ec == make_error_code(errc::unknown_peer));
+  BOOST_TEST(!update.payload.empty());
+}
+
+BOOST_AUTO_TEST_CASE(without_a_connection_a_learner_send_is_refused_not_queued) {
+  ::zmq::context_t context;
+  std::string closed;
+  {
+    zeromq::server gone(context, "tcp://127.0.0.1:*");
+    closed = gone.endpoint();
+  }  // nobody listens on this port any more
+  zeromq::client client(context, closed, 3, 1);
+  auto m = update_with({1.0f, 2.0f});
+  m.header.kind = message_kind::contribution;
+  BOOST_TEST(client.try_send(syncer_peer, m) == make_error_code(errc::queue_full));
+  BOOST_TEST(m.payload.size() == 8u);
+  BOOST_TEST(client.try_send(5, m) == make_error_code(errc::unknown_peer));
+}
+
+BOOST_AUTO_TEST_CASE(undecodable_messages_arrive_as_errors_and_the_socket_keeps_working) {
+  ::zmq::context_t context;
+  zeromq::server server(context, "inproc://raw");
+  ::zmq::socket_t raw(context, ::zmq::socket_type::dealer);
+  raw.set(::zmq::sockopt::linger, 0);
+  raw.connect(server.endpoint());
+
+  const auto good = wire::encode_header(join_of(3).header, {});
+  auto bad_magic = good;
+  bad_magic[0] = std::byte{'X'};
+  auto contribution = update_with({1.0f, 2.0f});
+  contribution.header.kind = message_kind::contribution;
+  const auto contribution_header = wire::encode_header(contribution.header, contribution.payload.bytes());
+  const float wrong[2] = {1.0f, 2.5f};
+
+  auto expect = [&](wire_error error) {
+    auto e = receive_within(server);
+    BOOST_TEST_REQUIRE(e.has_value());
+    BOOST_TEST(int(e->error) == int(error));
+  };
+  raw.send(::zmq::buffer(good.data(), 10));  // a short header
+  expect(wire_error::truncated);
+  raw.send(::zmq::buffer(good), ::zmq::send_flags::sndmore);  // a join does not carry frames
+  raw.send(::zmq::str_buffer("x"), ::zmq::send_flags::sndmore);
+  raw.send(::zmq::str_buffer("y"));
+  expect(wire_error::truncated);
+  raw.send(::zmq::buffer(bad_magic));
+  expect(wire_error::bad_magic);
+  raw.send(::zmq::buffer(contribution_header));  // payload missing
+  expect(wire_error::truncated);
+  raw.send(::zmq::buffer(contribution_header), ::zmq::send_flags::sndmore);
+  raw.send(::zmq::buffer(wrong, sizeof wrong));  // payload that does not match its checksum
+  expect(wire_error::bad_checksum);
+  raw.send(::zmq::buffer(good));
+  expect(wire_error::none);
+}
+
+BOOST_AUTO_TEST_CASE(a_learner_reconnects_by_itself_after_the_syncer_restarts) {
+  ::zmq::context_t context;
+  zeromq::socket_options fast;
+  fast.reconnect_interval = 20ms;
+  fast.reconnect_interval_max = 100ms;
+  auto first = std::make_unique<zeromq::server>(context, "tcp://127.0.0.1:*", fast);
+  const std::string endpoint = first->endpoint();
+  zeromq::client client(context, endpoint, 3, 1, fast);
+  send_within(client, syncer_peer, join_of(3));
+  BOOST_TEST_REQUIRE(receive_within(*first).has_value());
+
+  first.reset();  // the syncer goes away ...
+  // ... and comes back on the same port, once libzmq's I/O thread has closed
+  // the old listener (closing is asynchronous; a new process would not wait).
+  std::unique_ptr<zeromq::server> restarted;
+  for (const auto end = std::chrono::steady_clock::now() + 5s; !restarted;) {
+    try {
+      restarted = std::make_unique<zeromq::server>(context, endpoint, fast);
+    } catch (const ::zmq::error_t& e) {
+      BOOST_TEST_REQUIRE(e.num() == EADDRINUSE);
+      BOOST_TEST_REQUIRE((std::chrono::steady_clock::now() < end));
+      std::this_thread::sleep_for(20ms);
+    }
+  }
+  auto& second = *restarted;
+  // A message sent while the old connection was dying may be lost, as on any
+  // network: the learner repeats its join until it is heard (as it does).
+  std::optional<envelope> e;
+  const auto end = std::chrono::steady_clock::now() + 10s;
+  while (!e && std::chrono::steady_clock::now() < end) {
+    auto join = join_of(3);
+    (void)client.try_send(syncer_peer, join);
+    e = second.receive_for(100ms);
+  }
+  BOOST_TEST_REQUIRE(e.has_value());
+  BOOST_TEST(int(e->msg.header.kind) == int(message_kind::join));
+}
+
+BOOST_AUTO_TEST_SUITE_END()
