@@ -33,6 +33,7 @@
 #include "diloco/transport/simulated.hpp"
 
 #include "diloco/metrics/counters.hpp"
+#include "diloco/runtime/bootstrap.hpp"
 #include "diloco/runtime/learner.hpp"
 #include "diloco/runtime/presets.hpp"
 #include "diloco/runtime/simulation.hpp"

@@ -16,7 +16,9 @@ using namespace diloco;
 message_header full_header(message_kind kind) {
   message_header h;
   h.kind = kind;
-  h.codec = wire::carries_payload(kind) ? codec_id::f32 : codec_id::none;
+  h.codec = kind == message_kind::layout       ? codec_id::bytes
+            : wire::carries_payload(kind)        ? codec_id::f32
+                                                 : codec_id::none;
   h.status = update_status::resync;
   h.flags = kind == message_kind::contribution ? final_contribution : 0;
   h.reason = kind == message_kind::reject ? static_cast<std::uint8_t>(reject_reason::duplicate) : 0;
@@ -64,7 +66,8 @@ BOOST_AUTO_TEST_SUITE(transport_wire)
 BOOST_AUTO_TEST_CASE(every_kind_round_trips) {
   const auto payload = payload_of({1.5f, -2.0f, 3.25f});
   for (auto kind : {message_kind::join, message_kind::welcome, message_kind::contribution, message_kind::update,
-                    message_kind::heartbeat, message_kind::leave, message_kind::ack, message_kind::reject}) {
+                    message_kind::heartbeat, message_kind::leave, message_kind::ack, message_kind::reject,
+                    message_kind::state}) {
     const auto h = full_header(kind);
     const std::span<const std::byte> p = wire::carries_payload(kind) ? std::span<const std::byte>(payload)
                                                                       : std::span<const std::byte>();
@@ -168,7 +171,7 @@ BOOST_AUTO_TEST_CASE(each_kind_of_damage_has_its_own_reason) {
                            {wire::offset::codec, 3u},
                            {wire::offset::codec, 0u},  // a contribution needs a codec
                            {wire::offset::status, 2u},
-                           {wire::offset::flags, 2u},
+                           {wire::offset::flags, 4u},
                            {wire::offset::lock_step, 2u},
                            {wire::offset::reason, 1u},  // only a reject carries a reason
                            {wire::offset::reserved32, 1u}}) {
@@ -205,6 +208,33 @@ BOOST_AUTO_TEST_CASE(each_kind_of_damage_has_its_own_reason) {
     reseal(f);
     BOOST_TEST(int(refused(f)) == int(wire_error::oversized), "count " << count);
   }
+}
+
+BOOST_AUTO_TEST_CASE(layouts_round_trip_and_malformed_ones_are_refused) {
+  parameter_layout l;
+  l.add("embed", 1000, tensor_role::embedding);
+  l.add("layer.weight", 64);
+  l.add("layer.bias", 8);
+  const auto bytes = wire::encode_layout(l);
+  // 2 + 5 + 8 + 1, 2 + 12 + 8 + 1, 2 + 10 + 8 + 1 bytes.
+  BOOST_TEST(bytes.size() == 16u + 23u + 21u);
+  const auto back = wire::decode_layout(bytes, 1 << 20);
+  BOOST_TEST_REQUIRE(back.has_value());
+  BOOST_TEST((*back == l));
+  BOOST_TEST(back->fingerprint() == l.fingerprint());
+
+  BOOST_TEST(!wire::decode_layout({}, 1 << 20).has_value());                                // no tensor
+  BOOST_TEST(!wire::decode_layout(std::span(bytes).first(bytes.size() - 1), 1 << 20).has_value());  // truncated
+  BOOST_TEST(!wire::decode_layout(bytes, 1000).has_value());                                // too many elements
+  auto zero_size = bytes;
+  std::memset(zero_size.data() + 7, 0, 8);  // "embed"'s element count
+  BOOST_TEST(!wire::decode_layout(zero_size, 1 << 20).has_value());
+  auto bad_role = bytes;
+  bad_role[15] = std::byte{2};
+  BOOST_TEST(!wire::decode_layout(bad_role, 1 << 20).has_value());
+  std::vector<std::byte> twice(bytes.begin(), bytes.begin() + 16);
+  twice.insert(twice.end(), bytes.begin(), bytes.begin() + 16);  // "embed" twice
+  BOOST_TEST(!wire::decode_layout(twice, 1 << 20).has_value());
 }
 
 BOOST_AUTO_TEST_CASE(payload_damage_is_refused) {

@@ -102,6 +102,7 @@ struct learner_metrics {
   std::uint64_t contributions_refused = 0;   ///< refused by the syncer (a `reject` answered them)
   std::uint64_t heartbeats_sent = 0;
   std::uint64_t joins_sent = 0;
+  std::uint64_t states_sent = 0;             ///< times it gave a model-less syncer its layout and parameters
 };
 
 }  // namespace diloco

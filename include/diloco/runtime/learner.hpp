@@ -24,6 +24,7 @@
 #include "diloco/runtime/config.hpp"
 #include "diloco/transport/buffer.hpp"
 #include "diloco/transport/message.hpp"
+#include "diloco/transport/wire.hpp"
 
 namespace diloco {
 
@@ -314,6 +315,7 @@ class learner {
       error_ = errc::bad_config;
       return;
     }
+    if (h.flags & state_wanted) return send_state(h.fragment_count);
     config_ = training_config{h.fragment_count, h.sync_period, h.overlap, h.mixing, h.lock_step != 0};
     plan_ = fragment_plan::balanced(layout, config_.fragments);
     schedule_ = fragment_schedule(config_.sync_period, config_.fragments);
@@ -321,6 +323,32 @@ class learner {
     tracks_.resize(config_.fragments);
     for (std::uint32_t p = 0; p < config_.fragments; ++p) tracks_[p].base.assign(plan_[p].size(), T(0));
     welcomed_ = true;
+  }
+
+  /// A syncer that starts without a model asks its first learner for one:
+  /// the layout, then every fragment of the current parameters. The real
+  /// welcome follows once the syncer has them.
+  void send_state(std::uint32_t fragments) {
+    const auto& layout = model_.layout();
+    message l = make(message_kind::layout);
+    const auto description = wire::encode_layout(layout);
+    l.header.codec = codec_id::bytes;
+    l.header.element_count = description.size();
+    l.header.layout = layout.fingerprint();
+    l.payload = byte_buffer(description.size());
+    std::copy(description.begin(), description.end(), l.payload.data());
+    send(l);
+    const auto plan = fragment_plan::balanced(layout, fragments);
+    for (std::uint32_t p = 0; p < fragments; ++p) {
+      message m = make(message_kind::state);
+      m.header.codec = codec_of<T>;
+      m.header.fragment = p;
+      m.header.element_count = plan[p].size();
+      m.payload = pool_.acquire(plan[p].size() * sizeof(T));
+      plan.template gather<T>(p, model_.parameters(), m.payload.template as<T>());
+      send(m);
+    }
+    ++metrics_.states_sent;
   }
 
   void on_update(message&& m, time_point now) {

@@ -30,10 +30,17 @@ enum class message_kind : std::uint8_t {
   leave = 6,         ///< learner → syncer: finished, stop counting me as live
   ack = 7,           ///< syncer → learner: contribution `answers` was accepted into a round
   reject = 8,        ///< syncer → learner: message `answers` was refused for `reason`
+  layout = 9,        ///< learner → syncer: its parameter layout (asked for by a `state_wanted` welcome)
+  state = 10,        ///< learner → syncer: its initial values of fragment `fragment` (idem)
 };
 
 /// Element encoding of a payload.
-enum class codec_id : std::uint8_t { none = 0, f32 = 1, f64 = 2 };
+enum class codec_id : std::uint8_t {
+  none = 0,
+  f32 = 1,    ///< IEEE 754 binary32
+  f64 = 2,    ///< IEEE 754 binary64
+  bytes = 3,  ///< opaque bytes (a `layout` description)
+};
 
 template <class T>
 inline constexpr codec_id codec_of = std::is_same_v<T, float> ? codec_id::f32 : codec_id::f64;
@@ -46,7 +53,8 @@ enum class update_status : std::uint8_t {
 
 /// Bits of `message_header::flags`.
 enum message_flags : std::uint8_t {
-  final_contribution = 1,  ///< the learner's last contribution before it leaves
+  final_contribution = 1,  ///< contribution: the learner's last before it leaves
+  state_wanted = 2,        ///< welcome: the syncer has no model yet; send `layout` and `state`s
 };
 
 /// All header fields; each message kind uses the ones its comment names.
@@ -54,18 +62,18 @@ struct message_header {
   message_kind kind = message_kind::heartbeat;
   codec_id codec = codec_id::none;       ///< contribution, update
   update_status status = update_status::merged;  ///< update
-  std::uint8_t flags = 0;                ///< contribution
+  std::uint8_t flags = 0;                ///< contribution, welcome (`message_flags`)
   std::uint8_t reason = 0;               ///< reject: a `reject_reason` code (metrics/counters.hpp)
   std::uint32_t learner = 0;             ///< all kinds: the learner concerned
   std::uint32_t incarnation = 0;         ///< all kinds: bumps each time learner L restarts
-  std::uint32_t fragment = 0;            ///< contribution, update, ack
+  std::uint32_t fragment = 0;            ///< contribution, update, ack, state
   std::uint64_t sequence = 0;            ///< learner → syncer: per-incarnation message counter
   std::uint64_t answers = 0;             ///< update, ack, reject: sequence of the recipient's message it answers
   std::uint64_t base_revision = 0;       ///< contribution, ack: revision Δ is computed against
   std::uint64_t revision = 0;            ///< update: revision of the fragment carried
   std::uint64_t tokens = 0;              ///< contribution: c_tokens; heartbeat: tokens so far
   std::uint64_t steps = 0;               ///< contribution: c_steps; heartbeat: local step
-  std::uint64_t element_count = 0;       ///< contribution, update: payload elements; join, welcome: model size
+  std::uint64_t element_count = 0;       ///< contribution, update, state, layout: payload elements; join, welcome: model size
   std::uint64_t layout = 0;              ///< join, welcome: parameter layout fingerprint
   std::int64_t step_time_ns = 0;         ///< heartbeat, contribution: smoothed duration of one inner step
   std::int64_t transfer_ns = 0;          ///< heartbeat, contribution: smoothed network time of a round trip

@@ -10,9 +10,13 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <span>
+#include <string>
+#include <vector>
 
 #include "diloco/metrics/counters.hpp"
+#include "diloco/params/layout.hpp"
 #include "diloco/transport/crc32c.hpp"
 #include "diloco/transport/message.hpp"
 
@@ -40,6 +44,7 @@ constexpr std::size_t element_size(codec_id c) noexcept {
   switch (c) {
     case codec_id::f32: return 4;
     case codec_id::f64: return 8;
+    case codec_id::bytes: return 1;
     case codec_id::none: break;
   }
   return 0;
@@ -47,7 +52,8 @@ constexpr std::size_t element_size(codec_id c) noexcept {
 
 /// Whether messages of this kind carry a payload frame.
 constexpr bool carries_payload(message_kind k) noexcept {
-  return k == message_kind::contribution || k == message_kind::update;
+  return k == message_kind::contribution || k == message_kind::update || k == message_kind::layout ||
+         k == message_kind::state;
 }
 
 namespace detail {
@@ -140,11 +146,12 @@ inline decoded_header decode_header(std::span<const std::byte> frame, std::uint6
   h.reason = get<std::uint8_t>(frame, offset::reason);
   h.mixing = get<double>(frame, offset::mixing);
   const bool known_kind = kind >= static_cast<std::uint8_t>(message_kind::join) &&
-                          kind <= static_cast<std::uint8_t>(message_kind::reject);
+                          kind <= static_cast<std::uint8_t>(message_kind::state);
   const bool reason_ok = kind == static_cast<std::uint8_t>(message_kind::reject) ? h.reason < reject_reason_count
                                                                                  : h.reason == 0;
-  if (!known_kind || codec > static_cast<std::uint8_t>(codec_id::f64) ||
-      status > static_cast<std::uint8_t>(update_status::resync) || (h.flags & ~final_contribution) != 0 ||
+  if (!known_kind || codec > static_cast<std::uint8_t>(codec_id::bytes) ||
+      status > static_cast<std::uint8_t>(update_status::resync) ||
+      (h.flags & ~(final_contribution | state_wanted)) != 0 ||
       h.lock_step > 1 || !reason_ok ||
       get<std::uint32_t>(frame, offset::reserved32) != 0 || !std::isfinite(h.mixing) || h.mixing < 0.0 ||
       h.mixing >= 1.0)
@@ -152,7 +159,11 @@ inline decoded_header decode_header(std::span<const std::byte> frame, std::uint6
   h.kind = static_cast<message_kind>(kind);
   h.codec = static_cast<codec_id>(codec);
   h.status = static_cast<update_status>(status);
-  if (carries_payload(h.kind) != (h.codec != codec_id::none)) return d.error = wire_error::bad_header, d;
+  // Layouts are bytes, parameter payloads are numbers, other kinds carry none.
+  const bool codec_fits = h.kind == message_kind::layout ? h.codec == codec_id::bytes
+                          : carries_payload(h.kind)      ? h.codec == codec_id::f32 || h.codec == codec_id::f64
+                                                         : h.codec == codec_id::none;
+  if (!codec_fits) return d.error = wire_error::bad_header, d;
 
   h.learner = get<std::uint32_t>(frame, offset::learner);
   h.incarnation = get<std::uint32_t>(frame, offset::incarnation);
@@ -179,6 +190,56 @@ inline decoded_header decode_header(std::span<const std::byte> frame, std::uint6
     d.payload_bytes = h.element_count * width;
   }
   return d;
+}
+
+/// The payload of a `layout` message: for each tensor in order, its name's
+/// length (u16) and bytes, its element count (u64) and role (u8).
+inline std::vector<std::byte> encode_layout(const parameter_layout& layout) {
+  std::vector<std::byte> out;
+  auto put_bytes = [&out](const void* p, std::size_t n) {
+    const auto* b = static_cast<const std::byte*>(p);
+    out.insert(out.end(), b, b + n);
+  };
+  for (const auto& t : layout.tensors()) {
+    const auto length = static_cast<std::uint16_t>(t.name.size());
+    const auto size = static_cast<std::uint64_t>(t.size);
+    const auto role = static_cast<std::uint8_t>(t.role);
+    put_bytes(&length, 2);
+    put_bytes(t.name.data(), t.name.size());
+    put_bytes(&size, 8);
+    put_bytes(&role, 1);
+  }
+  return out;
+}
+
+/// Parses a `layout` payload; nothing if it is malformed (truncated, an empty
+/// or duplicate name, a zero size, an unknown role, more than
+/// `max_elements` elements in all, or names longer than 1024 bytes).
+inline std::optional<parameter_layout> decode_layout(std::span<const std::byte> in, std::uint64_t max_elements) {
+  parameter_layout layout;
+  std::uint64_t total = 0;
+  std::size_t at = 0;
+  auto take = [&](void* out, std::size_t n) {
+    if (in.size() - at < n) return false;
+    std::memcpy(out, in.data() + at, n);
+    at += n;
+    return true;
+  };
+  while (at < in.size()) {
+    std::uint16_t length = 0;
+    if (!take(&length, 2) || length == 0 || length > 1024) return std::nullopt;
+    std::string name(length, '\0');
+    std::uint64_t size = 0;
+    std::uint8_t role = 0;
+    if (!take(name.data(), length) || !take(&size, 8) || !take(&role, 1)) return std::nullopt;
+    if (size == 0 || size > max_elements - total || role > static_cast<std::uint8_t>(tensor_role::embedding) ||
+        layout.find(name) != nullptr)
+      return std::nullopt;
+    total += size;
+    layout.add(std::move(name), static_cast<std::size_t>(size), static_cast<tensor_role>(role));
+  }
+  if (layout.tensor_count() == 0) return std::nullopt;
+  return layout;
 }
 
 /// Checks a payload frame against its decoded header: exact size
