@@ -5,7 +5,13 @@
 
 #include <chrono>
 #include <cstring>
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <filesystem>
+#include <fstream>
 #include <thread>
 #include <vector>
 
@@ -144,17 +150,24 @@ BOOST_AUTO_TEST_CASE(sending_to_an_unknown_or_vanished_peer_fails_and_keeps_the_
 
 BOOST_AUTO_TEST_CASE(without_a_connection_a_learner_send_is_refused_not_queued) {
   ::zmq::context_t context;
-  std::string closed;
-  {
-    zeromq::server gone(context, "tcp://127.0.0.1:*");
-    closed = gone.endpoint();
-  }  // nobody listens on this port any more
+  // A port that is bound but not listening: connections to it are refused,
+  // and nobody else can take it while we hold it.
+  const int holder = ::socket(AF_INET, SOCK_STREAM, 0);
+  BOOST_TEST_REQUIRE(holder >= 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  BOOST_TEST_REQUIRE(::bind(holder, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0);
+  socklen_t length = sizeof address;
+  BOOST_TEST_REQUIRE(::getsockname(holder, reinterpret_cast<sockaddr*>(&address), &length) == 0);
+  const std::string closed = "tcp://127.0.0.1:" + std::to_string(ntohs(address.sin_port));
   zeromq::client client(context, closed, 3, 1);
   auto m = update_with({1.0f, 2.0f});
   m.header.kind = message_kind::contribution;
   BOOST_TEST(client.try_send(syncer_peer, m) == make_error_code(errc::queue_full));
   BOOST_TEST(m.payload.size() == 8u);
   BOOST_TEST(client.try_send(5, m) == make_error_code(errc::unknown_peer));
+  ::close(holder);
 }
 
 BOOST_AUTO_TEST_CASE(undecodable_messages_arrive_as_errors_and_the_socket_keeps_working) {
@@ -230,6 +243,59 @@ BOOST_AUTO_TEST_CASE(a_learner_reconnects_by_itself_after_the_syncer_restarts) {
   }
   BOOST_TEST_REQUIRE(e.has_value());
   BOOST_TEST(int(e->msg.header.kind) == int(message_kind::join));
+}
+
+BOOST_AUTO_TEST_CASE(key_files_round_trip_and_bad_ones_are_named) {
+  const auto dir = std::filesystem::temp_directory_path() / ("diloco-keys-" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const auto keys = zeromq::generate_keypair();
+  BOOST_TEST(keys.public_key.size() == 40u);
+  BOOST_TEST(keys.secret_key.size() == 40u);
+  zeromq::save_keypair(keys, dir / "a.key", dir / "a.pub");
+  const auto back = zeromq::load_keypair(dir / "a.key");
+  BOOST_TEST(back.public_key == keys.public_key);
+  BOOST_TEST(back.secret_key == keys.secret_key);
+  BOOST_TEST(zeromq::load_public_key(dir / "a.pub") == keys.public_key);
+  const auto mode = std::filesystem::status(dir / "a.key").permissions();
+  BOOST_TEST(((mode & std::filesystem::perms::group_read) == std::filesystem::perms::none));
+  BOOST_TEST(((mode & std::filesystem::perms::others_read) == std::filesystem::perms::none));
+  BOOST_CHECK_THROW(zeromq::load_keypair(dir / "a.pub"), std::runtime_error);  // no secret key in it
+  BOOST_CHECK_THROW(zeromq::load_public_key(dir / "missing.pub"), std::runtime_error);
+  std::ofstream(dir / "bad.pub") << "public-key = too-short\n";
+  BOOST_CHECK_THROW(zeromq::load_public_key(dir / "bad.pub"), std::runtime_error);
+  std::filesystem::remove_all(dir);
+}
+
+BOOST_AUTO_TEST_CASE(curve_admits_allowed_learners_only) {
+  ::zmq::context_t context;
+  const auto syncer_keys = zeromq::generate_keypair();
+  const auto allowed_keys = zeromq::generate_keypair();
+  const auto stranger_keys = zeromq::generate_keypair();
+  zeromq::server server(context, "tcp://127.0.0.1:*", {}, zeromq::server_security{syncer_keys, {allowed_keys.public_key}});
+
+  zeromq::client allowed(context, server.endpoint(), 1, 1, {}, zeromq::client_security{allowed_keys, syncer_keys.public_key});
+  send_within(allowed, syncer_peer, join_of(1));
+  auto e = receive_within(server);
+  BOOST_TEST_REQUIRE(e.has_value());
+  BOOST_TEST(e->msg.header.learner == 1u);
+  BOOST_TEST(server.admitted() >= 1u);
+
+  // A key not on the list, and no CURVE at all: the handshake never
+  // completes, so nothing reaches the syncer.
+  zeromq::client stranger(context, server.endpoint(), 2, 1, {}, zeromq::client_security{stranger_keys, syncer_keys.public_key});
+  zeromq::client plain(context, server.endpoint(), 3, 1);
+  const auto end = std::chrono::steady_clock::now() + 1500ms;
+  while (std::chrono::steady_clock::now() < end) {
+    auto a = join_of(2), b = join_of(3);
+    (void)stranger.try_send(syncer_peer, a);
+    (void)plain.try_send(syncer_peer, b);
+    BOOST_TEST(!server.receive_for(50ms).has_value());
+  }
+  BOOST_TEST(server.denied() >= 1u);
+
+  // The allowed learner still gets through.
+  send_within(allowed, syncer_peer, join_of(1));
+  BOOST_TEST(receive_within(server).has_value());
 }
 
 BOOST_AUTO_TEST_SUITE_END()

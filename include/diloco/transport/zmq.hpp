@@ -8,13 +8,20 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <memory>
 #include <optional>
+#include <set>
+#include <stdexcept>
 #include <string>
 #include <system_error>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 
@@ -177,6 +184,165 @@ inline bool wait_readable(::zmq::socket_t& s, std::chrono::nanoseconds timeout) 
 
 }  // namespace detail
 
+/// A CURVE key pair (RFC 26/CurveZMQ), each key 40 characters of Z85.
+struct curve_keypair {
+  std::string public_key;
+  std::string secret_key;
+};
+
+/// A fresh key pair from libzmq (built with libsodium in Debian). Throws
+/// `std::runtime_error` if libzmq has no CURVE support.
+inline curve_keypair generate_keypair() {
+  char pub[41] = {}, sec[41] = {};
+  if (zmq_curve_keypair(pub, sec) != 0)
+    throw std::runtime_error("diloco::zeromq: libzmq has no CURVE support (" + std::string(zmq_strerror(errno)) + ")");
+  return {pub, sec};
+}
+
+namespace detail {
+
+/// The 32 key bytes of a Z85 key, or nothing if it is not one.
+inline std::optional<std::array<std::uint8_t, 32>> decode_key(const std::string& z85) {
+  std::array<std::uint8_t, 32> key{};
+  if (z85.size() != 40 || zmq_z85_decode(key.data(), z85.c_str()) == nullptr) return std::nullopt;
+  return key;
+}
+
+inline std::string trim(std::string s) {
+  const auto b = s.find_first_not_of(" \t\r");
+  const auto e = s.find_last_not_of(" \t\r");
+  return b == std::string::npos ? std::string() : s.substr(b, e - b + 1);
+}
+
+/// `name = value` lines of a key file; lines starting with `#` are comments
+/// (only whole lines: `#` and `=` are Z85 characters).
+inline std::optional<std::string> key_field(const std::filesystem::path& path, const std::string& name) {
+  std::ifstream in(path);
+  if (!in) throw std::runtime_error("diloco::zeromq: cannot read key file " + path.string());
+  for (std::string line; std::getline(in, line);) {
+    line = trim(line);
+    if (line.empty() || line.front() == '#') continue;
+    const auto eq = line.find('=');
+    if (eq != std::string::npos && trim(line.substr(0, eq)) == name) return trim(line.substr(eq + 1));
+  }
+  return std::nullopt;
+}
+
+inline std::string checked_key(const std::filesystem::path& path, const std::string& name) {
+  const auto value = key_field(path, name);
+  if (!value || !decode_key(*value))
+    throw std::runtime_error("diloco::zeromq: " + path.string() + " has no valid '" + name + " = <40 Z85 characters>'");
+  return *value;
+}
+
+}  // namespace detail
+
+/// Writes `keys` as two files: `secret_file` (both keys, mode 0600) and
+/// `public_file` (the public key only, to hand to the other side).
+inline void save_keypair(const curve_keypair& keys, const std::filesystem::path& secret_file,
+                         const std::filesystem::path& public_file) {
+  {
+    std::ofstream out(secret_file, std::ios::trunc);
+    out << "# diloco CURVE key pair: keep this file secret\npublic-key = " << keys.public_key
+        << "\nsecret-key = " << keys.secret_key << "\n";
+    if (!out) throw std::runtime_error("diloco::zeromq: cannot write " + secret_file.string());
+  }
+  std::filesystem::permissions(secret_file, std::filesystem::perms::owner_read | std::filesystem::perms::owner_write,
+                               std::filesystem::perm_options::replace);
+  std::ofstream out(public_file, std::ios::trunc);
+  out << "# diloco CURVE public key\npublic-key = " << keys.public_key << "\n";
+  if (!out) throw std::runtime_error("diloco::zeromq: cannot write " + public_file.string());
+}
+
+/// Reads a key pair written by `save_keypair`; throws with the file's name
+/// if it is missing or malformed.
+inline curve_keypair load_keypair(const std::filesystem::path& secret_file) {
+  return {detail::checked_key(secret_file, "public-key"), detail::checked_key(secret_file, "secret-key")};
+}
+
+/// Reads the public key of a public (or secret) key file.
+inline std::string load_public_key(const std::filesystem::path& file) {
+  return detail::checked_key(file, "public-key");
+}
+
+/// The syncer's side of CURVE: its key pair and the public keys of the
+/// learners it admits.
+struct server_security {
+  curve_keypair keys;
+  std::vector<std::string> allowed;  ///< Z85 public keys
+};
+
+/// A learner's side of CURVE: its key pair and the syncer's public key.
+struct client_security {
+  curve_keypair keys;
+  std::string server_key;
+};
+
+/// Answers ZeroMQ's authentication requests (ZAP, RFC 27) for one context:
+/// a CURVE client is admitted if its public key is on the allow-list. Runs
+/// on its own thread, polling with a timeout so that it stops promptly.
+class zap_handler {
+ public:
+  zap_handler(::zmq::context_t& context, const std::vector<std::string>& allowed) : socket_(context, ::zmq::socket_type::rep) {
+    for (const auto& k : allowed) {
+      const auto key = detail::decode_key(k);
+      if (!key) throw std::invalid_argument("diloco::zeromq: allow-list entry '" + k + "' is not a Z85 public key");
+      allowed_.insert(*key);
+    }
+    socket_.set(::zmq::sockopt::linger, 0);
+    socket_.bind("inproc://zeromq.zap.01");
+    thread_ = std::jthread([this](std::stop_token stop) { serve(stop); });
+  }
+  ~zap_handler() {
+    thread_.request_stop();
+    thread_.join();
+  }
+  zap_handler(const zap_handler&) = delete;
+  zap_handler& operator=(const zap_handler&) = delete;
+
+  std::uint64_t admitted() const noexcept { return admitted_.load(); }
+  std::uint64_t denied() const noexcept { return denied_.load(); }
+
+ private:
+  void serve(std::stop_token stop) {
+    while (!stop.stop_requested()) {
+      if (!detail::wait_readable(socket_, std::chrono::milliseconds(100))) continue;
+      std::vector<::zmq::message_t> request;
+      try {
+        for (bool more = true; more;) {
+          ::zmq::message_t frame;
+          if (!socket_.recv(frame, ::zmq::recv_flags::dontwait)) break;
+          more = frame.more();
+          if (request.size() < 8) request.push_back(std::move(frame));
+        }
+        // version, request id, domain, address, identity, mechanism, credentials...
+        bool ok = request.size() >= 7 && request[5].to_string_view() == "CURVE" && request[6].size() == 32;
+        if (ok) {
+          std::array<std::uint8_t, 32> key{};
+          std::memcpy(key.data(), request[6].data(), 32);
+          ok = allowed_.count(key) != 0;
+        }
+        (ok ? admitted_ : denied_).fetch_add(1);
+        const std::string id = request.size() > 1 ? request[1].to_string() : std::string();
+        socket_.send(::zmq::str_buffer("1.0"), ::zmq::send_flags::sndmore);
+        socket_.send(::zmq::buffer(id), ::zmq::send_flags::sndmore);
+        socket_.send(ok ? ::zmq::str_buffer("200") : ::zmq::str_buffer("400"), ::zmq::send_flags::sndmore);
+        socket_.send(ok ? ::zmq::str_buffer("OK") : ::zmq::str_buffer("key not on the allow-list"),
+                     ::zmq::send_flags::sndmore);
+        socket_.send(::zmq::str_buffer(""), ::zmq::send_flags::sndmore);  // user id
+        socket_.send(::zmq::str_buffer(""));                              // metadata
+      } catch (const ::zmq::error_t&) {
+        return;  // the context is shutting down
+      }
+    }
+  }
+
+  ::zmq::socket_t socket_;
+  std::set<std::array<std::uint8_t, 32>> allowed_;
+  std::atomic<std::uint64_t> admitted_{0}, denied_{0};
+  std::jthread thread_;
+};
+
 /// The syncer's endpoint: a ROUTER socket bound to `endpoint`
 /// (`tcp://127.0.0.1:0` picks a free port; see `endpoint()`), with
 /// `ZMQ_ROUTER_MANDATORY` so that a send to a vanished learner fails with
@@ -185,9 +351,19 @@ inline bool wait_readable(::zmq::socket_t& s, std::chrono::nanoseconds timeout) 
 /// one thread.
 class server {
  public:
-  server(::zmq::context_t& context, const std::string& endpoint, socket_options options = {})
+  /// With `security`, CURVE encrypts every connection and only learners
+  /// whose public keys are allowed get through (a ZAP handler on `context`,
+  /// of which there can be one per context).
+  server(::zmq::context_t& context, const std::string& endpoint, socket_options options = {},
+         std::optional<server_security> security = std::nullopt)
       : options_(options), socket_(context, ::zmq::socket_type::router) {
     detail::configure(socket_, options_);
+    if (security) {
+      zap_ = std::make_unique<zap_handler>(context, security->allowed);
+      socket_.set(::zmq::sockopt::zap_domain, "diloco");
+      socket_.set(::zmq::sockopt::curve_server, 1);
+      socket_.set(::zmq::sockopt::curve_secretkey, security->keys.secret_key);
+    }
     socket_.set(::zmq::sockopt::router_mandatory, 1);
     // A learner that reconnects with its routing id takes over its old slot.
     socket_.set(::zmq::sockopt::router_handover, 1);
@@ -198,6 +374,10 @@ class server {
   /// The bound endpoint, with the port the system chose.
   const std::string& endpoint() const noexcept { return endpoint_; }
   ::zmq::socket_t& socket() noexcept { return socket_; }
+
+  /// Connections admitted and refused by CURVE authentication (0 without it).
+  std::uint64_t admitted() const noexcept { return zap_ ? zap_->admitted() : 0; }
+  std::uint64_t denied() const noexcept { return zap_ ? zap_->denied() : 0; }
 
   std::error_code try_send(peer_id to, message& m) {
     if (to == 0 || to > routing_ids_.size()) return errc::unknown_peer;
@@ -224,6 +404,7 @@ class server {
   }
 
   socket_options options_;
+  std::unique_ptr<zap_handler> zap_;  ///< before the socket: destroyed after it
   ::zmq::socket_t socket_;
   std::string endpoint_;
   std::unordered_map<std::string, peer_id> peers_;
@@ -246,10 +427,17 @@ inline std::string routing_id(std::uint32_t id, std::uint32_t incarnation) {
 /// transport; use from one thread.
 class client {
  public:
+  /// With `security`, the connection is CURVE-encrypted and authenticated
+  /// with the learner's key pair against the syncer's public key.
   client(::zmq::context_t& context, const std::string& endpoint, std::uint32_t learner, std::uint32_t incarnation,
-         socket_options options = {})
+         socket_options options = {}, std::optional<client_security> security = std::nullopt)
       : options_(options), socket_(context, ::zmq::socket_type::dealer) {
     detail::configure(socket_, options_);
+    if (security) {
+      socket_.set(::zmq::sockopt::curve_serverkey, security->server_key);
+      socket_.set(::zmq::sockopt::curve_publickey, security->keys.public_key);
+      socket_.set(::zmq::sockopt::curve_secretkey, security->keys.secret_key);
+    }
     socket_.set(::zmq::sockopt::immediate, 1);
     socket_.set(::zmq::sockopt::routing_id, routing_id(learner, incarnation));
     socket_.connect(endpoint);
