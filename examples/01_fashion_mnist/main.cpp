@@ -14,6 +14,7 @@
 #include <string_view>
 #include <vector>
 
+#include "launcher.hpp"
 #include "trainer.hpp"
 
 namespace {
@@ -45,6 +46,14 @@ JSON line with the test accuracy of the final global model.
   --outer-momentum MU          Nesterov outer momentum (0.9)
   --seed SEED                  seed of initialization, sharding and sampling (1)
   --data-dir DIR               Fashion-MNIST files (/usr/share/datasets/fashion-mnist)
+  --role syncer|learner|all    run as separate processes over ZeroMQ: this process is the syncer,
+                               one learner, or starts 1 syncer + M learner processes (all)
+  --endpoint URL               the syncer's ZeroMQ endpoint, e.g. tcp://127.0.0.1:5555
+                               (all: a free loopback port)
+  --learner-id N               role learner: which learner (0..M-1); it trains shard N
+  --incarnation I              role learner: bump when restarting learner N (1)
+  --curve-secret FILE          CURVE key pair of this process (diloco_keygen)
+  --curve-peer FILE            syncer: the learners' public key; learner: the syncer's
   --progress SECONDS           seconds between progress lines on stderr, 0 for none (2)
   --help                       this text
 )";
@@ -68,6 +77,9 @@ std::vector<std::string> split_list(const std::string& text, char sep) {
   while (std::getline(in, part, sep)) parts.push_back(part);
   return parts;
 }
+
+/// Set by `--role all`.
+bool launch_all = false;
 
 fashion::settings parse(int argc, char** argv) {
   fashion::settings s;
@@ -137,6 +149,21 @@ fashion::settings parse(int argc, char** argv) {
       s.data_dir = v;
     } else if (opt == "--progress") {
       s.progress_seconds = parse_number<double>(opt, v);
+    } else if (opt == "--role") {
+      if (v == "syncer") s.part = fashion::role::syncer;
+      else if (v == "learner") s.part = fashion::role::learner;
+      else if (v == "all") launch_all = true;
+      else throw usage_error("unknown role '" + v + "' (syncer, learner or all)");
+    } else if (opt == "--endpoint") {
+      s.endpoint = v;
+    } else if (opt == "--learner-id") {
+      s.learner_id = parse_number<std::uint32_t>(opt, v);
+    } else if (opt == "--incarnation") {
+      s.incarnation = parse_number<std::uint32_t>(opt, v);
+    } else if (opt == "--curve-secret") {
+      s.curve_secret = v;
+    } else if (opt == "--curve-peer") {
+      s.curve_peer = v;
     } else {
       throw usage_error("unknown option '" + std::string(opt) + "'");
     }
@@ -155,6 +182,11 @@ fashion::settings parse(int argc, char** argv) {
   if (s.quorum && *s.quorum == 0) throw usage_error("--quorum must be at least 1");
   if (s.overlap && *s.overlap >= s.sync_period) throw usage_error("--overlap must be smaller than --H");
   if (!(s.alpha >= 0.0 && s.alpha < 1.0)) throw usage_error("--alpha must be in [0, 1)");
+  if ((s.part != fashion::role::in_process) && s.endpoint.empty())
+    throw usage_error("--role syncer and --role learner need --endpoint");
+  if (s.part == fashion::role::learner && s.learner_id >= s.learners)
+    throw usage_error("--learner-id must be below --learners");
+  if (s.curve_secret.empty() != s.curve_peer.empty()) throw usage_error("--curve-secret and --curve-peer go together");
   return s;
 }
 
@@ -188,23 +220,42 @@ diloco::syncer_options syncer_options_for(const fashion::settings& s) {
   return o;
 }
 
-fashion::outcome run(const fashion::settings& s, const fashion::split& train, const fashion::split& test) {
+/// Calls `go(inner, outer, merge)` with the policies the settings choose.
+template <class Go>
+fashion::outcome with_policies(const fashion::settings& s, Go&& go) {
   using namespace diloco;
-  const auto options = syncer_options_for(s);
   const inner::adamw_options adamw{.learning_rate = s.lr, .weight_decay = s.weight_decay};
   if (s.run_mode == fashion::mode::data_parallel)
-    return fashion::train(s, train, test, presets::data_parallel_inner<float>(presets::data_parallel_inner_options()),
-                          presets::data_parallel_outer<float>(adamw), merge::average{}, options);
+    return go(presets::data_parallel_inner<float>(presets::data_parallel_inner_options()),
+              presets::data_parallel_outer<float>(adamw), merge::average{});
   const inner::adamw<float> inner_step(adamw);
   const outer::nesterov<float> outer_step({.learning_rate = s.outer_lr, .momentum = s.outer_momentum});
   switch (s.merge) {
-    case fashion::merge_rule::average:
-      return fashion::train(s, train, test, inner_step, outer_step, merge::average{}, options);
-    case fashion::merge_rule::radial_directional:
-      return fashion::train(s, train, test, inner_step, outer_step, merge::radial_directional<>{}, options);
+    case fashion::merge_rule::average: return go(inner_step, outer_step, merge::average{});
+    case fashion::merge_rule::radial_directional: return go(inner_step, outer_step, merge::radial_directional<>{});
     case fashion::merge_rule::token_weighted: break;
   }
-  return fashion::train(s, train, test, inner_step, outer_step, merge::token_weighted{}, options);
+  return go(inner_step, outer_step, merge::token_weighted{});
+}
+
+fashion::outcome run(const fashion::settings& s) {
+  const auto options = syncer_options_for(s);
+  switch (s.part) {
+    case fashion::role::syncer: {
+      const auto test = fashion::load_split(s.data_dir, "t10k");
+      return with_policies(s, [&](auto, auto outer, auto merge) { return fashion::serve(s, test, outer, merge, options); });
+    }
+    case fashion::role::learner: {
+      const auto train = fashion::load_split(s.data_dir, "train");
+      return with_policies(s, [&](auto inner, auto, auto) { return fashion::learn(s, train, inner); });
+    }
+    case fashion::role::in_process: break;
+  }
+  const auto train = fashion::load_split(s.data_dir, "train");
+  const auto test = fashion::load_split(s.data_dir, "t10k");
+  return with_policies(s, [&](auto inner, auto outer, auto merge) {
+    return fashion::train(s, train, test, inner, outer, merge, options);
+  });
 }
 
 std::string json_number(double v) {
@@ -224,18 +275,25 @@ int main(int argc, char** argv) {
     return 2;
   }
   try {
+    if (launch_all) return fashion::launch_all(argc, argv, s);
     const auto options = syncer_options_for(s);  // validated again by the syncer
-    const auto train = fashion::load_split(s.data_dir, "train");
-    const auto test = fashion::load_split(s.data_dir, "t10k");
-    if (s.progress_seconds > 0)
+    if (s.progress_seconds > 0 && s.part != fashion::role::learner)
       std::fprintf(stderr, "fashion_mnist: %s, %u learners x %llu steps of %u, H=%u, P=%u, K=%u, tau=%u, alpha=%g, %s\n",
                    name(s.run_mode), s.learners, static_cast<unsigned long long>(s.steps), s.batch,
                    options.training.sync_period, options.training.fragments, options.quorum, options.training.overlap,
-                   options.training.mixing, s.via == fashion::transport::threads ? "threads" : "simulator");
-    const auto r = run(s, train, test);
+                   options.training.mixing,
+                   s.part == fashion::role::syncer          ? "ZeroMQ processes"
+                   : s.via == fashion::transport::threads ? "threads"
+                                                          : "simulator");
+    const auto r = run(s);
     if (!r.error.empty()) {
       std::fprintf(stderr, "fashion_mnist: error: %s\n", r.error.c_str());
       return 1;
+    }
+    if (s.part == fashion::role::learner) {
+      std::printf("{\"role\":\"learner\",\"learner\":%u,\"inner_steps\":%llu,\"seconds\":%s}\n", s.learner_id,
+                  static_cast<unsigned long long>(r.inner_steps), json_number(r.seconds).c_str());
+      return 0;
     }
     std::string speeds;
     for (std::size_t i = 0; i < s.learners; ++i)
@@ -245,7 +303,9 @@ int main(int argc, char** argv) {
         "\"quorum\":%u,\"overlap\":%u,\"alpha\":%s,\"seed\":%llu,\"speeds\":[%s],\"test_accuracy\":%s,"
         "\"test_loss\":%s,\"outer_updates\":%llu,\"inner_steps\":%llu,\"contributions_merged\":%llu,"
         "\"rejected\":%llu,\"fragment_imbalance\":%s,\"completed\":%s,\"seconds\":%s,\"virtual_seconds\":%s}\n",
-        name(s.run_mode), s.via == fashion::transport::threads ? "threads" : "sim", s.learners,
+        name(s.run_mode),
+        s.part == fashion::role::syncer ? "zmq" : s.via == fashion::transport::threads ? "threads" : "sim",
+        s.learners,
         static_cast<unsigned long long>(s.steps), s.batch, options.training.sync_period, options.training.fragments,
         options.quorum, options.training.overlap, json_number(options.training.mixing).c_str(),
         static_cast<unsigned long long>(s.seed), speeds.c_str(), json_number(r.test_accuracy).c_str(),

@@ -11,9 +11,11 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <tuple>
 #include <vector>
 
 #include <diloco/diloco.hpp>
+#include <diloco/transport/zmq.hpp>
 
 #include "idx.hpp"
 #include "mlp.hpp"
@@ -22,6 +24,9 @@ namespace fashion {
 
 enum class mode { data_parallel, diloco, decoupled };
 enum class transport { threads, simulated };
+/// `in_process`: everything in this process; otherwise this process is the
+/// syncer or one learner, over ZeroMQ.
+enum class role { in_process, syncer, learner };
 enum class merge_rule { token_weighted, average, radial_directional };
 
 /// Learner `learner` freezes after its step `after` for as long as `steps` of
@@ -53,6 +58,12 @@ struct settings {
   merge_rule merge = merge_rule::token_weighted;
   diloco::partial_rounds partial = diloco::partial_rounds::all_share;
   std::string data_dir = "/usr/share/datasets/fashion-mnist";
+  role part = role::in_process;
+  std::string endpoint;           ///< the syncer's ZeroMQ endpoint (roles syncer and learner)
+  std::uint32_t learner_id = 0;   ///< role learner
+  std::uint32_t incarnation = 1;  ///< role learner
+  std::string curve_secret;       ///< this process's CURVE key pair (diloco_keygen)
+  std::string curve_peer;         ///< syncer: learners' public keys; learner: the syncer's public key
   double progress_seconds = 2.0;  ///< 0 disables progress lines
   std::chrono::milliseconds sim_step_time{10};
 };
@@ -179,6 +190,30 @@ class progress {
   std::chrono::steady_clock::time_point last_{};
 };
 
+/// Runs learner `i` for `s.steps` steps on a blocking transport, emulating
+/// its speed (a learner at speed v sleeps so that a step takes 1/v as long)
+/// and its stall, then finishes it. Returns an error message, or nothing.
+template <class Learner>
+std::string drive(Learner& l, const mlp& model, shard_sampler& sampler, double speed, std::uint32_t i,
+                  const settings& s, progress& report) {
+  std::chrono::steady_clock::duration busy{};
+  for (std::uint64_t step = 0; step < s.steps; ++step) {
+    const auto b = sampler.next(s.batch);
+    const auto r = l.step(b);
+    if (!r) return "learner " + std::to_string(i) + ": " + r.error().message();
+    report.stepped(i, r->loss);
+    const auto compute = model.last_compute();
+    busy += compute;
+    if (speed < 1.0) std::this_thread::sleep_for(std::chrono::duration<double>(compute) * (1.0 / speed - 1.0));
+    if (s.stall && s.stall->learner == i && step + 1 == s.stall->after) {
+      const auto per_step = std::chrono::duration<double>(busy) / double(step + 1) / speed;
+      std::this_thread::sleep_for(per_step * double(s.stall->steps));
+    }
+  }
+  l.finish(diloco::clock::now());
+  return {};
+}
+
 /// Runs one configuration end to end and evaluates the final global model.
 template <class Inner, class Outer, class Merge>
 outcome train(const settings& s, const split& train_set, const split& test_set, Inner inner, Outer outer, Merge merge,
@@ -251,29 +286,11 @@ outcome train(const settings& s, const split& train_set, const split& test_set, 
       std::vector<std::jthread> threads;
       for (std::uint32_t i = 0; i < s.learners; ++i) {
         threads.emplace_back([&, i] {
-          auto& l = *learners[i];
-          std::chrono::steady_clock::duration busy{};
-          for (std::uint64_t step = 0; step < s.steps; ++step) {
-            const auto b = samplers[i].next(s.batch);
-            const auto r = l.step(b);
-            if (!r) {
-              std::lock_guard lock(error_mutex);
-              out.error = "learner " + std::to_string(i) + ": " + r.error().message();
-              out.completed = false;
-              break;
-            }
-            report.stepped(i, r->loss);
-            // Heterogeneous hardware: a learner at speed v takes 1/v as long.
-            const auto compute = models[i]->last_compute();
-            busy += compute;
-            if (speeds[i] < 1.0)
-              std::this_thread::sleep_for(std::chrono::duration<double>(compute) * (1.0 / speeds[i] - 1.0));
-            if (s.stall && s.stall->learner == i && step + 1 == s.stall->after) {
-              const auto per_step = std::chrono::duration<double>(busy) / double(step + 1) / speeds[i];
-              std::this_thread::sleep_for(per_step * double(s.stall->steps));
-            }
+          if (auto error = drive(*learners[i], *models[i], samplers[i], speeds[i], i, s, report); !error.empty()) {
+            std::lock_guard lock(error_mutex);
+            out.error = error;
+            out.completed = false;
           }
-          l.finish(clock::now());
           finished.fetch_add(1);
         });
       }
@@ -297,6 +314,75 @@ outcome train(const settings& s, const split& train_set, const split& test_set, 
   const auto [accuracy, loss] = evaluate(final_params, test_set, s.seed);
   out.test_accuracy = accuracy;
   out.test_loss = loss;
+  return out;
+}
+
+/// Role `syncer`: serves the learners over ZeroMQ until all `s.learners`
+/// have left, then evaluates the global model.
+template <class Outer, class Merge>
+outcome serve(const settings& s, const split& test_set, Outer outer, Merge merge, diloco::syncer_options options) {
+  using namespace diloco;
+  mlp initial({784, 256, 256, 10}, s.seed);
+  const auto started = std::chrono::steady_clock::now();
+  auto last = started;
+  std::uint64_t updates = 0, merged = 0;
+  options.on_update = [&](const update_event& e) {
+    ++updates;
+    merged += e.contributors;
+    const auto now = std::chrono::steady_clock::now();
+    if (s.progress_seconds <= 0 || now - last < std::chrono::duration<double>(s.progress_seconds)) return;
+    last = now;
+    std::fprintf(stderr, "[%.1fs] outer updates %llu | contributions merged %llu | fragment %u at revision %llu\n",
+                 std::chrono::duration<double>(now - started).count(), static_cast<unsigned long long>(updates),
+                 static_cast<unsigned long long>(merged), e.fragment, static_cast<unsigned long long>(e.revision));
+  };
+  std::optional<zeromq::server_security> security;
+  if (!s.curve_secret.empty())
+    security = zeromq::server_security{zeromq::load_keypair(s.curve_secret), {zeromq::load_public_key(s.curve_peer)}};
+  ::zmq::context_t context;
+  zeromq::server server(context, s.endpoint, {}, security);
+  syncer<Outer, Merge, zeromq::server> sync(initial.layout(), initial.parameters(), server, options, outer, merge);
+  std::fprintf(stderr, "fashion_mnist syncer: listening on %s for %u learners\n", server.endpoint().c_str(), s.learners);
+  std::stop_source never;
+  sync.run_until(never.get_token(), [&] {
+    return sync.metrics().leaves >= s.learners && sync.live_learners() == 0;
+  });
+  outcome out;
+  out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  out.imbalance = sync.plan().imbalance();
+  out.outer_updates = sync.metrics().outer_updates;
+  out.contributions_merged = sync.metrics().contributions_merged;
+  out.rejected = sync.metrics().rejected_total();
+  const auto final_params = sync.parameters();
+  std::tie(out.test_accuracy, out.test_loss) = evaluate(final_params, test_set, s.seed);
+  return out;
+}
+
+/// Role `learner`: learner `s.learner_id` of `s.learners`, over ZeroMQ.
+template <class Inner>
+outcome learn(const settings& s, const split& train_set, Inner inner) {
+  using namespace diloco;
+  std::optional<zeromq::client_security> security;
+  if (!s.curve_secret.empty())
+    security = zeromq::client_security{zeromq::load_keypair(s.curve_secret), zeromq::load_public_key(s.curve_peer)};
+  ::zmq::context_t context;
+  // The socket lingers up to a second when it closes, so the final
+  // contributions and the leave still go out.
+  zeromq::client client(context, s.endpoint, s.learner_id, s.incarnation, {}, security);
+  mlp model({784, 256, 256, 10}, s.seed);
+  shard_sampler sampler(train_set, s.learners, s.learner_id, s.seed);
+  settings quiet = s;
+  quiet.progress_seconds = 0;
+  progress report(quiet);
+  learner<mlp, Inner, zeromq::client> l(model, client,
+                                        learner_options{.id = s.learner_id, .incarnation = s.incarnation}, inner);
+  const double speed = s.learner_id < s.speeds.size() ? s.speeds[s.learner_id] : 1.0;
+  const auto started = std::chrono::steady_clock::now();
+  outcome out;
+  out.error = drive(l, model, sampler, speed, s.learner_id, s, report);
+  out.completed = out.error.empty();
+  out.inner_steps = l.local_step();
+  out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   return out;
 }
 

@@ -214,14 +214,16 @@ class syncer {
       if (!fragments_[p].round.empty()) close_round(p, now);
   }
 
-  /// Serves a blocking transport until `stop` is requested; then handles
-  /// what has already arrived and flushes. Sleeps in the transport when
-  /// nothing is due; never busy-waits.
-  void run(std::stop_token stop)
+  /// Serves a blocking transport until `stop` is requested or `done()`
+  /// returns true (checked after every message and timer); then handles what
+  /// has already arrived and flushes. Sleeps in the transport when nothing is
+  /// due; never busy-waits.
+  template <class Done>
+  void run_until(std::stop_token stop, Done&& done)
     requires blocking_transport<Transport>
   {
     constexpr auto idle = std::chrono::milliseconds(50);
-    while (!stop.stop_requested()) {
+    while (!stop.stop_requested() && !done()) {
       const time_point now = clock::now();
       auto wait = std::chrono::nanoseconds(idle);
       if (auto next = poll(now)) wait = std::clamp<std::chrono::nanoseconds>(*next - now, {}, wait);
@@ -232,6 +234,13 @@ class syncer {
     }
     while (auto rest = transport_.try_receive()) handle(std::move(*rest), clock::now());
     flush(clock::now());
+  }
+
+  /// `run_until(stop, never)`.
+  void run(std::stop_token stop)
+    requires blocking_transport<Transport>
+  {
+    run_until(stop, [] { return false; });
   }
 
   /// The global parameters, flat in layout order.

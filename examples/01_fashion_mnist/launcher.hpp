@@ -1,0 +1,171 @@
+// `fashion_mnist --role all`: starts 1 syncer and M learner processes of this
+// same program on this machine, connected over ZeroMQ TCP on a free loopback
+// port, waits for them and prints the syncer's result.
+#pragma once
+
+#include <netinet/in.h>
+#include <spawn.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "trainer.hpp"
+
+extern char** environ;
+
+namespace fashion {
+
+namespace detail {
+
+/// A loopback TCP port nobody listens on right now.
+inline int free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof address;
+  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0 ||
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) != 0)
+    throw std::runtime_error(std::string("cannot find a free port: ") + std::strerror(errno));
+  ::close(fd);
+  return ntohs(address.sin_port);
+}
+
+struct child {
+  pid_t pid = -1;
+  int out = -1;  ///< read end of its standard output
+};
+
+/// Starts this program again with `args`; its standard output comes back
+/// through a pipe, its standard error is shared.
+inline child spawn(const std::vector<std::string>& args) {
+  int pipe_fds[2];
+  if (::pipe(pipe_fds) != 0) throw std::runtime_error(std::string("pipe: ") + std::strerror(errno));
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, pipe_fds[1], STDOUT_FILENO);
+  posix_spawn_file_actions_addclose(&actions, pipe_fds[0]);
+  std::vector<char*> argv;
+  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  child c;
+  const int rc = posix_spawn(&c.pid, "/proc/self/exe", &actions, nullptr, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  ::close(pipe_fds[1]);
+  if (rc != 0) {
+    ::close(pipe_fds[0]);
+    throw std::runtime_error(std::string("cannot start a process: ") + std::strerror(rc));
+  }
+  c.out = pipe_fds[0];
+  return c;
+}
+
+/// Everything the child writes until it closes its output.
+inline std::string drain(int fd) {
+  std::string text;
+  char buffer[4096];
+  for (ssize_t n; (n = ::read(fd, buffer, sizeof buffer)) != 0;) {
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      break;
+    }
+    text.append(buffer, static_cast<std::size_t>(n));
+  }
+  ::close(fd);
+  return text;
+}
+
+/// Waits for `pid` at most `limit`; kills it (SIGKILL) after that. Returns
+/// its exit status, or -1 if it had to be killed or died of a signal.
+inline int reap(pid_t pid, std::chrono::seconds limit) {
+  const auto end = std::chrono::steady_clock::now() + limit;
+  int status = 0;
+  while (::waitpid(pid, &status, WNOHANG) == 0) {
+    if (std::chrono::steady_clock::now() > end) {
+      ::kill(pid, SIGKILL);
+      ::waitpid(pid, &status, 0);
+      return -1;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+inline std::string last_line(const std::string& text) {
+  const auto end = text.find_last_not_of('\n');
+  if (end == std::string::npos) return {};
+  const auto begin = text.rfind('\n', end);
+  return text.substr(begin == std::string::npos ? 0 : begin + 1, end - (begin == std::string::npos ? 0 : begin + 1) + 1);
+}
+
+}  // namespace detail
+
+inline int launch_all(int argc, char** argv, const settings& s) {
+  const std::string endpoint =
+      s.endpoint.empty() ? "tcp://127.0.0.1:" + std::to_string(detail::free_port()) : s.endpoint;
+  std::vector<std::string> common{argv[0]};
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view a = argv[i];
+    if (a == "--role" || a == "--endpoint" || a == "--learner-id") {
+      ++i;
+      continue;
+    }
+    common.emplace_back(a);
+  }
+  std::fprintf(stderr, "fashion_mnist: starting 1 syncer and %u learner processes on %s\n", s.learners, endpoint.c_str());
+
+  auto with = [&](std::initializer_list<std::string> extra) {
+    auto args = common;
+    args.insert(args.end(), extra);
+    return args;
+  };
+  const auto syncer = detail::spawn(with({"--role", "syncer", "--endpoint", endpoint}));
+  std::vector<detail::child> learners;
+  for (std::uint32_t i = 0; i < s.learners; ++i)
+    learners.push_back(detail::spawn(
+        with({"--role", "learner", "--endpoint", endpoint, "--learner-id", std::to_string(i), "--progress", "0"})));
+
+  bool failed = false;
+  std::uint64_t inner_steps = 0;
+  for (std::uint32_t i = 0; i < s.learners; ++i) {
+    const std::string out = detail::drain(learners[i].out);
+    const int status = detail::reap(learners[i].pid, std::chrono::seconds(10));
+    const auto line = detail::last_line(out);
+    const auto at = line.find("\"inner_steps\":");
+    if (status != 0 || at == std::string::npos) {
+      std::fprintf(stderr, "fashion_mnist: learner %u failed (exit status %d)\n", i, status);
+      failed = true;
+      continue;
+    }
+    inner_steps += std::stoull(line.substr(at + 14));
+  }
+  // With every learner gone the syncer stops by itself; do not wait forever.
+  std::string result;
+  {
+    std::thread reader([&] { result = detail::drain(syncer.out); });
+    const int status = detail::reap(syncer.pid, failed ? std::chrono::seconds(1) : std::chrono::seconds(120));
+    reader.join();
+    if (status != 0) {
+      std::fprintf(stderr, "fashion_mnist: the syncer failed (exit status %d)\n", status);
+      return 1;
+    }
+  }
+  auto line = detail::last_line(result);
+  const std::string key = "\"inner_steps\":";
+  if (const auto at = line.find(key); at != std::string::npos) {
+    const auto end = line.find(',', at);
+    line.replace(at + key.size(), end - at - key.size(), std::to_string(inner_steps));
+  }
+  std::printf("%s\n", line.c_str());
+  return failed ? 1 : 0;
+}
+
+}  // namespace fashion

@@ -1,0 +1,306 @@
+// diloco_syncer: the syncer as a ready-to-run service over ZeroMQ. It needs no
+// knowledge of the model: the first learner to join provides the parameter
+// layout and the initial parameters (or --layout fixes the layout up front).
+//
+//   diloco_syncer --endpoint tcp://127.0.0.1:5555 --fragments 4 --H 50 --learners 4
+
+#include <csignal>
+#include <cstdio>
+#include <ctime>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <thread>
+
+#include <diloco/diloco.hpp>
+#include <diloco/transport/zmq.hpp>
+
+namespace {
+
+constexpr const char* usage = R"(usage: diloco_syncer [options]
+
+Serves Decoupled DiLoCo learners over ZeroMQ. Logs one line per outer update
+and, when it stops, prints its counters as one JSON line.
+
+  --endpoint URL            tcp://HOST:PORT or ipc://PATH to bind (tcp://127.0.0.1:5555)
+  --fragments P             fragments of the model (4)
+  --H H                     inner steps between two sends of a fragment (50)
+  --overlap TAU             steps between a send and the use of its answer (H/10)
+  --alpha A                 mixing on adoption, 0 overwrites (0)
+  --lock-step               learners wait for each answer (synchronous DiLoCo)
+  --quorum K                distinct learners before a round may close (1)
+  --grace G                 grace-window factor gamma in [0, 1) (0.5)
+  --max-staleness S         refuse outer gradients more than S revisions old (16)
+  --heartbeat-timeout SEC   silence before a learner counts as dead (10)
+  --outer nesterov|sgd|delayed-nesterov
+                            outer optimizer (nesterov)
+  --outer-lr ETA            outer learning rate (0.7)
+  --outer-momentum MU       outer momentum (0.9)
+  --delay N                 delayed Nesterov: outer steps per momentum update (4)
+  --merge tokens|average|rda
+                            merge rule (tokens)
+  --partial-rounds all|live|full
+                            size of partial rounds (all)
+  --layout FILE             accept only this layout: lines "name size [dense|embedding]"
+  --learners N              stop once N learners have left and none is live (0: until SIGINT/SIGTERM)
+  --curve-secret FILE       the syncer's CURVE key pair (diloco_keygen); needs --allow
+  --allow FILE              learners' public keys, one "public-key = ..." per file line
+  --insecure                allow binding a non-loopback address without CURVE
+  --save FILE               write the final global parameters (raw little-endian f32)
+  --quiet                   no per-update lines
+  --help                    this text
+)";
+
+struct usage_error : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+template <class T>
+T number(std::string_view option, const std::string& text) {
+  std::istringstream in(text);
+  T value{};
+  if (!(in >> value) || !in.eof()) throw usage_error("bad value '" + text + "' for " + std::string(option));
+  return value;
+}
+
+struct settings {
+  std::string endpoint = "tcp://127.0.0.1:5555";
+  diloco::syncer_options options = diloco::presets::decoupled_diloco(50, 4, 1, 5);
+  bool overlap_given = false;
+  std::string outer = "nesterov";
+  double outer_lr = 0.7, outer_momentum = 0.9;
+  std::uint32_t delay = 4;
+  std::string merge = "tokens";
+  std::string layout_file, curve_secret, allow_file, save_file;
+  std::uint64_t learners = 0;
+  bool insecure = false, quiet = false;
+};
+
+settings parse(int argc, char** argv) {
+  settings s;
+  auto& o = s.options;
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view opt = argv[i];
+    if (opt == "--help" || opt == "-h") {
+      std::fputs(usage, stdout);
+      std::exit(0);
+    }
+    if (opt == "--lock-step") { o.training.lock_step = true; continue; }
+    if (opt == "--insecure") { s.insecure = true; continue; }
+    if (opt == "--quiet") { s.quiet = true; continue; }
+    if (i + 1 >= argc) throw usage_error("missing value for " + std::string(opt));
+    const std::string v = argv[++i];
+    if (opt == "--endpoint") s.endpoint = v;
+    else if (opt == "--fragments") o.training.fragments = number<std::uint32_t>(opt, v);
+    else if (opt == "--H") o.training.sync_period = number<std::uint32_t>(opt, v);
+    else if (opt == "--overlap") o.training.overlap = number<std::uint32_t>(opt, v), s.overlap_given = true;
+    else if (opt == "--alpha") o.training.mixing = number<double>(opt, v);
+    else if (opt == "--quorum") o.quorum = number<std::uint32_t>(opt, v);
+    else if (opt == "--grace") o.grace_factor = number<double>(opt, v);
+    else if (opt == "--max-staleness") o.max_staleness = number<std::uint32_t>(opt, v);
+    else if (opt == "--heartbeat-timeout")
+      o.heartbeat_timeout = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::duration<double>(number<double>(opt, v)));
+    else if (opt == "--outer") s.outer = v;
+    else if (opt == "--outer-lr") s.outer_lr = number<double>(opt, v);
+    else if (opt == "--outer-momentum") s.outer_momentum = number<double>(opt, v);
+    else if (opt == "--delay") s.delay = number<std::uint32_t>(opt, v);
+    else if (opt == "--merge") s.merge = v;
+    else if (opt == "--partial-rounds") {
+      if (v == "all") o.scaling = diloco::partial_rounds::all_share;
+      else if (v == "live") o.scaling = diloco::partial_rounds::live_share;
+      else if (v == "full") o.scaling = diloco::partial_rounds::full_step;
+      else throw usage_error("unknown partial-round rule '" + v + "' (all, live or full)");
+    } else if (opt == "--layout") s.layout_file = v;
+    else if (opt == "--learners") s.learners = number<std::uint64_t>(opt, v);
+    else if (opt == "--curve-secret") s.curve_secret = v;
+    else if (opt == "--allow") s.allow_file = v;
+    else if (opt == "--save") s.save_file = v;
+    else throw usage_error("unknown option '" + std::string(opt) + "'");
+  }
+  if (!s.overlap_given) o.training.overlap = o.training.sync_period / 10;
+  if (s.outer != "nesterov" && s.outer != "sgd" && s.outer != "delayed-nesterov")
+    throw usage_error("unknown outer optimizer '" + s.outer + "' (nesterov, sgd or delayed-nesterov)");
+  if (s.merge != "tokens" && s.merge != "average" && s.merge != "rda")
+    throw usage_error("unknown merge rule '" + s.merge + "' (tokens, average or rda)");
+  if (s.curve_secret.empty() != s.allow_file.empty())
+    throw usage_error("--curve-secret and --allow go together");
+  return s;
+}
+
+std::string stamp() {
+  const auto now = std::chrono::system_clock::now();
+  const std::time_t t = std::chrono::system_clock::to_time_t(now);
+  char b[32];
+  std::strftime(b, sizeof b, "%H:%M:%S", std::gmtime(&t));
+  return b;
+}
+
+void log(const std::string& line) { std::fprintf(stderr, "%s diloco_syncer: %s\n", stamp().c_str(), line.c_str()); }
+
+/// Whether a ZeroMQ endpoint is local to this machine.
+bool local_only(const std::string& endpoint) {
+  if (endpoint.rfind("ipc://", 0) == 0 || endpoint.rfind("inproc://", 0) == 0) return true;
+  for (const char* host : {"tcp://127.", "tcp://localhost:", "tcp://[::1]:"})
+    if (endpoint.rfind(host, 0) == 0) return true;
+  return false;
+}
+
+std::size_t number_of(const std::string& text, const std::string& path, int line) {
+  std::istringstream in(text);
+  std::size_t v = 0;
+  if (!(in >> v) || !in.eof() || v == 0)
+    throw std::runtime_error(path + ":" + std::to_string(line) + ": size must be a positive integer, got '" + text + "'");
+  return v;
+}
+
+diloco::parameter_layout read_layout(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw std::runtime_error("cannot read layout file " + path);
+  diloco::parameter_layout layout;
+  std::string line;
+  for (int number = 1; std::getline(in, line); ++number) {
+    std::istringstream fields(line);
+    std::string name, size, role = "dense";
+    if (!(fields >> name) || name.front() == '#') continue;
+    if (!(fields >> size)) throw std::runtime_error(path + ":" + std::to_string(number) + ": expected 'name size [role]'");
+    fields >> role;
+    if (role != "dense" && role != "embedding")
+      throw std::runtime_error(path + ":" + std::to_string(number) + ": role must be dense or embedding");
+    layout.add(name, number_of(size, path, number), role == "embedding" ? diloco::tensor_role::embedding
+                                                                        : diloco::tensor_role::dense);
+  }
+  if (layout.tensor_count() == 0) throw std::runtime_error(path + ": no tensors");
+  return layout;
+}
+
+template <class Outer, class Merge>
+int serve(const settings& s, diloco::zeromq::server& server, diloco::bootstrap<float, diloco::zeromq::server>& boot,
+          std::stop_token stop, Outer outer, Merge merge) {
+  auto options = s.options;
+  options.log = log;
+  if (!s.quiet)
+    options.on_update = [](const diloco::update_event& e) {
+      std::fprintf(stderr, "%s update fragment=%u revision=%llu contributors=%u staleness=%llu scale=%.3f\n",
+                   stamp().c_str(), e.fragment, static_cast<unsigned long long>(e.revision), e.contributors,
+                   static_cast<unsigned long long>(e.max_staleness), e.scale);
+    };
+  diloco::syncer<Outer, Merge, diloco::zeromq::server> sync(boot.layout(), boot.initial(), server, options,
+                                                            std::move(outer), std::move(merge));
+  const auto started = std::chrono::steady_clock::now();
+  for (auto& join : boot.take_joins()) sync.handle(std::move(join), diloco::clock::now());
+  sync.run_until(stop, [&] { return s.learners > 0 && sync.metrics().leaves >= s.learners && sync.live_learners() == 0; });
+
+  const auto& m = sync.metrics();
+  if (!s.save_file.empty()) {
+    const auto params = sync.parameters();
+    std::ofstream out(s.save_file, std::ios::binary | std::ios::trunc);
+    out.write(reinterpret_cast<const char*>(params.data()), static_cast<std::streamsize>(params.size() * sizeof(float)));
+    if (!out) log("error: cannot write " + s.save_file);
+  }
+  std::ostringstream rejected;
+  for (std::size_t r = 0; r < diloco::reject_reason_count; ++r)
+    if (m.rejected[r])
+      rejected << (rejected.tellp() > 0 ? "," : "") << '"' << diloco::to_string(static_cast<diloco::reject_reason>(r))
+               << "\":" << m.rejected[r];
+  std::printf(
+      "{\"outer_updates\":%llu,\"contributions_accepted\":%llu,\"contributions_merged\":%llu,\"rejected\":{%s},"
+      "\"joins\":%llu,\"rejoins\":%llu,\"leaves\":%llu,\"declared_dead\":%llu,\"staleness_max\":%llu,"
+      "\"curve_admitted\":%llu,\"curve_denied\":%llu,\"seconds\":%.3f}\n",
+      static_cast<unsigned long long>(m.outer_updates), static_cast<unsigned long long>(m.contributions_accepted),
+      static_cast<unsigned long long>(m.contributions_merged), rejected.str().c_str(),
+      static_cast<unsigned long long>(m.joins), static_cast<unsigned long long>(m.rejoins),
+      static_cast<unsigned long long>(m.leaves), static_cast<unsigned long long>(m.declared_dead),
+      static_cast<unsigned long long>(m.staleness_max), static_cast<unsigned long long>(server.admitted()),
+      static_cast<unsigned long long>(server.denied()),
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+  return 0;
+}
+
+template <class Merge>
+int with_outer(const settings& s, diloco::zeromq::server& server, diloco::bootstrap<float, diloco::zeromq::server>& boot,
+               std::stop_token stop, Merge merge) {
+  using namespace diloco;
+  if (s.outer == "sgd") return serve(s, server, boot, stop, outer::sgd<float>({.learning_rate = s.outer_lr}), merge);
+  if (s.outer == "delayed-nesterov")
+    return serve(s, server, boot, stop,
+                 outer::delayed_nesterov<float>({.learning_rate = s.outer_lr, .momentum = s.outer_momentum, .delay = s.delay}),
+                 merge);
+  return serve(s, server, boot, stop, outer::nesterov<float>({.learning_rate = s.outer_lr, .momentum = s.outer_momentum}),
+               merge);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  settings s;
+  try {
+    s = parse(argc, argv);
+  } catch (const usage_error& e) {
+    std::fprintf(stderr, "diloco_syncer: %s\n\n%s", e.what(), usage);
+    return 2;
+  }
+
+  // SIGINT and SIGTERM stop the service cleanly (open rounds are merged):
+  // blocked everywhere, awaited by one thread.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  std::stop_source stop;
+  std::jthread waiter([&signals, &stop](std::stop_token) {
+    int got = 0;
+    sigwait(&signals, &got);
+    if (got == SIGINT || got == SIGTERM) stop.request_stop();
+  });
+
+  int status = 1;
+  try {
+    std::optional<diloco::zeromq::server_security> security;
+    if (!s.curve_secret.empty()) {
+      security = diloco::zeromq::server_security{diloco::zeromq::load_keypair(s.curve_secret), {}};
+      security->allowed.push_back(diloco::zeromq::load_public_key(s.allow_file));
+      log("CURVE on: " + std::to_string(security->allowed.size()) + " learner key(s) allowed");
+    } else if (!local_only(s.endpoint) && !s.insecure) {
+      throw usage_error("refusing to bind " + s.endpoint +
+                        " without CURVE keys (--curve-secret, --allow); pass --insecure to do it anyway");
+    } else {
+      log(local_only(s.endpoint) ? "no CURVE keys: serving this machine only (loopback or ipc)"
+                                 : "no CURVE keys and --insecure: anyone who reaches " + s.endpoint + " can join");
+    }
+    std::optional<diloco::parameter_layout> expected;
+    if (!s.layout_file.empty()) expected = read_layout(s.layout_file);
+
+    ::zmq::context_t context;
+    diloco::zeromq::server server(context, s.endpoint, {}, security);
+    log("listening on " + server.endpoint() + ", P=" + std::to_string(s.options.training.fragments) +
+        " H=" + std::to_string(s.options.training.sync_period) + " tau=" + std::to_string(s.options.training.overlap) +
+        " K=" + std::to_string(s.options.quorum));
+    diloco::bootstrap<float, diloco::zeromq::server> boot(server, s.options.training, expected);
+    while (!stop.stop_requested() && !boot.ready())
+      if (auto e = server.receive_for(std::chrono::milliseconds(100))) boot.handle(std::move(*e), diloco::clock::now());
+    if (!boot.ready()) {
+      log("stopped before any learner provided the model");
+      status = 0;
+    } else {
+      log("model from the first learner: " + std::to_string(boot.layout().tensor_count()) + " tensors, " +
+          std::to_string(boot.layout().size()) + " parameters");
+      using namespace diloco;
+      if (s.merge == "average") status = with_outer(s, server, boot, stop.get_token(), merge::average{});
+      else if (s.merge == "rda") status = with_outer(s, server, boot, stop.get_token(), merge::radial_directional<>{});
+      else status = with_outer(s, server, boot, stop.get_token(), merge::token_weighted{});
+    }
+  } catch (const usage_error& e) {
+    std::fprintf(stderr, "diloco_syncer: %s\n", e.what());
+    status = 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "diloco_syncer: error: %s\n", e.what());
+    status = 1;
+  }
+  // Wake the signal thread if no signal came.
+  if (!stop.stop_requested()) pthread_kill(waiter.native_handle(), SIGTERM);
+  return status;
+}
