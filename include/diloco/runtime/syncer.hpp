@@ -161,10 +161,12 @@ class syncer {
     auto it = learners_.find(h.learner);
     if (it == learners_.end()) return reject(reject_reason::unknown_learner, h);
     auto& l = it->second;
-    if (e.from != l.peer) return reject(reject_reason::wrong_peer, h);
+    // Incarnation first: a late message of a restarted learner comes from its
+    // old connection, and "dead incarnation" says more than "wrong peer".
     if (h.incarnation < l.incarnation || (h.incarnation == l.incarnation && l.left))
       return reject(reject_reason::dead_incarnation, h);
     if (h.incarnation > l.incarnation) return reject(reject_reason::unknown_incarnation, h);
+    if (e.from != l.peer) return reject(reject_reason::wrong_peer, h);
     heard_from(h.learner, l, now);
     // Heartbeats and contributions both report the learner's timing, so the
     // grace window is known from the first rounds on.
