@@ -264,6 +264,36 @@ BOOST_FIXTURE_TEST_CASE(an_unusable_configuration_stops_the_learner, fixture) {
   BOOST_TEST(l.error() == make_error_code(errc::bad_config));
 }
 
+BOOST_FIXTURE_TEST_CASE(a_contribution_without_a_verdict_makes_the_learner_join_again, fixture) {
+  join(1, 2, 0);
+  step();
+  step();  // a contribution goes out at t = 1 s; no ack comes back (the syncer restarted, say)
+  BOOST_TEST(contributions().size() == 1u);
+  now += 8s;  // t = 10 s: 9 s without a verdict
+  BOOST_TEST(l.poll(now));
+  BOOST_TEST(l.metrics().rejoins_sent == 0u);
+  now += 2s;  // t = 12 s: past rejoin_after = 10 s
+  BOOST_TEST(l.poll(now));
+  std::size_t joins = 0;
+  for (const auto& m : received()) joins += m.header.kind == message_kind::join;
+  BOOST_TEST(joins == 1u);
+  BOOST_TEST(l.metrics().rejoins_sent == 1u);
+  // An ack settles it: no further join.
+  step();
+  step();
+  auto sent = contributions();
+  BOOST_TEST_REQUIRE(sent.size() == 1u);
+  message ack;
+  ack.header.kind = message_kind::ack;
+  ack.header.learner = 0;
+  ack.header.incarnation = 1;
+  ack.header.answers = sent[0].header.sequence;
+  send(std::move(ack));
+  now += 20s;
+  BOOST_TEST(l.poll(now));
+  BOOST_TEST(l.metrics().rejoins_sent == 1u);
+}
+
 BOOST_FIXTURE_TEST_CASE(join_is_retried_until_welcomed, fixture) {
   BOOST_TEST(!l.poll(now));
   now += 500ms;

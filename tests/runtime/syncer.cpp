@@ -4,6 +4,8 @@
 #include <boost/test/unit_test.hpp>
 
 #include <chrono>
+#include <cmath>
+#include <limits>
 #include <vector>
 
 #include <diloco/diloco.hpp>
@@ -339,6 +341,24 @@ BOOST_FIXTURE_TEST_CASE(silent_learners_are_declared_dead_and_revived, fixture) 
   BOOST_TEST(s.metrics().revived == 1u);
 }
 
+BOOST_FIXTURE_TEST_CASE(a_learner_that_joins_again_from_a_new_peer_moves_there, fixture) {
+  test_syncer s(layout, initial, syncer_end, options(1));
+  join_all(s, 1);
+  send(3, join(0));  // learner 0, same incarnation, from endpoint 3 (a TCP reconnect)
+  deliver(s);
+  BOOST_TEST(s.metrics().reconnects == 1u);
+  const auto again = inbox(3);  // welcomed again there, with the full state
+  BOOST_TEST_REQUIRE(again.size() == 2u);
+  BOOST_TEST(int(again[0].header.kind) == int(message_kind::welcome));
+  BOOST_TEST(int(again[1].header.kind) == int(message_kind::update));
+  send(0, contribution(0, {1, 1, 1, 1, 1, 1}));  // the old connection no longer speaks for it
+  deliver(s);
+  BOOST_TEST(s.metrics().rejected_for(reject_reason::wrong_peer) == 1u);
+  send(3, contribution(0, {1, 1, 1, 1, 1, 1}));
+  deliver(s);
+  BOOST_TEST(s.revision(0) == 1u);
+}
+
 BOOST_FIXTURE_TEST_CASE(a_leave_closes_the_round_it_was_blocking, fixture) {
   test_syncer s(layout, initial, syncer_end, options(2));
   join_all(s, 2);
@@ -443,6 +463,55 @@ BOOST_FIXTURE_TEST_CASE(every_bad_message_is_refused_for_its_own_reason_and_chan
   std::vector<double> expected = params_before;
   for (auto& v : expected) v -= 3;
   BOOST_TEST(s.parameters() == expected, boost::test_tools::per_element());
+}
+
+BOOST_FIXTURE_TEST_CASE(non_finite_outer_gradients_are_refused_before_they_poison_the_model, fixture) {
+  test_syncer s(layout, initial, syncer_end, options(1));
+  join_all(s, 1);
+  for (double bad : {std::nan(""), std::numeric_limits<double>::infinity(), -std::numeric_limits<double>::infinity()}) {
+    send(0, contribution(0, {1, 1, bad, 1, 1, 1}));
+    deliver(s);
+  }
+  BOOST_TEST(s.metrics().rejected_for(reject_reason::non_finite) == 3u);
+  BOOST_TEST(s.revision(0) == 0u);
+  BOOST_TEST(s.parameters() == initial, boost::test_tools::per_element());
+  // The refusals recorded no idempotency key: the same base is still usable.
+  send(0, contribution(0, {1, 1, 1, 1, 1, 1}));
+  deliver(s);
+  BOOST_TEST(s.revision(0) == 1u);
+}
+
+BOOST_FIXTURE_TEST_CASE(a_refused_contribution_does_not_count_as_a_sign_of_life, fixture) {
+  auto o = options(1);
+  o.heartbeat_timeout = 5s;
+  o.training.overlap = 4;
+  o.grace_factor = 0.5;
+  test_syncer s(layout, initial, syncer_end, o);
+  join_all(s, 2);
+  now += 6s;
+  s.poll(now);
+  BOOST_TEST(s.live_learners() == 0u);
+  auto refused = contribution(0, {1, 1, 1, 1, 1, 1});
+  refused.header.steps = 0;  // no_work
+  refused.header.step_time_ns = std::chrono::nanoseconds(1s).count();
+  send(0, std::move(refused));
+  deliver(s);
+  BOOST_TEST(s.metrics().rejected_for(reject_reason::no_work) == 1u);
+  BOOST_TEST(s.live_learners() == 0u);  // not revived
+  BOOST_TEST(s.grace().count() == 0);   // its timing was not taken
+}
+
+BOOST_FIXTURE_TEST_CASE(the_number_of_learner_ids_is_bounded, fixture) {
+  auto o = options(1);
+  o.max_learners = 2;
+  test_syncer s(layout, initial, syncer_end, o);
+  for (std::uint32_t i = 0; i < 3; ++i) send(i, join(i));
+  deliver(s);
+  BOOST_TEST(s.metrics().joins == 2u);
+  BOOST_TEST(s.metrics().rejected_for(reject_reason::too_many_learners) == 1u);
+  send(0, join(0, 2));  // a known learner may still rejoin
+  deliver(s);
+  BOOST_TEST(s.metrics().rejoins == 1u);
 }
 
 BOOST_FIXTURE_TEST_CASE(flush_merges_open_rounds_so_nothing_accepted_is_lost, fixture) {

@@ -245,4 +245,18 @@ BOOST_AUTO_TEST_CASE(a_reused_block_keeps_the_huge_page_alignment) {
   BOOST_TEST(aligned(full.data(), mib2), "2 MiB buffer at " << static_cast<const void*>(full.data()));
 }
 
+BOOST_AUTO_TEST_CASE(the_cache_is_bounded_in_bytes_as_well_as_blocks) {
+  // 3 MiB of cache: a 2 MiB block is kept, a second one (4 MiB in all) is not.
+  diloco::buffer_pool pool(64, std::size_t{3} << 20);
+  {
+    auto a = pool.acquire(std::size_t{2} << 20);
+    auto b = pool.acquire(std::size_t{2} << 20);
+  }
+  BOOST_TEST(pool.allocations() == 2u);
+  auto c = pool.acquire(std::size_t{2} << 20);
+  auto d = pool.acquire(std::size_t{2} << 20);
+  BOOST_TEST(pool.reuses() == 1u);        // one came from the cache
+  BOOST_TEST(pool.allocations() == 3u);   // the other had been freed
+}
+
 BOOST_AUTO_TEST_SUITE_END()

@@ -32,6 +32,8 @@ enum class reject_reason : std::uint8_t {
   future_base = 16,          ///< base revision newer than the fragment's
   stale = 17,                ///< base revision more than S revisions old
   duplicate = 18,            ///< the idempotency key (learner, incarnation, fragment, base) was seen
+  non_finite = 19,           ///< a payload value that is NaN or infinite
+  too_many_learners = 20,    ///< a join beyond `max_learners` distinct learner ids
   count_
 };
 
@@ -58,6 +60,8 @@ constexpr std::string_view to_string(reject_reason r) noexcept {
     case reject_reason::future_base: return "future_base";
     case reject_reason::stale: return "stale";
     case reject_reason::duplicate: return "duplicate";
+    case reject_reason::non_finite: return "non_finite";
+    case reject_reason::too_many_learners: return "too_many_learners";
     case reject_reason::count_: break;
   }
   return "unknown";
@@ -71,6 +75,7 @@ struct syncer_metrics {
   std::array<std::uint64_t, reject_reason_count> rejected{};
   std::uint64_t joins = 0;                   ///< first joins of a learner id
   std::uint64_t rejoins = 0;                 ///< joins of a new incarnation
+  std::uint64_t reconnects = 0;              ///< joins of a known incarnation from a new peer
   std::uint64_t leaves = 0;
   std::uint64_t declared_dead = 0;           ///< heartbeat timeouts
   std::uint64_t revived = 0;                 ///< learners heard from again after a timeout
@@ -102,6 +107,7 @@ struct learner_metrics {
   std::uint64_t contributions_refused = 0;   ///< refused by the syncer (a `reject` answered them)
   std::uint64_t heartbeats_sent = 0;
   std::uint64_t joins_sent = 0;
+  std::uint64_t rejoins_sent = 0;            ///< joins repeated because contributions went unanswered
   std::uint64_t states_sent = 0;             ///< times it gave a model-less syncer its layout and parameters
 };
 

@@ -37,6 +37,10 @@ struct learner_options {
   std::chrono::nanoseconds join_retry = std::chrono::seconds(1);      ///< re-send `join` until welcomed
   std::chrono::nanoseconds join_timeout = std::chrono::seconds(60);   ///< `step()` gives up joining after this
   std::chrono::nanoseconds answer_timeout = std::chrono::seconds(60); ///< give up waiting for an answer after this
+  /// Join again (same incarnation) when a contribution has had no verdict
+  /// (ack or reject) for this long: the connection changed under us or the
+  /// syncer restarted, and it no longer knows this learner at this address.
+  std::chrono::nanoseconds rejoin_after = std::chrono::seconds(10);
   std::size_t max_outbox = 64;    ///< messages kept for retry while the transport refuses them
 };
 
@@ -97,6 +101,11 @@ class learner {
       return false;
     }
     if (now >= next_heartbeat_) send_heartbeat(now);
+    if (unanswered_since_ && now - *unanswered_since_ >= options_.rejoin_after) {
+      send_join(now);
+      unanswered_since_ = now;
+      ++metrics_.rejoins_sent;
+    }
     const bool ready = !waiting_for_answer(now);
     if (!ready) waited_ = true;
     return ready;
@@ -161,6 +170,7 @@ class learner {
     if (error_) return std::nullopt;
     if (!joined()) return next_join_;
     std::optional<time_point> t = next_heartbeat_;
+    if (unanswered_since_) t = std::min(*t, *unanswered_since_ + options_.rejoin_after);
     if (config_.lock_step)
       for (const auto& f : tracks_)
         if (f.in_flight) t = std::min(*t, f.in_flight->at + options_.answer_timeout);
@@ -198,8 +208,14 @@ class learner {
     switch (h.kind) {
       case message_kind::welcome: on_welcome(h); break;
       case message_kind::update: on_update(std::move(e.msg), now); break;
-      case message_kind::ack: ++metrics_.contributions_acked; break;
-      case message_kind::reject: on_reject(h); break;
+      case message_kind::ack:
+        ++metrics_.contributions_acked;
+        unanswered_since_.reset();
+        break;
+      case message_kind::reject:
+        on_reject(h);
+        unanswered_since_.reset();
+        break;
       default: ++metrics_.updates_ignored; break;
     }
   }
@@ -286,6 +302,7 @@ class learner {
       for (std::size_t i = 0; i < s.size; ++i)
         delta[s.packed_offset + i] = base[s.packed_offset + i] - theta[s.flat_offset + i];
     f.in_flight = in_flight_send{h.sequence, f.revision, step_, now};
+    if (!unanswered_since_) unanswered_since_ = now;
     ++metrics_.contributions_sent;
     send(m);
   }
@@ -459,6 +476,7 @@ class learner {
   std::uint64_t step_ = 0;
   std::uint64_t next_sequence_ = 1;
   std::optional<time_point> next_join_;
+  std::optional<time_point> unanswered_since_;  ///< oldest contribution still without a verdict
   time_point next_heartbeat_{};
   std::optional<time_point> last_step_at_;
   bool waited_ = false;

@@ -79,6 +79,7 @@ struct syncer_options {
   double grace_factor = 0.5;         ///< γ in [0, 1): share of the slack spent waiting for more learners
   std::chrono::nanoseconds max_grace = std::chrono::seconds(1);  ///< upper bound of one grace window
   std::uint32_t max_staleness = 16;  ///< S: refuse a base more than S revisions old
+  std::uint32_t max_learners = 4096; ///< distinct learner ids it keeps track of (every round visits them all)
   std::chrono::nanoseconds heartbeat_timeout = std::chrono::seconds(10);  ///< silence before a learner is dead
   partial_rounds scaling = partial_rounds::all_share;
   update_recipients recipients = update_recipients::live_learners;
@@ -167,12 +168,10 @@ class syncer {
       return reject(reject_reason::dead_incarnation, h);
     if (h.incarnation > l.incarnation) return reject(reject_reason::unknown_incarnation, h);
     if (e.from != l.peer) return reject(reject_reason::wrong_peer, h);
-    heard_from(h.learner, l, now);
-    // Heartbeats and contributions both report the learner's timing, so the
-    // grace window is known from the first rounds on.
-    if (h.step_time_ns > 0) step_time_.add(double(h.step_time_ns));
-    if (h.transfer_ns > 0) transfer_time_.add(double(h.transfer_ns));
+    // A contribution counts (liveness, timing) only once it is accepted: a
+    // refusal changes nothing but counters.
     if (h.kind == message_kind::contribution) return on_contribution(h.learner, std::move(e.msg), now);
+    accept_from(h, l, now);
     switch (h.kind) {
       case message_kind::heartbeat:
         break;
@@ -362,6 +361,15 @@ class syncer {
     options_.log("refused undecodable message from peer " + std::to_string(from) + ": " + std::string(to_string(why)));
   }
 
+  /// A valid message from learner `h.learner`: it is alive, and heartbeats
+  /// and contributions both report its timing, so the grace window is known
+  /// from the first rounds on.
+  void accept_from(const message_header& h, learner_entry& l, time_point now) {
+    heard_from(h.learner, l, now);
+    if (h.step_time_ns > 0) step_time_.add(double(h.step_time_ns));
+    if (h.transfer_ns > 0) transfer_time_.add(double(h.transfer_ns));
+  }
+
   void heard_from(std::uint32_t id, learner_entry& l, time_point now) {
     l.last_seen = now;
     if (!l.live && !l.left) {
@@ -378,6 +386,8 @@ class syncer {
       send_welcome(from, h.learner, h.incarnation);
       return reject(reject_reason::layout_mismatch, h);
     }
+    if (!learners_.contains(h.learner) && learners_.size() >= options_.max_learners)
+      return reject(reject_reason::too_many_learners, h);
     auto [it, first] = learners_.try_emplace(h.learner);
     auto& l = it->second;
     if (first) {
@@ -387,7 +397,12 @@ class syncer {
       return reject(reject_reason::dead_incarnation, h);
     } else if (h.incarnation == l.incarnation) {
       if (l.left) return reject(reject_reason::dead_incarnation, h);
-      if (from != l.peer) return reject(reject_reason::wrong_peer, h);
+      if (from != l.peer) {
+        // The same learner process on a new connection (a TCP reconnect):
+        // from now on only the new peer speaks for it.
+        ++metrics_.reconnects;
+        options_.log("learner " + std::to_string(h.learner) + " reconnected from a new peer");
+      }
     } else {
       ++metrics_.rejoins;
     }
@@ -449,6 +464,11 @@ class syncer {
     if (h.element_count != f.global.size() || m.payload.size() != f.global.size() * sizeof(T))
       return reject(reject_reason::bad_size, h, &l);
     if (h.steps == 0) return reject(reject_reason::no_work, h, &l);
+    // A NaN or an infinity would poison the global model and every learner
+    // that adopts it, for good. (Before the idempotency key is recorded.)
+    const auto values = m.payload.template as<const T>();
+    if (!std::all_of(values.begin(), values.end(), [](T v) { return std::isfinite(v); }))
+      return reject(reject_reason::non_finite, h, &l);
     if (h.base_revision > f.revision) return reject(reject_reason::future_base, h, &l);
     // Stale and duplicate contributions come from learners that fell behind:
     // the current fragment goes with the refusal.
@@ -461,12 +481,13 @@ class syncer {
       return send_fragment(id, l, h.fragment, h.sequence, update_status::resync, 0);
     }
     const double weight = merge_.weight(h.tokens, h.steps);
+    const double period_tokens =
+        std::min(double(h.tokens) / double(h.steps) * options_.training.sync_period, 0x1p62);
     const double period_weight =
-        merge_.weight(static_cast<std::uint64_t>(
-                          std::llround(double(h.tokens) / double(h.steps) * options_.training.sync_period)),
-                      options_.training.sync_period);
+        merge_.weight(static_cast<std::uint64_t>(std::llround(period_tokens)), options_.training.sync_period);
     if (!(weight >= 0.0) || !std::isfinite(weight) || !(period_weight >= 0.0) || !std::isfinite(period_weight))
       return reject(reject_reason::no_work, h, &l);
+    accept_from(h, l, now);
     ++metrics_.contributions_accepted;
     send_verdict(l, h, message_kind::ack, reject_reason::truncated);
     ++metrics_.contributions_pending;

@@ -55,6 +55,8 @@ struct pool_state {
   std::mutex mutex;
   std::vector<block> free;
   std::size_t max_cached = 0;
+  std::size_t max_cached_bytes = 0;
+  std::size_t cached_bytes = 0;
   std::uint64_t allocations = 0;
   std::uint64_t reuses = 0;
 
@@ -65,8 +67,9 @@ struct pool_state {
   void give_back(block b) noexcept {
     {
       std::lock_guard lock(mutex);
-      if (free.size() < max_cached) {
+      if (free.size() < max_cached && cached_bytes + b.capacity <= max_cached_bytes) {
         free.push_back(b);
+        cached_bytes += b.capacity;
         return;
       }
     }
@@ -144,12 +147,14 @@ class byte_buffer {
 
 /// A thread-safe cache of payload blocks. `acquire` hands out the smallest
 /// cached block that fits (best fit) or allocates one; at most
-/// `max_cached_blocks` blocks wait in the cache, the rest are freed.
-/// Buffers may outlive the pool.
+/// `max_cached_blocks` blocks and `max_cached_bytes` bytes wait in the cache,
+/// the rest are freed. Buffers may outlive the pool.
 class buffer_pool {
  public:
-  explicit buffer_pool(std::size_t max_cached_blocks = 64) : state_(std::make_shared<detail::pool_state>()) {
+  explicit buffer_pool(std::size_t max_cached_blocks = 64, std::size_t max_cached_bytes = std::size_t{1} << 30)
+      : state_(std::make_shared<detail::pool_state>()) {
     state_->max_cached = max_cached_blocks;
+    state_->max_cached_bytes = max_cached_bytes;
   }
 
   /// A buffer of `bytes` bytes with unspecified contents.
@@ -165,6 +170,7 @@ class buffer_pool {
         const auto b = free[best];
         free[best] = free.back();
         free.pop_back();
+        state_->cached_bytes -= b.capacity;
         ++state_->reuses;
         return byte_buffer(b, bytes, state_);
       }
