@@ -54,6 +54,7 @@ JSON line with the test accuracy of the final global model.
   --incarnation I              role learner: bump when restarting learner N (1)
   --curve-secret FILE          CURVE key pair of this process (diloco_keygen)
   --curve-peer FILE            syncer: the learners' public key; learner: the syncer's
+  --insecure                   syncer: serve a non-loopback endpoint without CURVE
   --progress SECONDS           seconds between progress lines on stderr, 0 for none (2)
   --help                       this text
 )";
@@ -89,6 +90,10 @@ fashion::settings parse(int argc, char** argv) {
     if (opt == "--help" || opt == "-h") {
       std::fputs(usage, stdout);
       std::exit(0);
+    }
+    if (opt == "--insecure") {
+      s.insecure = true;
+      continue;
     }
     if (i + 1 >= argc) throw usage_error("missing value for " + std::string(opt));
     const std::string v = argv[++i];

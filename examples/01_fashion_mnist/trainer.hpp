@@ -64,6 +64,7 @@ struct settings {
   std::uint32_t incarnation = 1;  ///< role learner
   std::string curve_secret;       ///< this process's CURVE key pair (diloco_keygen)
   std::string curve_peer;         ///< syncer: learners' public keys; learner: the syncer's public key
+  bool insecure = false;          ///< syncer: bind a non-loopback endpoint without CURVE
   double progress_seconds = 2.0;  ///< 0 disables progress lines
   std::chrono::milliseconds sim_step_time{10};
 };
@@ -339,6 +340,13 @@ outcome serve(const settings& s, const split& test_set, Outer outer, Merge merge
   std::optional<zeromq::server_security> security;
   if (!s.curve_secret.empty())
     security = zeromq::server_security{zeromq::load_keypair(s.curve_secret), {zeromq::load_public_key(s.curve_peer)}};
+  else if (!zeromq::is_local_endpoint(s.endpoint) && !s.insecure)
+    throw std::invalid_argument("refusing to serve " + s.endpoint +
+                                " without CURVE keys (--curve-secret, --curve-peer); pass --insecure to do it anyway");
+  else if (!security)
+    std::fprintf(stderr, "fashion_mnist syncer: no CURVE keys: %s\n",
+                 zeromq::is_local_endpoint(s.endpoint) ? "serving this machine only"
+                                                       : "--insecure: anyone who reaches the endpoint can join");
   ::zmq::context_t context;
   zeromq::server server(context, s.endpoint, {}, security);
   syncer<Outer, Merge, zeromq::server> sync(initial.layout(), initial.parameters(), server, options, outer, merge);

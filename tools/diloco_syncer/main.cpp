@@ -140,14 +140,6 @@ std::string stamp() {
 
 void log(const std::string& line) { std::fprintf(stderr, "%s diloco_syncer: %s\n", stamp().c_str(), line.c_str()); }
 
-/// Whether a ZeroMQ endpoint is local to this machine.
-bool local_only(const std::string& endpoint) {
-  if (endpoint.rfind("ipc://", 0) == 0 || endpoint.rfind("inproc://", 0) == 0) return true;
-  for (const char* host : {"tcp://127.", "tcp://localhost:", "tcp://[::1]:"})
-    if (endpoint.rfind(host, 0) == 0) return true;
-  return false;
-}
-
 std::size_t number_of(const std::string& text, const std::string& path, int line) {
   std::istringstream in(text);
   std::size_t v = 0;
@@ -264,11 +256,11 @@ int main(int argc, char** argv) {
       security = diloco::zeromq::server_security{diloco::zeromq::load_keypair(s.curve_secret), {}};
       security->allowed.push_back(diloco::zeromq::load_public_key(s.allow_file));
       log("CURVE on: " + std::to_string(security->allowed.size()) + " learner key(s) allowed");
-    } else if (!local_only(s.endpoint) && !s.insecure) {
+    } else if (!diloco::zeromq::is_local_endpoint(s.endpoint) && !s.insecure) {
       throw usage_error("refusing to bind " + s.endpoint +
                         " without CURVE keys (--curve-secret, --allow); pass --insecure to do it anyway");
     } else {
-      log(local_only(s.endpoint) ? "no CURVE keys: serving this machine only (loopback or ipc)"
+      log(diloco::zeromq::is_local_endpoint(s.endpoint) ? "no CURVE keys: serving this machine only (loopback or ipc)"
                                  : "no CURVE keys and --insecure: anyone who reaches " + s.endpoint + " can join");
     }
     std::optional<diloco::parameter_layout> expected;

@@ -412,6 +412,16 @@ class server {
   buffer_pool pool_;
 };
 
+/// Whether `endpoint` only reaches this machine (ipc, inproc, or tcp on a
+/// loopback address). Services bind anything else only with CURVE or when
+/// told to, so that an unauthenticated syncer is never exposed by accident.
+inline bool is_local_endpoint(const std::string& endpoint) {
+  if (endpoint.rfind("ipc://", 0) == 0 || endpoint.rfind("inproc://", 0) == 0) return true;
+  for (const char* host : {"tcp://127.", "tcp://localhost:", "tcp://[::1]:"})
+    if (endpoint.rfind(host, 0) == 0) return true;
+  return false;
+}
+
 /// The routing id of learner `id`, incarnation `incarnation` (docs/protocol.md).
 inline std::string routing_id(std::uint32_t id, std::uint32_t incarnation) {
   std::string r(8, '\0');
