@@ -111,19 +111,7 @@ class bootstrap {
   }
 
   void ask(const message_header& join) {
-    message m;
-    auto& w = m.header;
-    w.kind = message_kind::welcome;
-    w.flags = state_wanted;
-    w.learner = join.learner;
-    w.incarnation = join.incarnation;
-    w.layout = join.layout;
-    w.element_count = join.element_count;
-    w.fragment_count = config_.fragments;
-    w.sync_period = config_.sync_period;
-    w.overlap = config_.overlap;
-    w.mixing = config_.mixing;
-    w.lock_step = config_.lock_step ? 1 : 0;
+    message m = welcome_message(join.learner, join.incarnation, join.layout, join.element_count, config_, state_wanted);
     (void)transport_.try_send(source_->peer, m);
   }
 

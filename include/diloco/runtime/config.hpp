@@ -4,6 +4,8 @@
 #include <chrono>
 #include <cstdint>
 
+#include "diloco/transport/message.hpp"
+
 namespace diloco {
 
 using clock = std::chrono::steady_clock;
@@ -18,5 +20,26 @@ struct training_config {
   double mixing = 0.0;             ///< α: on adoption θ ← α·θ + (1−α)·Θ (0 overwrites)
   bool lock_step = false;          ///< wait for the answer τ steps after each send (synchronous modes)
 };
+
+/// The welcome that hands `config` to learner (`learner`, `incarnation`) of a
+/// model with this layout fingerprint and size; `flags` may ask for the
+/// model (`state_wanted`).
+inline message welcome_message(std::uint32_t learner, std::uint32_t incarnation, std::uint64_t layout,
+                               std::uint64_t elements, const training_config& config, std::uint8_t flags = 0) {
+  message m;
+  auto& h = m.header;
+  h.kind = message_kind::welcome;
+  h.flags = flags;
+  h.learner = learner;
+  h.incarnation = incarnation;
+  h.layout = layout;
+  h.element_count = elements;
+  h.fragment_count = config.fragments;
+  h.sync_period = config.sync_period;
+  h.overlap = config.overlap;
+  h.mixing = config.mixing;
+  h.lock_step = config.lock_step ? 1 : 0;
+  return m;
+}
 
 }  // namespace diloco

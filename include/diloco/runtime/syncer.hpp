@@ -416,19 +416,7 @@ class syncer {
   }
 
   void send_welcome(peer_id to, std::uint32_t learner, std::uint32_t incarnation) {
-    message m;
-    auto& h = m.header;
-    h.kind = message_kind::welcome;
-    h.learner = learner;
-    h.incarnation = incarnation;
-    h.layout = layout_.fingerprint();
-    h.element_count = layout_.size();
-    const auto& c = options_.training;
-    h.fragment_count = c.fragments;
-    h.sync_period = c.sync_period;
-    h.overlap = c.overlap;
-    h.mixing = c.mixing;
-    h.lock_step = c.lock_step ? 1 : 0;
+    message m = welcome_message(learner, incarnation, layout_.fingerprint(), layout_.size(), options_.training);
     if (transport_.try_send(to, m)) ++metrics_.send_failures;
   }
 
