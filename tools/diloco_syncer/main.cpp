@@ -50,6 +50,7 @@ and, when it stops, prints its counters as one JSON line.
   --allow FILE              learners' public keys, one "public-key = ..." per file line
   --insecure                allow binding a non-loopback address without CURVE
   --save FILE               write the final global parameters (raw little-endian f32)
+  --metrics FILE            also write the final counters (the JSON line) to FILE
   --quiet                   no per-update lines
   --help                    this text
 )";
@@ -74,7 +75,7 @@ struct settings {
   double outer_lr = 0.7, outer_momentum = 0.9;
   std::uint32_t delay = 4;
   std::string merge = "tokens";
-  std::string layout_file, curve_secret, allow_file, save_file;
+  std::string layout_file, curve_secret, allow_file, save_file, metrics_file;
   std::uint64_t learners = 0;
   bool insecure = false, quiet = false;
 };
@@ -118,6 +119,7 @@ settings parse(int argc, char** argv) {
     else if (opt == "--curve-secret") s.curve_secret = v;
     else if (opt == "--allow") s.allow_file = v;
     else if (opt == "--save") s.save_file = v;
+    else if (opt == "--metrics") s.metrics_file = v;
     else throw usage_error("unknown option '" + std::string(opt) + "'");
   }
   if (!s.overlap_given) o.training.overlap = o.training.sync_period / 10;
@@ -197,7 +199,8 @@ int serve(const settings& s, diloco::zeromq::server& server, diloco::bootstrap<f
     if (m.rejected[r])
       rejected << (rejected.tellp() > 0 ? "," : "") << '"' << diloco::to_string(static_cast<diloco::reject_reason>(r))
                << "\":" << m.rejected[r];
-  std::printf(
+  char line[4096];  // 21 reasons at most: well under 4 KiB
+  std::snprintf(line, sizeof line,
       "{\"outer_updates\":%llu,\"contributions_accepted\":%llu,\"contributions_merged\":%llu,\"rejected\":{%s},"
       "\"joins\":%llu,\"rejoins\":%llu,\"leaves\":%llu,\"declared_dead\":%llu,\"staleness_max\":%llu,"
       "\"curve_admitted\":%llu,\"curve_denied\":%llu,\"seconds\":%.3f}\n",
@@ -208,6 +211,12 @@ int serve(const settings& s, diloco::zeromq::server& server, diloco::bootstrap<f
       static_cast<unsigned long long>(m.staleness_max), static_cast<unsigned long long>(server.admitted()),
       static_cast<unsigned long long>(server.denied()),
       std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
+  std::fputs(line, stdout);
+  if (!s.metrics_file.empty()) {
+    std::ofstream out(s.metrics_file, std::ios::trunc);
+    out << line;
+    if (!out) log("error: cannot write " + s.metrics_file);
+  }
   return 0;
 }
 
