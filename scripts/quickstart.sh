@@ -14,7 +14,7 @@ if [[ $what != demo && $what != test ]]; then
 fi
 
 packages=(g++ cmake make libeigen3-dev libboost-test-dev zlib1g-dev dataset-fashion-mnist python3 gzip
-          libzmq3-dev cppzmq-dev libasio-dev clang-14 libclang-rt-14-dev)
+          libzmq3-dev cppzmq-dev libasio-dev clang-14 libclang-rt-14-dev python3-zmq python3-numpy)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -1,0 +1,735 @@
+#!/usr/bin/env python3
+"""A diloco learner written in Python from docs/protocol.md alone.
+
+It joins a diloco syncer over ZeroMQ (a DEALER socket), provides the layout and
+the initial parameters when the syncer asks for them (a `state_wanted`
+welcome), trains a small two-layer MLP on a seeded synthetic problem (Gaussian
+blobs) with plain SGD in numpy, sends one fragment of Delta = base - theta
+every H inner steps on the staggered schedule, adopts the merged updates, sends
+heartbeats, and finally sends each fragment's unsent work and leaves.
+
+Dependencies: the standard library, pyzmq and numpy (Debian: python3-zmq,
+python3-numpy). Prints progress to stderr and one JSON line to stdout.
+
+Exit status: 0 success, 1 bad usage or missing dependency, 2 timeout,
+3 protocol error (the syncer refused us, or sent something we cannot use).
+"""
+
+import argparse
+import json
+import math
+import struct
+import sys
+import time
+
+try:
+    import numpy as np
+    import zmq
+except ImportError as error:  # pragma: no cover - depends on the machine
+    sys.stderr.write(
+        "learner.py: needs pyzmq and numpy (Debian: apt-get install python3-zmq python3-numpy; "
+        "this interpreter is %s): %s\n" % (sys.executable, error))
+    sys.exit(1)
+
+
+# ---------------------------------------------------------------------------
+# Wire format (docs/protocol.md, "Header")
+
+HEADER_SIZE = 144
+MAGIC = b"DLCO"
+VERSION = 1
+# magic, version, kind, codec, status, flags, lock_step, reason,
+# learner, incarnation, fragment, fragment_count, sync_period, overlap, reserved,
+# sequence, answers, base_revision, revision, tokens, steps, element_count, layout,
+# step_time_ns, transfer_ns, hold_ns, mixing, payload_crc, header_crc
+HEADER_FORMAT = struct.Struct("<4sH6B7I8Q3qd2I")
+assert HEADER_FORMAT.size == HEADER_SIZE
+FIELDS = ("magic", "version", "kind", "codec", "status", "flags", "lock_step", "reason",
+          "learner", "incarnation", "fragment", "fragment_count", "sync_period", "overlap", "reserved",
+          "sequence", "answers", "base_revision", "revision", "tokens", "steps", "element_count", "layout",
+          "step_time_ns", "transfer_ns", "hold_ns", "mixing", "payload_crc", "header_crc")
+
+JOIN, WELCOME, CONTRIBUTION, UPDATE, HEARTBEAT, LEAVE, ACK, REJECT, LAYOUT, STATE = range(1, 11)
+KIND_NAMES = {1: "join", 2: "welcome", 3: "contribution", 4: "update", 5: "heartbeat", 6: "leave",
+              7: "ack", 8: "reject", 9: "layout", 10: "state"}
+CODEC_NONE, CODEC_F32, CODEC_F64, CODEC_BYTES = 0, 1, 2, 3
+CODEC_DTYPE = {CODEC_F32: np.dtype("<f4"), CODEC_F64: np.dtype("<f8")}
+STATUS_MERGED, STATUS_RESYNC = 0, 1
+FLAG_FINAL = 1 << 0          # contribution: final contribution before leaving
+FLAG_STATE_WANTED = 1 << 1   # welcome: send your layout and state
+REASONS = ("truncated", "bad_magic", "bad_version", "bad_checksum", "bad_header", "oversized",
+           "unexpected_kind", "unknown_learner", "wrong_peer", "dead_incarnation", "unknown_incarnation",
+           "layout_mismatch", "bad_fragment", "bad_size", "bad_codec", "no_work", "future_base", "stale",
+           "duplicate")
+MAX_PAYLOAD = 1 << 30  # the documented default limit, 1 GiB
+
+
+def _crc32c_table():
+    table = []
+    for byte in range(256):
+        crc = byte
+        for _ in range(8):
+            crc = (crc >> 1) ^ 0x82F63B78 if crc & 1 else crc >> 1
+        table.append(crc)
+    return tuple(table)
+
+
+_CRC_TABLE = _crc32c_table()
+
+
+def crc32c(data):
+    """CRC-32C (Castagnoli): reflected polynomial 0x82F63B78, init and final xor 0xFFFFFFFF."""
+    crc = 0xFFFFFFFF
+    table = _CRC_TABLE
+    for byte in memoryview(data).cast("B"):
+        crc = table[(crc ^ byte) & 0xFF] ^ (crc >> 8)
+    return crc ^ 0xFFFFFFFF
+
+
+assert crc32c(b"123456789") == 0xE3069283, "CRC-32C self-test failed"
+
+
+class ProtocolError(Exception):
+    """The other side did something this client cannot work with."""
+
+
+class Timeout(Exception):
+    """A bounded wait ran out."""
+
+
+def encode(fields, payload=b""):
+    """Returns the header bytes for `fields` (a dict; missing fields are 0)."""
+    values = dict.fromkeys(FIELDS, 0)
+    values.update(fields)
+    values["magic"] = MAGIC
+    values["version"] = VERSION
+    values["mixing"] = float(values["mixing"])
+    values["payload_crc"] = crc32c(payload) if payload else 0
+    values["header_crc"] = 0
+    raw = bytearray(HEADER_FORMAT.pack(*(values[name] for name in FIELDS)))
+    struct.pack_into("<I", raw, 140, crc32c(raw[:140]))
+    return bytes(raw)
+
+
+def payload_size(header):
+    if header["codec"] in CODEC_DTYPE and header["kind"] in (CONTRIBUTION, UPDATE, STATE):
+        return header["element_count"] * CODEC_DTYPE[header["codec"]].itemsize
+    if header["codec"] == CODEC_BYTES and header["kind"] == LAYOUT:
+        return header["element_count"]
+    return 0
+
+
+def decode(frames):
+    """Decodes one message (a list of 1 or 2 frames). Raises ValueError on anything invalid."""
+    if len(frames) not in (1, 2):
+        raise ValueError("truncated: %d frames" % len(frames))
+    raw = frames[0]
+    if len(raw) != HEADER_SIZE:
+        raise ValueError("truncated: header of %d bytes" % len(raw))
+    header = dict(zip(FIELDS, HEADER_FORMAT.unpack(raw)))
+    if header["magic"] != MAGIC:
+        raise ValueError("bad_magic")
+    if header["version"] != VERSION:
+        raise ValueError("bad_version %d" % header["version"])
+    if crc32c(raw[:140]) != header["header_crc"]:
+        raise ValueError("bad_checksum (header)")
+    if header["kind"] not in KIND_NAMES or header["codec"] > CODEC_BYTES:
+        raise ValueError("bad_header: kind %d codec %d" % (header["kind"], header["codec"]))
+    size = payload_size(header)
+    if size > MAX_PAYLOAD:
+        raise ValueError("oversized: %d bytes" % size)
+    payload = frames[1] if len(frames) == 2 else b""
+    if len(payload) != size:
+        raise ValueError("truncated: payload of %d bytes, header implies %d" % (len(payload), size))
+    if (crc32c(payload) if payload else 0) != header["payload_crc"]:
+        raise ValueError("bad_checksum (payload)")
+    return header, payload
+
+
+# ---------------------------------------------------------------------------
+# Layout, fingerprint, fragment plan (docs/protocol.md)
+
+FNV_OFFSET = 14695981039346656037
+FNV_PRIME = 1099511628211
+
+
+def fingerprint(tensors):
+    """64-bit FNV-1a over name bytes, a zero byte, the count as u64 LE, the role as u8, per tensor."""
+    h = FNV_OFFSET
+    for name, count, role in tensors:
+        for byte in name.encode("utf-8") + b"\0" + struct.pack("<QB", count, role):
+            h = ((h ^ byte) * FNV_PRIME) & 0xFFFFFFFFFFFFFFFF
+    return h
+
+
+def layout_description(tensors):
+    out = bytearray()
+    for name, count, role in tensors:
+        encoded = name.encode("utf-8")
+        assert 1 <= len(encoded) <= 1024 and count >= 1 and role in (0, 1)
+        out += struct.pack("<H", len(encoded)) + encoded + struct.pack("<QB", count, role)
+    return bytes(out)
+
+
+def fragment_plan(tensors, fragments):
+    """Returns, per fragment, the sorted flat indices of its elements."""
+    counts = [count for _, count, _ in tensors]
+    total = sum(counts)
+    t = -(-total // fragments)
+    limit = t + t // 8
+    starts = [sum(counts[:i]) for i in range(len(counts))]
+    # 1. pieces of T elements from each tensor's start; largest first, ties by flat offset.
+    queue = []
+    for index, (start, count) in enumerate(zip(starts, counts)):
+        for begin in range(0, count, t):
+            queue.append((min(t, count - begin), start + begin, index))
+    order = lambda piece: (-piece[0], piece[1])
+    queue.sort(key=order)
+    # 2. the first piece goes to the lightest fragment (ties: lowest index).
+    slices = [[] for _ in range(fragments)]  # [flat offset, size, tensor], in order of addition
+    sizes = [0] * fragments
+    while queue:
+        size, offset, tensor = queue.pop(0)
+        lightest = min(range(fragments), key=lambda i: (sizes[i], i))
+        if sizes[lightest] + size <= limit:
+            slices[lightest].append([offset, size, tensor])
+            sizes[lightest] += size
+        else:
+            take = t - sizes[lightest]
+            slices[lightest].append([offset, take, tensor])
+            sizes[lightest] += take
+            queue.append((size - take, offset + take, tensor))
+            queue.sort(key=order)
+    # 3. empty fragments take half of the heaviest fragment's largest slice.
+    for empty in range(fragments):
+        if sizes[empty]:
+            continue
+        heaviest = max(range(fragments), key=lambda i: (sizes[i], -i))
+        largest = max(range(len(slices[heaviest])), key=lambda j: (slices[heaviest][j][1], -j))
+        piece = slices[heaviest][largest]
+        moved = piece[1] // 2
+        piece[1] -= moved
+        sizes[heaviest] -= moved
+        slices[empty].append([piece[0] + piece[1], moved, piece[2]])
+        sizes[empty] += moved
+    # 4. by flat offset, touching slices of one tensor joined.
+    plan = []
+    for fragment in slices:
+        merged = []
+        for offset, size, tensor in sorted(fragment):
+            if merged and merged[-1][2] == tensor and merged[-1][0] + merged[-1][1] == offset:
+                merged[-1][1] += size
+            elif size:
+                merged.append([offset, size, tensor])
+        plan.append(np.concatenate([np.arange(o, o + s, dtype=np.int64) for o, s, _ in merged])
+                    if merged else np.zeros(0, dtype=np.int64))
+    return plan
+
+
+# ---------------------------------------------------------------------------
+# The model: a two-layer MLP on Gaussian blobs, plain SGD
+
+class Problem:
+    """Seeded synthetic classification: each class is a mixture of two Gaussian blobs."""
+
+    def __init__(self, seed, dims=8, classes=4):
+        rng = np.random.default_rng(seed)
+        self.dims, self.classes = dims, classes
+        self.centers = rng.normal(0.0, 1.6, size=(classes * 2, dims))
+        self.test_x, self.test_y = self.sample(np.random.default_rng(seed + 7919), 2000)
+
+    def sample(self, rng, n):
+        cluster = rng.integers(0, len(self.centers), size=n)
+        x = self.centers[cluster] + rng.normal(0.0, 1.0, size=(n, self.dims))
+        return x.astype(np.float32), (cluster % self.classes).astype(np.int64)
+
+
+class Mlp:
+    def __init__(self, dims, hidden, classes, seed):
+        self.shapes = [("fc1.weight", (hidden, dims)), ("fc1.bias", (hidden,)),
+                       ("fc2.weight", (classes, hidden)), ("fc2.bias", (classes,))]
+        self.tensors = [(name, int(np.prod(shape)), 0) for name, shape in self.shapes]
+        self.theta = np.zeros(sum(count for _, count, _ in self.tensors), dtype=np.float32)
+        rng = np.random.default_rng(seed)
+        w1, _, w2, _ = self.views(self.theta)
+        w1[...] = rng.normal(0.0, 1.0 / math.sqrt(dims), size=w1.shape)
+        w2[...] = rng.normal(0.0, 1.0 / math.sqrt(hidden), size=w2.shape)
+
+    def views(self, flat):
+        out, offset = [], 0
+        for _, shape in self.shapes:
+            count = int(np.prod(shape))
+            out.append(flat[offset:offset + count].reshape(shape))
+            offset += count
+        return out
+
+    def forward(self, x, flat=None):
+        w1, b1, w2, b2 = self.views(self.theta if flat is None else flat)
+        h = np.maximum(x @ w1.T + b1, 0.0)
+        return h, h @ w2.T + b2
+
+    def loss_and_grad(self, x, y):
+        w1, b1, w2, b2 = self.views(self.theta)
+        h, logits = self.forward(x)
+        logits = logits - logits.max(axis=1, keepdims=True)
+        p = np.exp(logits)
+        p /= p.sum(axis=1, keepdims=True)
+        loss = float(-np.log(p[np.arange(len(y)), y] + 1e-12).mean())
+        d = p
+        d[np.arange(len(y)), y] -= 1.0
+        d /= len(y)
+        grad = np.zeros_like(self.theta)
+        g1, gb1, g2, gb2 = self.views(grad)
+        g2[...] = d.T @ h
+        gb2[...] = d.sum(axis=0)
+        dh = (d @ w2) * (h > 0)
+        g1[...] = dh.T @ x
+        gb1[...] = dh.sum(axis=0)
+        return loss, grad
+
+    def evaluate(self, x, y, flat=None):
+        _, logits = self.forward(x, flat)
+        logits = logits - logits.max(axis=1, keepdims=True)
+        p = np.exp(logits)
+        p /= p.sum(axis=1, keepdims=True)
+        loss = float(-np.log(p[np.arange(len(y)), y] + 1e-12).mean())
+        return loss, float((logits.argmax(axis=1) == y).mean())
+
+
+# ---------------------------------------------------------------------------
+# The learner
+
+def log(message):
+    sys.stderr.write("[learner %s] %s\n" % (log.name, message))
+    sys.stderr.flush()
+
+
+log.name = "?"
+
+
+class Learner:
+    def __init__(self, args, model):
+        self.args = args
+        self.model = model
+        self.learner_id, self.incarnation = args.learner_id, args.incarnation
+        self.fingerprint = fingerprint(model.tensors)
+        self.total = len(model.theta)
+        self.context = zmq.Context()
+        self.socket = self.context.socket(zmq.DEALER)
+        self.socket.setsockopt(zmq.ROUTING_ID, struct.pack("<II", self.learner_id, self.incarnation))
+        self.socket.setsockopt(zmq.MAXMSGSIZE, MAX_PAYLOAD + HEADER_SIZE)
+        self.socket.setsockopt(zmq.SNDTIMEO, int(args.timeout * 1000))  # a send never blocks unbounded
+        self.socket.connect(args.endpoint)
+        self.poller = zmq.Poller()
+        self.poller.register(self.socket, zmq.POLLIN)
+        self.sequence = 0
+        self.step = 0
+        self.tokens_total = 0
+        self.step_time_ns = 0
+        self.transfer_ns = 0
+        self.last_heartbeat = 0.0
+        self.welcomed = False
+        self.config = None
+        self.plan = None
+        self.codec = None                # the syncer's codec, learnt from its updates
+        self.base = {}                   # fragment -> Theta_p (float32 array)
+        self.base_revision = {}          # fragment -> revision of the base
+        self.counters = {}               # fragment -> [tokens, steps] since the base
+        self.last_sent_base = {}         # fragment -> base revision of the last contribution
+        self.outstanding = {}            # sequence -> {fragment, step, sent_at, final}
+        self.pending = {}                # fragment -> [update header, values] in arrival order
+        self.state_sent_at = None
+        self.stats = {"contributions": 0, "final_contributions": 0, "acks": 0, "rejects": 0,
+                      "reject_reasons": {}, "updates_received": 0, "updates_adopted": 0,
+                      "updates_ignored": 0, "ignored_messages": 0, "joins": 0, "heartbeats": 0,
+                      "state_sent": False, "skipped_sends": 0}
+
+    # -- sending -------------------------------------------------------------
+    def send(self, kind, payload=b"", **fields):
+        self.sequence += 1
+        fields.update(kind=kind, learner=self.learner_id, incarnation=self.incarnation, sequence=self.sequence)
+        header = encode(fields, payload)
+        try:
+            if payload:
+                self.socket.send_multipart([header, payload])
+            else:
+                self.socket.send(header)
+        except zmq.Again:
+            raise Timeout("could not send a %s to %s within %gs" % (KIND_NAMES[kind], self.args.endpoint,
+                                                                    self.args.timeout))
+        if self.args.verbose:
+            log("-> %s seq %d %s" % (KIND_NAMES[kind], self.sequence,
+                                     {k: v for k, v in fields.items() if k not in ("kind", "learner", "incarnation", "sequence")}))
+        return self.sequence
+
+    def send_join(self):
+        self.stats["joins"] += 1
+        self.send(JOIN, layout=self.fingerprint, element_count=self.total)
+
+    def heartbeat(self, force=False):
+        now = time.monotonic()
+        if self.welcomed and (force or now - self.last_heartbeat >= 1.0):
+            self.last_heartbeat = now
+            self.stats["heartbeats"] += 1
+            self.send(HEARTBEAT, tokens=self.tokens_total, steps=self.step,
+                      step_time_ns=self.step_time_ns, transfer_ns=self.transfer_ns)
+
+    # -- receiving -----------------------------------------------------------
+    def receive(self, wait_s):
+        """Handles the messages that arrive within wait_s seconds (at least those already queued)."""
+        deadline = time.monotonic() + wait_s
+        while True:
+            remaining = max(0.0, deadline - time.monotonic())
+            if not self.poller.poll(int(remaining * 1000)):
+                return
+            while True:
+                try:
+                    frames = self.socket.recv_multipart(zmq.NOBLOCK)
+                except zmq.Again:
+                    break
+                self.handle(frames)
+            if time.monotonic() >= deadline:
+                return
+
+    def handle(self, frames):
+        try:
+            header, payload = decode(frames)
+        except ValueError as error:
+            self.stats["ignored_messages"] += 1
+            log("ignored an undecodable message: %s" % error)
+            return
+        kind = header["kind"]
+        if self.args.verbose:
+            log("<- %s %s" % (KIND_NAMES[kind], {k: v for k, v in header.items() if v and k not in
+                                                ("magic", "version", "kind", "payload_crc", "header_crc")}))
+        if header["learner"] != self.learner_id or header["incarnation"] != self.incarnation:
+            self.stats["ignored_messages"] += 1
+            log("ignored a %s for learner %d incarnation %d" % (KIND_NAMES[kind], header["learner"], header["incarnation"]))
+            return
+        if kind == WELCOME:
+            self.on_welcome(header)
+        elif kind == UPDATE:
+            self.on_update(header, payload)
+        elif kind == ACK:
+            self.on_ack(header)
+        elif kind == REJECT:
+            self.on_reject(header)
+        else:
+            self.stats["ignored_messages"] += 1
+            log("ignored an unexpected %s" % KIND_NAMES[kind])
+
+    def on_welcome(self, header):
+        if header["flags"] & FLAG_STATE_WANTED:
+            if self.welcomed:
+                return
+            now = time.monotonic()
+            # Answer each request once; repeat only if the syncer asks again much later.
+            if self.state_sent_at is not None and now - self.state_sent_at < 5.0:
+                return
+            fragments = header["fragment_count"]
+            if fragments < 1:
+                raise ProtocolError("state_wanted welcome with P = 0")
+            log("the syncer has no model: sending the layout and our %d parameters as %d fragments"
+                % (self.total, fragments))
+            plan = fragment_plan(self.model.tensors, fragments)
+            description = layout_description(self.model.tensors)
+            self.send(LAYOUT, description, codec=CODEC_BYTES, element_count=len(description), layout=self.fingerprint)
+            for p, indices in enumerate(plan):
+                values = self.model.theta[indices].astype(CODEC_DTYPE[CODEC_F32])
+                self.send(STATE, values.tobytes(), codec=CODEC_F32, fragment=p, element_count=len(indices))
+            self.state_sent_at = now
+            self.stats["state_sent"] = True
+            self.send_join()
+            return
+        if header["layout"] != self.fingerprint or header["element_count"] != self.total:
+            raise ProtocolError("layout mismatch: the syncer serves layout %016x with %d parameters, "
+                                "ours is %016x with %d" % (header["layout"], header["element_count"],
+                                                          self.fingerprint, self.total))
+        config = {"P": header["fragment_count"], "H": header["sync_period"], "tau": header["overlap"],
+                  "alpha": header["mixing"], "lock_step": bool(header["lock_step"])}
+        if self.config is not None:
+            if config != self.config:
+                raise ProtocolError("a second welcome with another configuration: %s vs %s" % (config, self.config))
+            return
+        if config["P"] < 1 or config["H"] < 1 or config["tau"] >= config["H"] or not 0.0 <= config["alpha"] < 1.0:
+            raise ProtocolError("unusable configuration %s" % config)
+        self.config = config
+        self.plan = fragment_plan(self.model.tensors, config["P"])
+        self.welcomed = True
+        log("welcomed: P=%(P)d H=%(H)d tau=%(tau)d alpha=%(alpha)g lock_step=%(lock_step)s" % config)
+
+    def on_update(self, header, payload):
+        self.stats["updates_received"] += 1
+        p = header["fragment"]
+        if self.plan is None or p >= len(self.plan) or header["element_count"] != len(self.plan[p]) \
+                or header["codec"] not in CODEC_DTYPE:
+            self.stats["updates_ignored"] += 1
+            log("ignored an update for fragment %d with %d elements, codec %d"
+                % (p, header["element_count"], header["codec"]))
+            return
+        if self.codec is None:
+            self.codec = header["codec"]
+        answered = self.outstanding.get(header["answers"]) if header["answers"] else None
+        if answered is not None and answered["fragment"] == p:
+            # Transfer time: send-to-answer minus the time the syncer held the contribution.
+            elapsed = int((time.monotonic() - answered["sent_at"]) * 1e9) - header["hold_ns"]
+            self.transfer_ns = max(0, elapsed) if not self.transfer_ns else int(0.8 * self.transfer_ns + 0.2 * max(0, elapsed))
+        values = np.frombuffer(payload, dtype=CODEC_DTYPE[header["codec"]]).astype(np.float32)
+        self.pending.setdefault(p, []).append((header, values))
+
+    def on_ack(self, header):
+        self.stats["acks"] += 1
+        entry = self.outstanding.get(header["answers"])
+        if entry is None:
+            log("ack for an unknown message %d" % header["answers"])
+            return
+        entry["acked"] = True
+
+    def on_reject(self, header):
+        reason = REASONS[header["reason"]] if header["reason"] < len(REASONS) else "reason %d" % header["reason"]
+        self.stats["rejects"] += 1
+        self.stats["reject_reasons"][reason] = self.stats["reject_reasons"].get(reason, 0) + 1
+        self.outstanding.pop(header["answers"], None)
+        log("contribution %d (fragment %d, base %d) rejected: %s"
+            % (header["answers"], header["fragment"], header["base_revision"], reason))
+
+    # -- adopting updates --------------------------------------------------------
+    def adopt_ready(self, at_end=False):
+        """At a step boundary: adopts every pending update whose hold (tau steps after its send) is over."""
+        for p, queue in list(self.pending.items()):
+            keep = []
+            for header, values in queue:
+                answered = self.outstanding.get(header["answers"]) if header["answers"] else None
+                if answered is not None and answered["fragment"] != p:
+                    answered = None
+                if answered is not None and not at_end and self.step < answered["step"] + self.config["tau"]:
+                    keep.append((header, values))
+                    continue
+                if answered is not None:
+                    del self.outstanding[header["answers"]]
+                self.adopt(p, header, values)
+            self.pending[p] = keep
+
+    def adopt(self, p, header, values):
+        revision = header["revision"]
+        if p in self.base_revision and revision <= self.base_revision[p]:
+            self.stats["updates_ignored"] += 1
+            return
+        indices = self.plan[p]
+        if p in self.base and header["status"] == STATUS_MERGED:
+            alpha = self.config["alpha"]
+            self.model.theta[indices] = alpha * self.model.theta[indices] + (1.0 - alpha) * values
+        else:
+            self.model.theta[indices] = values
+        self.base[p] = values.copy()
+        self.base_revision[p] = revision
+        self.counters[p] = [0, 0]
+        self.stats["updates_adopted"] += 1
+
+    def answer_pending(self, sequence):
+        """Whether the update answering contribution `sequence` has arrived (or it was rejected)."""
+        entry = self.outstanding.get(sequence)
+        return entry is None or any(h["answers"] == sequence for h, _ in self.pending.get(entry["fragment"], []))
+
+    # -- phases ----------------------------------------------------------------
+    def join(self):
+        deadline = time.monotonic() + self.args.timeout
+        last_join = 0.0
+        while not self.welcomed or len(self.base) < self.config["P"]:
+            now = time.monotonic()
+            if now >= deadline:
+                hint = ""
+                if self.stats["state_sent"] and not self.welcomed:
+                    hint = ("; the syncer asked for our layout and state but did not accept them (it does not answer "
+                            "refusals: its counters say which check failed)")
+                elif not self.welcomed:
+                    hint = "; is a syncer listening there, and does it accept this layout?"
+                raise Timeout("no welcome and initial state from %s within %gs (welcomed: %s, fragments: %d)%s"
+                              % (self.args.endpoint, self.args.timeout, self.welcomed, len(self.base), hint))
+            if now - last_join >= 1.0:  # join, and repeat every second until welcomed with every fragment
+                last_join = now
+                self.send_join()
+            self.receive(0.1)
+            if self.welcomed:
+                self.adopt_ready()
+                self.heartbeat()
+
+    def contribute(self, p, final=False):
+        indices = self.plan[p]
+        delta = self.base[p] - self.model.theta[indices]
+        codec = self.codec or CODEC_F32
+        tokens, steps = self.counters[p]
+        sequence = self.send(CONTRIBUTION, delta.astype(CODEC_DTYPE[codec]).tobytes(), codec=codec,
+                             flags=FLAG_FINAL if final else 0, fragment=p, base_revision=self.base_revision[p],
+                             tokens=tokens, steps=steps, element_count=len(indices),
+                             step_time_ns=self.step_time_ns, transfer_ns=self.transfer_ns)
+        self.outstanding[sequence] = {"fragment": p, "step": self.step, "sent_at": time.monotonic(),
+                                      "final": final, "acked": False, "sequence": sequence}
+        self.last_sent_base[p] = self.base_revision[p]
+        self.stats["contributions"] += 1
+        if final:
+            self.stats["final_contributions"] += 1
+        return sequence
+
+    def wait_until(self, condition, what):
+        deadline = time.monotonic() + self.args.timeout
+        while not condition():
+            if time.monotonic() >= deadline:
+                raise Timeout("timed out after %gs waiting for %s" % (self.args.timeout, what))
+            self.receive(0.05)
+            self.heartbeat()
+
+    def train(self, problem, rng):
+        config = self.config
+        P, H, tau = config["P"], config["H"], config["tau"]
+        offsets = [p * H // P for p in range(P)]
+        for p in range(P):
+            self.counters.setdefault(p, [0, 0])
+        losses = []
+        for _ in range(self.args.steps):
+            started = time.monotonic()
+            x, y = problem.sample(rng, self.args.batch)
+            loss, grad = self.model.loss_and_grad(x, y)
+            self.model.theta -= self.args.lr * grad
+            losses.append(loss)
+            if self.args.step_ms > 0:
+                time.sleep(self.args.step_ms / 1000.0)
+            self.step += 1
+            self.tokens_total += len(y)
+            for p in range(P):
+                self.counters[p][0] += len(y)
+                self.counters[p][1] += 1
+            elapsed = int((time.monotonic() - started) * 1e9)
+            self.step_time_ns = elapsed if not self.step_time_ns else int(0.9 * self.step_time_ns + 0.1 * elapsed)
+            # Step boundary: handle what arrived, send what is due, adopt what may be adopted.
+            self.receive(0)
+            s = self.step
+            for p in range(P):
+                if s >= offsets[p] and (s - offsets[p]) % H == 0:
+                    # Never a second contribution against the same base revision (it would be a duplicate).
+                    if self.last_sent_base.get(p) == self.base_revision[p]:
+                        self.stats["skipped_sends"] += 1
+                    else:
+                        self.contribute(p)
+            self.adopt_ready()
+            if config["lock_step"]:
+                # Synchronous mode: wait for the answer of every send tau steps old.
+                for sequence, entry in list(self.outstanding.items()):
+                    if not entry["final"] and s >= entry["step"] + tau:
+                        self.wait_until(lambda: self.answer_pending(sequence),
+                                        "the update answering contribution %d (fragment %d)"
+                                        % (sequence, entry["fragment"]))
+                        self.adopt_ready()
+            self.heartbeat()
+            if self.args.progress and self.step % self.args.progress == 0:
+                log("step %d loss %.4f (mean of the last %d) revisions %s"
+                    % (self.step, float(np.mean(losses[-self.args.progress:])), self.args.progress,
+                       [self.base_revision[p] for p in range(P)]))
+        return losses
+
+    def finish(self):
+        P = self.config["P"]
+        # Wait for the answers of the contributions still in flight, then adopt them, so that
+        # each fragment's base is fresh and its unsent work can go out against it.
+        self.wait_until(lambda: all(self.answer_pending(sequence) for sequence in self.outstanding),
+                        "the updates answering the contributions in flight")
+        self.adopt_ready(at_end=True)
+        finals = []
+        for p in range(P):
+            if self.counters[p][1] == 0:
+                continue  # nothing unsent: the base already holds all our work on p
+            if self.last_sent_base.get(p) == self.base_revision[p]:
+                log("fragment %d: unsent work of %d steps but its last contribution is unanswered; dropped"
+                    % (p, self.counters[p][1]))
+                continue
+            finals.append(self.contribute(p, final=True))
+        self.wait_until(lambda: all(s not in self.outstanding or self.outstanding[s]["acked"] for s in finals),
+                        "the answers to the final contributions")
+        self.heartbeat(force=True)
+        self.send(LEAVE)
+
+    def close(self, linger_ms):
+        """Closes the socket, giving queued messages (the leave) up to linger_ms to go out."""
+        self.socket.setsockopt(zmq.LINGER, linger_ms)
+        self.socket.close()
+        self.context.term()
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--endpoint", default="tcp://127.0.0.1:5555", help="the syncer's ZeroMQ endpoint")
+    parser.add_argument("--learner-id", type=int, default=0, help="this learner's id (u32)")
+    parser.add_argument("--incarnation", type=int, default=1, help="this learner's incarnation (u32)")
+    parser.add_argument("--steps", type=int, default=200, help="inner steps to train")
+    parser.add_argument("--seed", type=int, default=1, help="seed of the problem and of the initial model")
+    parser.add_argument("--timeout", type=float, default=30.0, help="bound of every wait, seconds")
+    parser.add_argument("--batch", type=int, default=32, help="examples per inner step")
+    parser.add_argument("--lr", type=float, default=0.1, help="inner SGD learning rate")
+    parser.add_argument("--hidden", type=int, default=16, help="hidden units")
+    parser.add_argument("--step-ms", type=float, default=10.0, help="extra time per inner step (simulated compute), ms")
+    parser.add_argument("--progress", type=int, default=0, help="log every N steps (0: never)")
+    parser.add_argument("--evaluate", metavar="FILE",
+                        help="only evaluate the raw little-endian f32 parameters in FILE (diloco_syncer --save) and exit")
+    parser.add_argument("--verbose", action="store_true", help="log every message")
+    args = parser.parse_args()
+    if not (0 <= args.learner_id < 2**32 and 0 <= args.incarnation < 2**32) or args.steps < 1 or args.timeout <= 0:
+        parser.error("learner id and incarnation must be u32, steps >= 1, timeout > 0")
+    log.name = str(args.learner_id)
+
+    problem = Problem(args.seed)
+    model = Mlp(problem.dims, args.hidden, problem.classes, seed=args.seed * 1000 + args.learner_id)
+    if args.evaluate:
+        flat = np.fromfile(args.evaluate, dtype="<f4")
+        if len(flat) != len(model.theta):
+            sys.stderr.write("learner.py: %s holds %d parameters, the model has %d\n"
+                             % (args.evaluate, len(flat), len(model.theta)))
+            return 3
+        loss, accuracy = model.evaluate(problem.test_x, problem.test_y, flat.astype(np.float32))
+        print(json.dumps({"file": args.evaluate, "loss": round(loss, 4), "accuracy": round(accuracy, 4)}))
+        return 0
+
+    initial_loss, initial_accuracy = model.evaluate(problem.test_x, problem.test_y)
+    learner = Learner(args, model)
+    status = 0
+    result = {"learner": args.learner_id, "incarnation": args.incarnation, "layout": "%016x" % learner.fingerprint,
+              "parameters": learner.total, "initial_loss": round(initial_loss, 4),
+              "initial_accuracy": round(initial_accuracy, 4), "joined_loss": None, "joined_accuracy": None,
+              "initial_revisions": None}
+    try:
+        learner.join()
+        joined_loss, joined_accuracy = model.evaluate(problem.test_x, problem.test_y)
+        result.update(joined_loss=round(joined_loss, 4), joined_accuracy=round(joined_accuracy, 4),
+                      initial_revisions=[learner.base_revision[p] for p in range(learner.config["P"])])
+        log("joined; the global model: loss %.4f accuracy %.3f (own initial: loss %.4f accuracy %.3f)"
+            % (joined_loss, joined_accuracy, initial_loss, initial_accuracy))
+        learner.train(problem, np.random.default_rng(args.seed * 7777 + args.learner_id * 31 + args.incarnation))
+        learner.finish()
+    except Timeout as error:
+        log("error: %s" % error)
+        status = 2
+    except ProtocolError as error:
+        log("protocol error: %s" % error)
+        status = 3
+    finally:
+        learner.close(2000 if status == 0 else 0)
+    final_loss, final_accuracy = model.evaluate(problem.test_x, problem.test_y)
+    stats = learner.stats
+    result.update(config=learner.config, steps=learner.step, tokens=learner.tokens_total,
+                  contributions=stats["contributions"], final_contributions=stats["final_contributions"],
+                  acks=stats["acks"], rejects=stats["rejects"], reject_reasons=stats["reject_reasons"],
+                  updates_received=stats["updates_received"], updates_adopted=stats["updates_adopted"],
+                  updates_ignored=stats["updates_ignored"], ignored_messages=stats["ignored_messages"],
+                  skipped_sends=stats["skipped_sends"], joins=stats["joins"], heartbeats=stats["heartbeats"],
+                  provided_state=stats["state_sent"],
+                  final_revisions=[learner.base_revision.get(p) for p in range(learner.config["P"])] if learner.config else None,
+                  final_loss=round(final_loss, 4), final_accuracy=round(final_accuracy, 4), status=status)
+    # A refusal of a contribution for any reason other than staleness means this client got the protocol wrong.
+    if status == 0 and any(reason != "stale" for reason in stats["reject_reasons"]):
+        log("protocol error: contributions were rejected: %s" % stats["reject_reasons"])
+        status = result["status"] = 3
+    print(json.dumps(result), flush=True)
+    return status
+
+
+if __name__ == "__main__":
+    sys.exit(main())

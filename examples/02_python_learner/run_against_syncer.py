@@ -1,0 +1,266 @@
+#!/usr/bin/env python3
+"""Runs two Python learners (learner.py) against a C++ diloco_syncer and checks the outcome.
+
+usage: run_against_syncer.py PATH/TO/diloco_syncer [--steps N] [--timeout SEC] [--alpha A] [--quorum K]
+                             [--lock-step] [--keep]
+
+Starts the syncer on a free loopback port (--learners 2 --fragments 3 --H 10
+--quorum 2) and learner 1, which provides the layout and the initial model;
+once the syncer has published a few outer updates, learner 2 joins and must
+receive the model learned so far. Both train concurrently, send their final
+work and leave; the syncer then stops and prints its counters. Every wait is
+bounded, and every process is stopped on every exit path (the children also
+get SIGKILL if this script dies).
+
+Checks: both learners exit 0; the syncer exits 0 with outer_updates > 0,
+contributions_merged == contributions_accepted == contributions sent, an
+empty `rejected` object and 2 leaves; some outer updates merge the work of
+both learners; each learner got an ack for every contribution it sent, no
+reject, and nothing it had to ignore; learner 2 joined a model better than
+chance; the learners' final models and the syncer's saved global model are
+well above chance (25 %, 4 classes).
+
+Needs only the standard library itself; the learners need an interpreter with
+pyzmq and numpy: $DILOCO_PYTHON, else /usr/bin/python3, else this one.
+Exit status 0 when every check passes, 1 otherwise.
+"""
+
+import argparse
+import json
+import os
+import ctypes
+import re
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+LEARNER = os.path.join(HERE, "learner.py")
+CHANCE = 0.25
+MIN_ACCURACY = 0.6  # chance is 0.25; a trained model reaches about 0.85
+
+
+def find_python():
+    candidates = [os.environ.get("DILOCO_PYTHON"), "/usr/bin/python3", sys.executable]
+    tried = []
+    for candidate in candidates:
+        if not candidate or candidate in tried or not os.path.exists(candidate):
+            continue
+        tried.append(candidate)
+        probe = subprocess.run([candidate, "-c", "import zmq, numpy"], stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL, timeout=60)
+        if probe.returncode == 0:
+            return candidate
+    sys.exit("run_against_syncer: no Python with pyzmq and numpy among %s "
+             "(install python3-zmq and python3-numpy, or set DILOCO_PYTHON)" % (tried or candidates))
+
+
+def die_with_parent():
+    """In the child, before exec: SIGKILL when the parent (this script) dies, e.g. killed by a CTest timeout."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG (Linux)
+    except (AttributeError, OSError):
+        pass
+
+
+def free_port():
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def last_json(text):
+    for line in reversed(text.splitlines()):
+        line = line.strip()
+        if line.startswith("{"):
+            try:
+                return json.loads(line)
+            except ValueError:
+                pass
+    return None
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("syncer", help="path of diloco_syncer")
+    parser.add_argument("--steps", type=int, default=200, help="inner steps per learner")
+    parser.add_argument("--timeout", type=float, default=180.0, help="bound of the whole run, seconds")
+    parser.add_argument("--alpha", type=float, default=0.0, help="mixing on adoption (syncer --alpha)")
+    parser.add_argument("--quorum", type=int, default=2, help="distinct learners before a round may close (syncer --quorum)")
+    parser.add_argument("--lock-step", action="store_true", help="synchronous DiLoCo (syncer --lock-step)")
+    parser.add_argument("--keep", action="store_true", help="keep the work directory with the logs")
+    args = parser.parse_args()
+    if not os.access(args.syncer, os.X_OK):
+        sys.exit("run_against_syncer: %s is not an executable" % args.syncer)
+    python = find_python()
+    # SIGTERM (or a CTest timeout's kill of the process group) must still stop the children.
+    signal.signal(signal.SIGTERM, lambda number, frame: sys.exit("run_against_syncer: terminated"))
+    work = tempfile.mkdtemp(prefix="diloco_python_learner.")
+    deadline = time.monotonic() + args.timeout
+    processes = []
+    failures = []
+
+    def start(name, command):
+        log = open(os.path.join(work, name + ".err"), "wb")
+        out = open(os.path.join(work, name + ".out"), "wb")
+        process = subprocess.Popen(command, stdout=out, stderr=log, stdin=subprocess.DEVNULL,
+                                   preexec_fn=die_with_parent)
+        process.name, process.out_path, process.err_path = name, out.name, log.name
+        log.close()
+        out.close()
+        processes.append(process)
+        return process
+
+    def read(path):
+        with open(path, "r", errors="replace") as handle:
+            return handle.read()
+
+    def wait(process, limit=None):
+        """Waits for process until the deadline (or `limit` seconds); a process still running is stopped."""
+        bound = deadline - time.monotonic() if limit is None else min(limit, deadline - time.monotonic())
+        try:
+            return process.wait(timeout=max(0.1, bound))
+        except subprocess.TimeoutExpired:
+            failures.append("%s still running after %.0fs; stopped" % (process.name, time.monotonic() - started))
+            stop(process)
+            return None
+
+    def stop(process):
+        """SIGTERM (the syncer then prints its counters), SIGKILL if that does not end it within 5 s."""
+        if process.poll() is None:
+            process.terminate()
+            try:
+                process.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+
+    started = time.monotonic()
+
+    try:
+        saved = os.path.join(work, "global.f32")
+        endpoint = "tcp://127.0.0.1:%d" % free_port()
+        command = [args.syncer, "--endpoint", endpoint, "--learners", "2", "--fragments", "3", "--H", "10",
+                   "--alpha", repr(args.alpha), "--quorum", str(args.quorum), "--save", saved]
+        if args.lock_step:
+            command.append("--lock-step")
+        syncer = start("syncer", command)
+        learner_command = [python, LEARNER, "--endpoint", endpoint, "--steps", str(args.steps), "--seed", "7",
+                           "--timeout", "30", "--progress", "50"]
+        first = start("learner1", learner_command + ["--learner-id", "1", "--incarnation", "1"])
+        # Learner 2 joins once the syncer has published a few outer updates, so that it must
+        # receive the model learned so far rather than learner 1's initial one.
+        while re.search(r"revision=3\b", read(syncer.err_path)) is None:
+            if syncer.poll() is not None or first.poll() is not None or time.monotonic() > started + 20:
+                break
+            time.sleep(0.05)
+        second = start("learner2", learner_command + ["--learner-id", "2", "--incarnation", "1"])
+
+        results = {}
+        for learner in (first, second):
+            status = wait(learner)
+            results[learner.name] = last_json(read(learner.out_path))
+            if status != 0:
+                failures.append("%s exited with status %s: %s" % (learner.name, status,
+                                                                   read(learner.err_path).strip()[-2000:]))
+        # The syncer stops by itself once both learners have left; if one failed, it never will.
+        learners_ok = all(learner.returncode == 0 for learner in (first, second))
+        status = wait(syncer, None if learners_ok else 3)
+        counters = last_json(read(syncer.out_path))
+        if status is not None and status != 0:
+            failures.append("the syncer exited with status %s: %s" % (status, read(syncer.err_path).strip()[-2000:]))
+
+        # The syncer's counters.
+        if counters is None:
+            failures.append("no JSON line from the syncer")
+            counters = {}
+        else:
+            if not counters.get("outer_updates", 0) > 0:
+                failures.append("no outer update: %s" % counters)
+            if counters.get("contributions_merged") != counters.get("contributions_accepted"):
+                failures.append("merged %s of %s accepted contributions" % (
+                    counters.get("contributions_merged"), counters.get("contributions_accepted")))
+            if counters.get("rejected") != {}:
+                failures.append("the syncer refused messages (a protocol mismatch): %s" % counters.get("rejected"))
+            if counters.get("leaves") != 2:
+                failures.append("the syncer saw %s leaves, expected 2" % counters.get("leaves"))
+        merged_by_two = len(re.findall(r"contributors=2\b", read(syncer.err_path)))
+        if args.quorum >= 2 and merged_by_two == 0:
+            failures.append("no outer update merged the work of both learners")
+
+        # The learners' counters.
+        sent = 0
+        for name, result in sorted(results.items()):
+            if result is None:
+                failures.append("no JSON line from %s" % name)
+                continue
+            contributions, acks = result.get("contributions", 0), result.get("acks", 0)
+            sent += contributions
+            if contributions < 1 or acks != contributions:
+                failures.append("%s: %d acks for %d contributions" % (name, acks, contributions))
+            if result.get("rejects"):
+                failures.append("%s: rejects %s" % (name, result.get("reject_reasons")))
+            if result.get("ignored_messages"):
+                failures.append("%s: ignored %d messages it could not use" % (name, result["ignored_messages"]))
+            if (result.get("final_accuracy") or 0) < MIN_ACCURACY:
+                failures.append("%s did not learn: final accuracy %s" % (name, result.get("final_accuracy")))
+        if results.get("learner1") and not results["learner1"].get("provided_state"):
+            failures.append("learner1 was not asked for the initial state")
+        if results.get("learner2") and (results["learner2"].get("joined_accuracy") or 0) < CHANCE + 0.2:
+            failures.append("learner2 did not join the model learned so far (accuracy %s)"
+                            % results["learner2"].get("joined_accuracy"))
+        if counters.get("contributions_accepted") is not None and counters["contributions_accepted"] != sent:
+            failures.append("the syncer accepted %s contributions, the learners sent %d"
+                            % (counters["contributions_accepted"], sent))
+
+        # The syncer's final global model, evaluated by the same model code.
+        global_model = None
+        if os.path.exists(saved):
+            evaluation = subprocess.run([python, LEARNER, "--seed", "7", "--evaluate", saved],
+                                        stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=60)
+            global_model = last_json(evaluation.stdout.decode())
+            if evaluation.returncode != 0 or global_model is None:
+                failures.append("cannot evaluate the saved global model: %s" % evaluation.stderr.decode().strip())
+            elif global_model["accuracy"] < MIN_ACCURACY:
+                failures.append("the syncer's final global model did not learn: accuracy %.3f" % global_model["accuracy"])
+        else:
+            failures.append("the syncer saved no global model")
+
+        print("python learners vs %s (%s, alpha %g, %d steps each; python %s)" % (
+            os.path.basename(args.syncer), "lock-step" if args.lock_step else "asynchronous", args.alpha, args.steps,
+            python))
+        for name, result in sorted(results.items()):
+            if result:
+                print("  %s: accuracy %s initially, %s after joining, %s finally; %s contributions, %s acks, "
+                      "%s rejects, %s updates adopted" % tuple([name] + [result.get(key) for key in (
+                          "initial_accuracy", "joined_accuracy", "final_accuracy", "contributions", "acks", "rejects",
+                          "updates_adopted")]))
+        print("  syncer: %d outer updates (%d merging both learners), %s/%s contributions merged/accepted, rejected %s"
+              % (counters.get("outer_updates", 0), merged_by_two, counters.get("contributions_merged"),
+                 counters.get("contributions_accepted"), counters.get("rejected")))
+        if global_model:
+            print("  final global model: loss %.4f accuracy %.3f" % (global_model["loss"], global_model["accuracy"]))
+    finally:
+        for process in processes:
+            stop(process)
+    if failures:
+        print("FAILED:")
+        for failure in failures:
+            print("  - " + failure)
+        print("  logs in %s" % work)
+        return 1
+    print("ok")
+    if args.keep:
+        print("  logs in %s" % work)
+    else:
+        for name in os.listdir(work):
+            os.remove(os.path.join(work, name))
+        os.rmdir(work)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
