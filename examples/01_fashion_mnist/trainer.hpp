@@ -6,6 +6,8 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <iomanip>
+#include <sstream>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -162,25 +164,21 @@ class progress {
     const auto now = std::chrono::steady_clock::now();
     if (!force && now - last_ < std::chrono::duration<double>(settings_.progress_seconds)) return;
     last_ = now;
-    std::string line = "[" + fixed(std::chrono::duration<double>(now - started_).count(), 1) + "s";
-    if (virtual_seconds >= 0) line += ", sim " + fixed(virtual_seconds, 1) + "s";
-    line += "] steps";
-    for (const auto& a : steps_) line += " " + std::to_string(a.load()) + "/" + std::to_string(settings_.steps);
     double loss;
     {
       std::lock_guard lock(mutex_);
       loss = loss_;
     }
-    line += " | train loss " + fixed(loss, 4) + " | outer updates " + std::to_string(updates_.load());
-    std::fprintf(stderr, "%s\n", line.c_str());
+    std::ostringstream line;
+    line << std::fixed << std::setprecision(1) << '[' << std::chrono::duration<double>(now - started_).count() << 's';
+    if (virtual_seconds >= 0) line << ", sim " << virtual_seconds << 's';
+    line << "] steps";
+    for (const auto& a : steps_) line << ' ' << a.load() << '/' << settings_.steps;
+    line << std::setprecision(4) << " | train loss " << loss << " | outer updates " << updates_.load();
+    std::fprintf(stderr, "%s\n", line.str().c_str());
   }
 
  private:
-  static std::string fixed(double v, int digits) {
-    char b[64];
-    std::snprintf(b, sizeof b, "%.*f", digits, v);
-    return b;
-  }
 
   const settings& settings_;
   std::vector<std::atomic<std::uint64_t>> steps_;

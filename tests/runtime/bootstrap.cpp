@@ -109,7 +109,12 @@ BOOST_AUTO_TEST_CASE(only_the_chosen_learner_may_provide_it_and_only_if_it_is_we
   (void)other.try_send(syncer_peer, stranger);
   deliver();
   BOOST_TEST(boot.refused() == 1u);
-  BOOST_TEST(!other.try_receive().has_value());  // not asked
+  // Not asked for its model, but told which model this syncer serves.
+  auto told = other.try_receive();
+  BOOST_TEST_REQUIRE(told.has_value());
+  BOOST_TEST(int(told->msg.header.kind) == int(message_kind::welcome));
+  BOOST_TEST((told->msg.header.flags & state_wanted) == 0);
+  BOOST_TEST(told->msg.header.layout == expected.fingerprint());
 
   auto j = join(1, expected.fingerprint());
   (void)chosen.try_send(syncer_peer, j);

@@ -294,6 +294,15 @@ BOOST_FIXTURE_TEST_CASE(a_contribution_without_a_verdict_makes_the_learner_join_
   BOOST_TEST(l.metrics().rejoins_sent == 1u);
 }
 
+BOOST_FIXTURE_TEST_CASE(a_syncer_with_another_precision_stops_the_learner, fixture) {
+  BOOST_TEST(!l.poll(now));
+  auto w = welcome(1, 4, 0);
+  w.header.codec = codec_id::f32;  // this learner's model is double
+  send(std::move(w));
+  BOOST_TEST(!l.poll(now));
+  BOOST_TEST(l.error() == make_error_code(errc::bad_config));
+}
+
 BOOST_FIXTURE_TEST_CASE(join_is_retried_until_welcomed, fixture) {
   BOOST_TEST(!l.poll(now));
   now += 500ms;

@@ -194,6 +194,13 @@ BOOST_AUTO_TEST_CASE(each_kind_of_damage_has_its_own_reason) {
   rejected.reason = static_cast<std::uint8_t>(reject_reason_count);
   BOOST_TEST(int(refused(wire::encode_header(rejected, {}))) == int(wire_error::bad_header));
 
+  // A welcome may name the syncer's number codec, not bytes.
+  auto welcome = full_header(message_kind::welcome);
+  welcome.codec = codec_id::f64;
+  BOOST_TEST(int(wire::decode_header(wire::encode_header(welcome, {}), limit).header.codec) == int(codec_id::f64));
+  welcome.codec = codec_id::bytes;
+  BOOST_TEST(int(refused(wire::encode_header(welcome, {}))) == int(wire_error::bad_header));
+
   // A join must not name a codec.
   auto join = wire::encode_header(full_header(message_kind::join), {});
   join[wire::offset::codec] = std::byte{1};

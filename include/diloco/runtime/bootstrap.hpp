@@ -89,8 +89,16 @@ class bootstrap {
 
   void on_join(envelope&& e, time_point now) {
     const auto& h = e.msg.header;
-    if (h.learner == syncer_peer || h.element_count == 0 || h.element_count > max_elements_ ||
-        (expected_ && (h.layout != expected_->fingerprint() || h.element_count != expected_->size()))) {
+    if (h.learner == syncer_peer || h.element_count == 0 || h.element_count > max_elements_) {
+      refuse();
+      return;
+    }
+    if (expected_ && (h.layout != expected_->fingerprint() || h.element_count != expected_->size())) {
+      // Tell it which model this syncer serves, so that it stops with a
+      // layout mismatch instead of waiting.
+      message m = welcome_message(h.learner, h.incarnation, expected_->fingerprint(), expected_->size(), codec_of<T>,
+                                  config_);
+      (void)transport_.try_send(e.from, m);
       refuse();
       return;
     }
@@ -111,7 +119,8 @@ class bootstrap {
   }
 
   void ask(const message_header& join) {
-    message m = welcome_message(join.learner, join.incarnation, join.layout, join.element_count, config_, state_wanted);
+    message m = welcome_message(join.learner, join.incarnation, join.layout, join.element_count, codec_of<T>, config_,
+                                state_wanted);
     (void)transport_.try_send(source_->peer, m);
   }
 

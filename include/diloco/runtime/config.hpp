@@ -22,13 +22,15 @@ struct training_config {
 };
 
 /// The welcome that hands `config` to learner (`learner`, `incarnation`) of a
-/// model with this layout fingerprint and size; `flags` may ask for the
-/// model (`state_wanted`).
+/// model with this layout fingerprint and size, whose parameters travel as
+/// `codec`; `flags` may ask for the model (`state_wanted`).
 inline message welcome_message(std::uint32_t learner, std::uint32_t incarnation, std::uint64_t layout,
-                               std::uint64_t elements, const training_config& config, std::uint8_t flags = 0) {
+                               std::uint64_t elements, codec_id codec, const training_config& config,
+                               std::uint8_t flags = 0) {
   message m;
   auto& h = m.header;
   h.kind = message_kind::welcome;
+  h.codec = codec;
   h.flags = flags;
   h.learner = learner;
   h.incarnation = incarnation;

@@ -327,7 +327,8 @@ class learner {
       error_ = errc::layout_mismatch;
       return;
     }
-    if (h.fragment_count == 0 || h.fragment_count > layout.size() || h.sync_period == 0 ||
+    if ((h.codec != codec_id::none && h.codec != codec_of<T>) || h.fragment_count == 0 ||
+        h.fragment_count > layout.size() || h.sync_period == 0 ||
         h.overlap >= h.sync_period || !(h.mixing >= 0.0 && h.mixing < 1.0)) {
       error_ = errc::bad_config;
       return;

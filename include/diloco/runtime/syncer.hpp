@@ -416,7 +416,8 @@ class syncer {
   }
 
   void send_welcome(peer_id to, std::uint32_t learner, std::uint32_t incarnation) {
-    message m = welcome_message(learner, incarnation, layout_.fingerprint(), layout_.size(), options_.training);
+    message m =
+        welcome_message(learner, incarnation, layout_.fingerprint(), layout_.size(), codec_of<T>, options_.training);
     if (transport_.try_send(to, m)) ++metrics_.send_failures;
   }
 

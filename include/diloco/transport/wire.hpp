@@ -159,10 +159,13 @@ inline decoded_header decode_header(std::span<const std::byte> frame, std::uint6
   h.kind = static_cast<message_kind>(kind);
   h.codec = static_cast<codec_id>(codec);
   h.status = static_cast<update_status>(status);
-  // Layouts are bytes, parameter payloads are numbers, other kinds carry none.
-  const bool codec_fits = h.kind == message_kind::layout ? h.codec == codec_id::bytes
-                          : carries_payload(h.kind)      ? h.codec == codec_id::f32 || h.codec == codec_id::f64
-                                                         : h.codec == codec_id::none;
+  // Layouts are bytes, parameter payloads are numbers, a welcome names the
+  // number codec of the syncer, other kinds carry none.
+  const bool numbers = h.codec == codec_id::f32 || h.codec == codec_id::f64;
+  const bool codec_fits = h.kind == message_kind::layout    ? h.codec == codec_id::bytes
+                          : carries_payload(h.kind)         ? numbers
+                          : h.kind == message_kind::welcome ? numbers || h.codec == codec_id::none
+                                                            : h.codec == codec_id::none;
   if (!codec_fits) return d.error = wire_error::bad_header, d;
 
   h.learner = get<std::uint32_t>(frame, offset::learner);
