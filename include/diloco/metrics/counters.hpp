@@ -1,6 +1,7 @@
-// What learners and the syncer count. Every accepted contribution is merged
-// or still pending in an open round (accepted = merged + pending); every
-// refused message is counted by reason.
+// What learners and the syncer count. Every accepted contribution is merged,
+// still pending in an open round, or known lost with a syncer that stopped
+// without flushing (accepted = merged + pending + lost); every refused
+// message is counted by reason.
 #pragma once
 
 #include <array>
@@ -72,6 +73,7 @@ struct syncer_metrics {
   std::uint64_t contributions_accepted = 0;
   std::uint64_t contributions_merged = 0;
   std::uint64_t contributions_pending = 0;   ///< accepted, waiting in an open round
+  std::uint64_t contributions_lost = 0;      ///< accepted, pending when the syncer stopped without flushing (restored from a checkpoint)
   std::array<std::uint64_t, reject_reason_count> rejected{};
   std::uint64_t joins = 0;                   ///< first joins of a learner id
   std::uint64_t rejoins = 0;                 ///< joins of a new incarnation

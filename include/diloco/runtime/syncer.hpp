@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <functional>
 #include <iostream>
+#include <istream>
+#include <ostream>
 #include <map>
 #include <optional>
 #include <set>
@@ -24,6 +26,7 @@
 #include "diloco/concepts/outer_optimizer.hpp"
 #include "diloco/concepts/transport.hpp"
 #include "diloco/detail/ema.hpp"
+#include "diloco/detail/serialize.hpp"
 #include "diloco/metrics/counters.hpp"
 #include "diloco/params/fragments.hpp"
 #include "diloco/params/layout.hpp"
@@ -265,6 +268,101 @@ class syncer {
   const syncer_metrics& metrics() const noexcept { return metrics_; }
   OuterOptimizer& outer() noexcept { return outer_; }
   Transport& transport() noexcept { return transport_; }
+
+  /// Writes everything a restarted syncer needs: the global fragments and
+  /// their revisions, the idempotency keys, each learner's incarnation and
+  /// expected weights, the counters and the outer optimizer's state. Open
+  /// rounds are not written: a contribution accepted but not yet merged is
+  /// lost with the process, and `load` counts it in `contributions_lost`.
+  /// Cost: one pass over the parameters and the optimizer state.
+  void save(std::ostream& out) const {
+    detail::write_tag(out, "SYNC", 1);
+    detail::write_pod<std::uint64_t>(out, layout_.fingerprint());
+    detail::write_pod<std::uint64_t>(out, layout_.size());
+    const auto& c = options_.training;
+    detail::write_pod(out, c.fragments);
+    for (const auto& f : fragments_) {
+      detail::write_pod(out, f.revision);
+      detail::write_array(out, f.global);
+      detail::write_pod<std::uint64_t>(out, f.seen.size());
+      for (const auto& [learner, incarnation, base] : f.seen) {
+        detail::write_pod(out, learner);
+        detail::write_pod(out, incarnation);
+        detail::write_pod(out, base);
+      }
+    }
+    detail::write_pod<std::uint64_t>(out, learners_.size());
+    for (const auto& [id, l] : learners_) {
+      detail::write_pod(out, id);
+      detail::write_pod(out, l.incarnation);
+      detail::write_pod<std::uint8_t>(out, l.left ? 1 : 0);
+      detail::write_array(out, l.expected_weight);
+    }
+    detail::write_pod(out, metrics_);
+    outer_.save(out);
+  }
+
+  /// Restores what `save` wrote, for the same layout and fragment count.
+  /// All or nothing: throws `detail::corrupt_state` (naming what is wrong) and
+  /// leaves the syncer unchanged on a truncated, corrupt or foreign state.
+  /// Every restored learner starts as not live: it is welcomed again when it
+  /// rejoins (learners do so by themselves when their contributions go
+  /// unanswered).
+  void load(std::istream& in) {
+    detail::expect_tag(in, "SYNC", 1);
+    if (detail::read_pod<std::uint64_t>(in, "layout fingerprint") != layout_.fingerprint() ||
+        detail::read_pod<std::uint64_t>(in, "parameter count") != layout_.size())
+      throw detail::corrupt_state("diloco: the checkpoint is of another model");
+    if (detail::read_pod<std::uint32_t>(in, "fragment count") != fragments_.size())
+      throw detail::corrupt_state("diloco: the checkpoint has another fragment count");
+    std::vector<fragment_state> fragments(fragments_.size());
+    for (std::size_t p = 0; p < fragments.size(); ++p) {
+      auto& f = fragments[p];
+      f.revision = detail::read_pod<std::uint64_t>(in, "revision");
+      f.global = detail::read_array<T>(in, fragments_[p].global.size(), "global fragment");
+      if (f.global.size() != fragments_[p].global.size())
+        throw detail::corrupt_state("diloco: a checkpointed fragment has the wrong size");
+      const auto keys = detail::read_pod<std::uint64_t>(in, "idempotency key count");
+      if (keys > (std::uint64_t{1} << 32)) throw detail::corrupt_state("diloco: implausible idempotency key count");
+      for (std::uint64_t k = 0; k < keys; ++k) {
+        const auto learner = detail::read_pod<std::uint32_t>(in, "key learner");
+        const auto incarnation = detail::read_pod<std::uint32_t>(in, "key incarnation");
+        const auto base = detail::read_pod<std::uint64_t>(in, "key base revision");
+        f.seen.emplace(learner, incarnation, base);
+      }
+    }
+    std::map<std::uint32_t, learner_entry> learners;
+    const auto count = detail::read_pod<std::uint64_t>(in, "learner count");
+    if (count > options_.max_learners) throw detail::corrupt_state("diloco: more learners than max_learners");
+    for (std::uint64_t i = 0; i < count; ++i) {
+      const auto id = detail::read_pod<std::uint32_t>(in, "learner id");
+      auto& l = learners[id];
+      l.incarnation = detail::read_pod<std::uint32_t>(in, "learner incarnation");
+      const auto left = detail::read_pod<std::uint8_t>(in, "learner left");
+      if (left > 1) throw detail::corrupt_state("diloco: bad learner flag");
+      l.left = left == 1;
+      l.live = false;
+      l.expected_weight = detail::read_array<double>(in, fragments_.size(), "expected weights");
+      if (l.expected_weight.size() != fragments_.size())
+        throw detail::corrupt_state("diloco: expected weights of the wrong size");
+    }
+    auto metrics = detail::read_pod<syncer_metrics>(in, "counters");
+    // Last, because it is all or nothing by itself (the OuterOptimizer
+    // contract): once it succeeds nothing below can fail.
+    outer_.load(in);
+    for (std::size_t p = 0; p < fragments.size(); ++p) {
+      fragments_[p].revision = fragments[p].revision;
+      fragments_[p].global = std::move(fragments[p].global);
+      fragments_[p].seen = std::move(fragments[p].seen);
+      fragments_[p].round.clear();
+      fragments_[p].quorum = false;
+      fragments_[p].deadline.reset();
+    }
+    learners_ = std::move(learners);
+    metrics.contributions_lost += metrics.contributions_pending;
+    metrics.contributions_pending = 0;
+    metrics_ = metrics;
+  }
 
   /// Learners currently considered alive (joined, not left, heard from recently).
   std::size_t live_learners() const noexcept {

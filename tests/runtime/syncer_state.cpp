@@ -1,0 +1,188 @@
+// The syncer's saved state: a restored syncer continues exactly as the
+// original would, and a truncated or foreign state changes nothing.
+#include <boost/test/unit_test.hpp>
+
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <diloco/diloco.hpp>
+
+namespace {
+
+using namespace diloco;
+using T = double;
+using state_syncer = syncer<outer::nesterov<T>, merge::average, inproc::endpoint>;
+
+struct bench {
+  parameter_layout layout;
+  inproc::hub hub;
+  inproc::endpoint& end = hub.attach(syncer_peer);
+  std::vector<inproc::endpoint*> learners{&hub.attach(0), &hub.attach(1)};
+  time_point now{};
+
+  bench() {
+    layout.add("w", 4);
+    layout.add("b", 2);
+  }
+
+  static syncer_options options() {
+    syncer_options o;
+    o.training = training_config{.fragments = 2, .sync_period = 10, .overlap = 0, .mixing = 0.0, .lock_step = false};
+    o.quorum = 1;
+    o.grace_factor = 0.0;
+    o.log = [](const std::string&) {};
+    return o;
+  }
+
+  void deliver(state_syncer& s) {
+    while (auto e = end.try_receive()) s.handle(std::move(*e), now);
+  }
+
+  void send(std::uint32_t i, message m) { BOOST_TEST_REQUIRE(!learners[i]->try_send(syncer_peer, m)); }
+
+  message join(std::uint32_t id, std::uint32_t incarnation) const {
+    message m;
+    m.header.kind = message_kind::join;
+    m.header.learner = id;
+    m.header.incarnation = incarnation;
+    m.header.layout = layout.fingerprint();
+    m.header.element_count = layout.size();
+    return m;
+  }
+
+  static message contribution(std::uint32_t id, std::uint32_t incarnation, std::uint32_t fragment,
+                              std::uint64_t base, std::uint64_t sequence, std::vector<T> delta) {
+    message m;
+    auto& h = m.header;
+    h.kind = message_kind::contribution;
+    h.codec = codec_id::f64;
+    h.learner = id;
+    h.incarnation = incarnation;
+    h.fragment = fragment;
+    h.base_revision = base;
+    h.sequence = sequence;
+    h.tokens = 64;
+    h.steps = 10;
+    h.element_count = delta.size();
+    m.payload = byte_buffer(delta.size() * sizeof(T));
+    std::copy(delta.begin(), delta.end(), m.payload.as<T>().begin());
+    return m;
+  }
+};
+
+std::string saved(const state_syncer& s) {
+  std::ostringstream out;
+  s.save(out);
+  return out.str();
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(runtime_syncer_state)
+
+BOOST_FIXTURE_TEST_CASE(a_restored_syncer_continues_exactly_like_the_original, bench) {
+  const std::vector<T> initial{1, 2, 3, 4, 5, 6};
+  state_syncer a(layout, initial, end, options());
+  send(0, join(0, 1));
+  send(1, join(1, 2));
+  deliver(a);
+  // Two rounds on each fragment build up Nesterov momentum.
+  const auto sizes = std::vector<std::size_t>{a.plan()[0].size(), a.plan()[1].size()};
+  std::uint64_t sequence = 10;
+  for (std::uint64_t r = 0; r < 2; ++r)
+    for (std::uint32_t p = 0; p < 2; ++p) {
+      send(0, contribution(0, 1, p, r, ++sequence, std::vector<T>(sizes[p], 0.5 + double(r))));
+      deliver(a);
+    }
+  BOOST_TEST_REQUIRE(a.revision(0) == 2u);
+  const auto state = saved(a);
+
+  // A fresh syncer (other initial parameters) restored from it.
+  state_syncer b(layout, std::vector<T>(6, 0.0), end, options());
+  std::istringstream in(state);
+  b.load(in);
+  BOOST_TEST(b.parameters() == a.parameters(), boost::test_tools::per_element());
+  BOOST_TEST(b.revision(0) == 2u);
+  BOOST_TEST(b.revision(1) == 2u);
+  BOOST_TEST(b.metrics().outer_updates == a.metrics().outer_updates);
+  BOOST_TEST(b.metrics().contributions_merged == a.metrics().contributions_merged);
+  BOOST_TEST(b.live_learners() == 0u);  // everyone must rejoin
+
+  // Both see the same next contribution: identical results mean the
+  // momentum came back too.
+  for (auto* s : {&a, &b}) {
+    if (s == &b) {
+      send(0, join(0, 1));
+      deliver(b);
+    }
+    send(0, contribution(0, 1, 0, 2, ++sequence, std::vector<T>(sizes[0], -0.25)));
+    deliver(*s);
+  }
+  BOOST_TEST(b.parameters() == a.parameters(), boost::test_tools::per_element());
+  BOOST_TEST(b.revision(0) == 3u);
+
+  // The idempotency keys and incarnations came back: a replay is a duplicate,
+  // an older incarnation of learner 1 is dead.
+  send(0, join(0, 1));
+  deliver(b);
+  send(0, contribution(0, 1, 1, 1, 99, std::vector<T>(sizes[1], 1.0)));  // base 1 was merged before the save
+  deliver(b);
+  BOOST_TEST(b.metrics().rejected_for(reject_reason::duplicate) == 1u);
+  send(1, join(1, 1));
+  deliver(b);
+  BOOST_TEST(b.metrics().rejected_for(reject_reason::dead_incarnation) == 1u);
+}
+
+BOOST_FIXTURE_TEST_CASE(pending_contributions_are_counted_lost_not_silently_dropped, bench) {
+  auto o = options();
+  o.quorum = 2;  // keeps the first contribution pending
+  state_syncer a(layout, std::vector<T>(6, 1.0), end, o);
+  send(0, join(0, 1));
+  send(1, join(1, 1));
+  deliver(a);
+  send(0, contribution(0, 1, 0, 0, 5, std::vector<T>(a.plan()[0].size(), 1.0)));
+  deliver(a);
+  BOOST_TEST_REQUIRE(a.metrics().contributions_pending == 1u);
+  state_syncer b(layout, std::vector<T>(6, 1.0), end, o);
+  std::istringstream in(saved(a));
+  b.load(in);
+  const auto& m = b.metrics();
+  BOOST_TEST(m.contributions_pending == 0u);
+  BOOST_TEST(m.contributions_lost == 1u);
+  BOOST_TEST(m.contributions_accepted == m.contributions_merged + m.contributions_pending + m.contributions_lost);
+}
+
+BOOST_FIXTURE_TEST_CASE(truncated_or_foreign_state_is_refused_and_changes_nothing, bench) {
+  state_syncer a(layout, std::vector<T>{1, 2, 3, 4, 5, 6}, end, options());
+  send(0, join(0, 1));
+  deliver(a);
+  send(0, contribution(0, 1, 0, 0, 5, std::vector<T>(a.plan()[0].size(), 1.0)));
+  deliver(a);
+  const auto state = saved(a);
+
+  state_syncer b(layout, std::vector<T>(6, 7.0), end, options());
+  const auto before = saved(b);
+  for (std::size_t n = 0; n < state.size(); ++n) {
+    std::istringstream in(state.substr(0, n));
+    BOOST_CHECK_THROW(b.load(in), detail::corrupt_state);
+    BOOST_TEST_REQUIRE(saved(b) == before, "changed by a state cut at " << n << " bytes");
+  }
+
+  parameter_layout other;
+  other.add("w", 4);
+  other.add("c", 2);  // another name: another model
+  inproc::hub h2;
+  state_syncer c(other, std::vector<T>(6, 0.0), h2.attach(syncer_peer), options());
+  std::istringstream in(state);
+  BOOST_CHECK_THROW(c.load(in), detail::corrupt_state);
+
+  auto three = options();
+  three.training.fragments = 3;
+  inproc::hub h3;
+  state_syncer d(layout, std::vector<T>(6, 0.0), h3.attach(syncer_peer), three);
+  std::istringstream in3(state);
+  BOOST_CHECK_THROW(d.load(in3), detail::corrupt_state);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
