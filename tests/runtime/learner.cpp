@@ -190,6 +190,24 @@ BOOST_FIXTURE_TEST_CASE(other_updates_are_adopted_at_the_next_boundary_and_old_o
   BOOST_TEST(l.metrics().updates_ignored == 1u);
 }
 
+BOOST_FIXTURE_TEST_CASE(a_resync_is_adopted_even_when_older_than_the_base, fixture) {
+  join(1, 4, 0);
+  send(update(0, 5, std::vector<double>(8, 3.0)));
+  step();
+  BOOST_TEST(l.revision(0) == 5u);
+  // A syncer restored from an older checkpoint answers with its revision 2.
+  auto resync = update(0, 2, std::vector<double>(8, 1.0));
+  resync.header.status = update_status::resync;
+  send(std::move(resync));
+  step();
+  BOOST_TEST(l.revision(0) == 2u);
+  BOOST_TEST(model.params[0] == 0.5);  // 1.0, then one step
+  // A merged update that is not newer is still ignored.
+  send(update(0, 2, std::vector<double>(8, 9.0)));
+  step();
+  BOOST_TEST(model.params[0] == 0.0);
+}
+
 BOOST_FIXTURE_TEST_CASE(mixing_keeps_part_of_the_local_parameters, fixture) {
   join(1, 4, 0, 0.25);  // the first state overwrites the local initialization (0)
   BOOST_TEST(model.params[3] == 10.0);

@@ -134,6 +134,25 @@ BOOST_FIXTURE_TEST_CASE(a_restored_syncer_continues_exactly_like_the_original, b
   BOOST_TEST(b.metrics().rejected_for(reject_reason::dead_incarnation) == 1u);
 }
 
+BOOST_FIXTURE_TEST_CASE(a_restored_learner_is_bound_to_the_first_peer_that_speaks_for_it, bench) {
+  state_syncer a(layout, std::vector<T>(6, 1.0), end, options());
+  send(0, join(0, 1));
+  deliver(a);
+  state_syncer b(layout, std::vector<T>(6, 1.0), end, options());
+  std::istringstream in(saved(a));
+  b.load(in);
+  // Learner 0 keeps training against the restarted syncer without rejoining:
+  // its connection (peer) is new, and the first message of its incarnation
+  // names it.
+  send(1, contribution(0, 1, 0, 0, 7, std::vector<T>(b.plan()[0].size(), 1.0)));  // from endpoint 1 now
+  deliver(b);
+  BOOST_TEST(b.revision(0) == 1u);
+  BOOST_TEST(b.metrics().reconnects == 1u);
+  send(0, contribution(0, 1, 1, 0, 8, std::vector<T>(b.plan()[1].size(), 1.0)));  // the old endpoint: no more
+  deliver(b);
+  BOOST_TEST(b.metrics().rejected_for(reject_reason::wrong_peer) == 1u);
+}
+
 BOOST_FIXTURE_TEST_CASE(pending_contributions_are_counted_lost_not_silently_dropped, bench) {
   auto o = options();
   o.quorum = 2;  // keeps the first contribution pending

@@ -14,8 +14,10 @@
 #include <string>
 #include <string_view>
 #include <thread>
+#include <vector>
 
 #include <diloco/diloco.hpp>
+#include <diloco/runtime/checkpoint.hpp>
 #include <diloco/transport/zmq.hpp>
 
 namespace {
@@ -51,6 +53,9 @@ and, when it stops, prints its counters as one JSON line.
   --insecure                allow binding a non-loopback address without CURVE
   --save FILE               write the final global parameters (raw little-endian f32)
   --metrics FILE            also write the final counters (the JSON line) to FILE
+  --checkpoint-dir DIR      keep checkpoints there; on start, resume from the newest intact one
+  --durability update|SEC   checkpoint before every outer update is published (update), or
+                            every SEC seconds (default: update)
   --quiet                   no per-update lines
   --help                    this text
 )";
@@ -75,7 +80,8 @@ struct settings {
   double outer_lr = 0.7, outer_momentum = 0.9;
   std::uint32_t delay = 4;
   std::string merge = "tokens";
-  std::string layout_file, curve_secret, allow_file, save_file, metrics_file;
+  std::string layout_file, curve_secret, allow_file, save_file, metrics_file, checkpoint_dir;
+  double durability_seconds = 0;  ///< 0: before every published update
   std::uint64_t learners = 0;
   bool insecure = false, quiet = false;
 };
@@ -120,6 +126,8 @@ settings parse(int argc, char** argv) {
     else if (opt == "--allow") s.allow_file = v;
     else if (opt == "--save") s.save_file = v;
     else if (opt == "--metrics") s.metrics_file = v;
+    else if (opt == "--checkpoint-dir") s.checkpoint_dir = v;
+    else if (opt == "--durability") s.durability_seconds = v == "update" ? 0.0 : number<double>(opt, v);
     else throw usage_error("unknown option '" + std::string(opt) + "'");
   }
   if (!s.overlap_given) o.training.overlap = o.training.sync_period / 10;
@@ -129,6 +137,7 @@ settings parse(int argc, char** argv) {
     throw usage_error("unknown merge rule '" + s.merge + "' (tokens, average or rda)");
   if (s.curve_secret.empty() != s.allow_file.empty())
     throw usage_error("--curve-secret and --allow go together");
+  if (!(s.durability_seconds >= 0)) throw usage_error("--durability takes 'update' or a number of seconds");
   return s;
 }
 
@@ -170,22 +179,83 @@ diloco::parameter_layout read_layout(const std::string& path) {
   return layout;
 }
 
+/// Where the syncer starts: the model and, after a restart, its saved state.
+struct start {
+  diloco::parameter_layout layout;
+  std::vector<float> initial;
+  std::string state;                    ///< the syncer's saved state, empty for a fresh start
+  std::vector<diloco::envelope> joins;  ///< joins held by the bootstrap
+};
+
+/// A checkpoint body: the layout description (u64 length, bytes), then the
+/// syncer's state.
+template <class Syncer>
+std::string checkpoint_body(const Syncer& sync) {
+  std::ostringstream out;
+  const auto description = diloco::wire::encode_layout(sync.layout());
+  diloco::detail::write_pod<std::uint64_t>(out, description.size());
+  out.write(reinterpret_cast<const char*>(description.data()), static_cast<std::streamsize>(description.size()));
+  sync.save(out);
+  return out.str();
+}
+
+/// The model and state of a checkpoint body, or nothing if it is unusable.
+std::optional<start> from_checkpoint(const std::string& body) {
+  std::istringstream in(body);
+  std::uint64_t length = 0;
+  if (!in.read(reinterpret_cast<char*>(&length), 8) || length > body.size()) return std::nullopt;
+  std::vector<std::byte> description(static_cast<std::size_t>(length));
+  if (!in.read(reinterpret_cast<char*>(description.data()), static_cast<std::streamsize>(length))) return std::nullopt;
+  auto layout = diloco::wire::decode_layout(description, std::uint64_t{1} << 32);
+  if (!layout) return std::nullopt;
+  start st;
+  st.initial.assign(layout->size(), 0.0f);
+  st.layout = std::move(*layout);
+  st.state = body.substr(8 + length);
+  return st;
+}
+
+template <class Syncer>
+std::string revisions(const Syncer& sync) {
+  std::string out;
+  for (std::uint32_t p = 0; p < sync.plan().count(); ++p) out += (p ? "," : "") + std::to_string(sync.revision(p));
+  return out;
+}
+
 template <class Outer, class Merge>
-int serve(const settings& s, diloco::zeromq::server& server, diloco::bootstrap<float, diloco::zeromq::server>& boot,
+int serve(const settings& s, diloco::zeromq::server& server, start& from, diloco::checkpoint_store* store,
           std::stop_token stop, Outer outer, Merge merge) {
+  using syncer_type = diloco::syncer<Outer, Merge, diloco::zeromq::server>;
   auto options = s.options;
   options.log = log;
+  const syncer_type* self = nullptr;
+  auto write_checkpoint = [&] { store->write(checkpoint_body(*self)); };
+  if (store && s.durability_seconds == 0) options.before_publish = [&](const diloco::update_event&) { write_checkpoint(); };
   if (!s.quiet)
     options.on_update = [](const diloco::update_event& e) {
       std::fprintf(stderr, "%s update fragment=%u revision=%llu contributors=%u staleness=%llu scale=%.3f\n",
                    stamp().c_str(), e.fragment, static_cast<unsigned long long>(e.revision), e.contributors,
                    static_cast<unsigned long long>(e.max_staleness), e.scale);
     };
-  diloco::syncer<Outer, Merge, diloco::zeromq::server> sync(boot.layout(), boot.initial(), server, options,
-                                                            std::move(outer), std::move(merge));
+  syncer_type sync(from.layout, from.initial, server, options, std::move(outer), std::move(merge));
+  self = &sync;
+  if (!from.state.empty()) {
+    std::istringstream in(from.state);
+    sync.load(in);  // throws corrupt_state with the reason
+    log("resumed at revisions " + revisions(sync) + "; learners rejoin by themselves");
+  }
   const auto started = std::chrono::steady_clock::now();
-  for (auto& join : boot.take_joins()) sync.handle(std::move(join), diloco::clock::now());
-  sync.run_until(stop, [&] { return s.learners > 0 && sync.metrics().leaves >= s.learners && sync.live_learners() == 0; });
+  for (auto& join : from.joins) sync.handle(std::move(join), diloco::clock::now());
+  auto last_checkpoint = std::chrono::steady_clock::now();
+  sync.run_until(stop, [&] {
+    if (store && s.durability_seconds > 0 &&
+        std::chrono::steady_clock::now() - last_checkpoint > std::chrono::duration<double>(s.durability_seconds)) {
+      write_checkpoint();
+      last_checkpoint = std::chrono::steady_clock::now();
+    }
+    return s.learners > 0 && sync.metrics().leaves >= s.learners && sync.live_learners() == 0;
+  });
+  if (store) write_checkpoint();  // after the final flush
 
   const auto& m = sync.metrics();
   if (!s.save_file.empty()) {
@@ -221,16 +291,17 @@ int serve(const settings& s, diloco::zeromq::server& server, diloco::bootstrap<f
 }
 
 template <class Merge>
-int with_outer(const settings& s, diloco::zeromq::server& server, diloco::bootstrap<float, diloco::zeromq::server>& boot,
+int with_outer(const settings& s, diloco::zeromq::server& server, start& from, diloco::checkpoint_store* store,
                std::stop_token stop, Merge merge) {
   using namespace diloco;
-  if (s.outer == "sgd") return serve(s, server, boot, stop, outer::sgd<float>({.learning_rate = s.outer_lr}), merge);
+  if (s.outer == "sgd")
+    return serve(s, server, from, store, stop, outer::sgd<float>({.learning_rate = s.outer_lr}), merge);
   if (s.outer == "delayed-nesterov")
-    return serve(s, server, boot, stop,
+    return serve(s, server, from, store, stop,
                  outer::delayed_nesterov<float>({.learning_rate = s.outer_lr, .momentum = s.outer_momentum, .delay = s.delay}),
                  merge);
-  return serve(s, server, boot, stop, outer::nesterov<float>({.learning_rate = s.outer_lr, .momentum = s.outer_momentum}),
-               merge);
+  return serve(s, server, from, store, stop,
+               outer::nesterov<float>({.learning_rate = s.outer_lr, .momentum = s.outer_momentum}), merge);
 }
 
 }  // namespace
@@ -280,19 +351,38 @@ int main(int argc, char** argv) {
     log("listening on " + server.endpoint() + ", P=" + std::to_string(s.options.training.fragments) +
         " H=" + std::to_string(s.options.training.sync_period) + " tau=" + std::to_string(s.options.training.overlap) +
         " K=" + std::to_string(s.options.quorum));
-    diloco::bootstrap<float, diloco::zeromq::server> boot(server, s.options.training, expected);
-    while (!stop.stop_requested() && !boot.ready())
-      if (auto e = server.receive_for(std::chrono::milliseconds(100))) boot.handle(std::move(*e), diloco::clock::now());
-    if (!boot.ready()) {
+    std::optional<diloco::checkpoint_store> store;
+    std::optional<start> from;
+    if (!s.checkpoint_dir.empty()) {
+      store.emplace(s.checkpoint_dir);
+      std::vector<std::string> skipped;
+      const auto latest = store->latest(&skipped);
+      for (const auto& line : skipped) log("skipping checkpoint " + line);
+      if (latest) {
+        from = from_checkpoint(latest->body);
+        if (!from) throw std::runtime_error("checkpoint " + std::to_string(latest->sequence) + " has no usable layout");
+        log("restarting from checkpoint " + std::to_string(latest->sequence) + " in " + s.checkpoint_dir);
+      }
+    }
+    if (!from) {
+      diloco::bootstrap<float, diloco::zeromq::server> boot(server, s.options.training, expected);
+      while (!stop.stop_requested() && !boot.ready())
+        if (auto e = server.receive_for(std::chrono::milliseconds(100))) boot.handle(std::move(*e), diloco::clock::now());
+      if (boot.ready()) {
+        log("model from the first learner: " + std::to_string(boot.layout().tensor_count()) + " tensors, " +
+            std::to_string(boot.layout().size()) + " parameters");
+        from = start{boot.layout(), {boot.initial().begin(), boot.initial().end()}, {}, boot.take_joins()};
+      }
+    }
+    if (!from) {
       log("stopped before any learner provided the model");
       status = 0;
     } else {
-      log("model from the first learner: " + std::to_string(boot.layout().tensor_count()) + " tensors, " +
-          std::to_string(boot.layout().size()) + " parameters");
       using namespace diloco;
-      if (s.merge == "average") status = with_outer(s, server, boot, stop.get_token(), merge::average{});
-      else if (s.merge == "rda") status = with_outer(s, server, boot, stop.get_token(), merge::radial_directional<>{});
-      else status = with_outer(s, server, boot, stop.get_token(), merge::token_weighted{});
+      auto* st = store ? &*store : nullptr;
+      if (s.merge == "average") status = with_outer(s, server, *from, st, stop.get_token(), merge::average{});
+      else if (s.merge == "rda") status = with_outer(s, server, *from, st, stop.get_token(), merge::radial_directional<>{});
+      else status = with_outer(s, server, *from, st, stop.get_token(), merge::token_weighted{});
     }
   } catch (const usage_error& e) {
     std::fprintf(stderr, "diloco_syncer: %s\n", e.what());

@@ -377,7 +377,10 @@ class learner {
       return;
     }
     auto& f = tracks_[h.fragment];
-    if ((f.adopted && h.revision <= f.revision) || (f.inbox && h.revision < f.inbox->revision)) {
+    // A resync is the syncer's current state, sent in answer to this learner:
+    // adopted even when older (a syncer restored from an older checkpoint).
+    const bool resync = h.status == update_status::resync;
+    if (!resync && ((f.adopted && h.revision <= f.revision) || (f.inbox && h.revision < f.inbox->revision))) {
       ++metrics_.updates_ignored;
       return;
     }

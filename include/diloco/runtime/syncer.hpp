@@ -91,6 +91,10 @@ struct syncer_options {
   std::function<void(const std::string&)> log = [](const std::string& line) { std::cerr << "diloco syncer: " << line << '\n'; };
   /// Called after every outer update (on the syncer's thread).
   std::function<void(const update_event&)> on_update;
+  /// Called after a new revision exists and before any learner is sent it:
+  /// the place to make it durable (`save` the syncer), so that no learner
+  /// ever sees a revision that a restarted syncer would not have.
+  std::function<void(const update_event&)> before_publish;
 };
 
 /// The syncer (DESIGN 2.3). For each fragment it collects contributions; when
@@ -170,6 +174,12 @@ class syncer {
     if (h.incarnation < l.incarnation || (h.incarnation == l.incarnation && l.left))
       return reject(reject_reason::dead_incarnation, h);
     if (h.incarnation > l.incarnation) return reject(reject_reason::unknown_incarnation, h);
+    if (!l.bound) {
+      // Restored from a checkpoint: the learner's connection is new.
+      l.peer = e.from;
+      l.bound = true;
+      ++metrics_.reconnects;
+    }
     if (e.from != l.peer) return reject(reject_reason::wrong_peer, h);
     // A contribution counts (liveness, timing) only once it is accepted: a
     // refusal changes nothing but counters.
@@ -342,6 +352,7 @@ class syncer {
       if (left > 1) throw detail::corrupt_state("diloco: bad learner flag");
       l.left = left == 1;
       l.live = false;
+      l.bound = false;
       l.expected_weight = detail::read_array<double>(in, fragments_.size(), "expected weights");
       if (l.expected_weight.size() != fragments_.size())
         throw detail::corrupt_state("diloco: expected weights of the wrong size");
@@ -382,6 +393,7 @@ class syncer {
  private:
   struct learner_entry {
     peer_id peer = 0;
+    bool bound = true;  ///< false after a restore: the first message of its incarnation names its peer
     std::uint32_t incarnation = 0;
     bool live = false;
     bool left = false;
@@ -556,9 +568,13 @@ class syncer {
     const auto values = m.payload.template as<const T>();
     if (!std::all_of(values.begin(), values.end(), [](T v) { return std::isfinite(v); }))
       return reject(reject_reason::non_finite, h, &l);
-    if (h.base_revision > f.revision) return reject(reject_reason::future_base, h, &l);
-    // Stale and duplicate contributions come from learners that fell behind:
-    // the current fragment goes with the refusal.
+    // Future, stale and duplicate contributions come from learners out of
+    // step with this syncer (behind it, or ahead of a syncer restored from an
+    // older checkpoint): the current fragment goes with the refusal.
+    if (h.base_revision > f.revision) {
+      reject(reject_reason::future_base, h, &l);
+      return send_fragment(id, l, h.fragment, h.sequence, update_status::resync, 0);
+    }
     if (f.revision - h.base_revision > options_.max_staleness) {
       reject(reject_reason::stale, h, &l);
       return send_fragment(id, l, h.fragment, h.sequence, update_status::resync, 0);
@@ -675,9 +691,12 @@ class syncer {
     metrics_.contributions_pending -= f.round.size();
     metrics_.staleness_max = std::max(metrics_.staleness_max, max_staleness);
 
+    const auto contributors_merged = static_cast<std::uint32_t>(f.round.size());
+    const update_event event{p, f.revision, contributors_merged, max_staleness, scale, now};
     // Keys older than S revisions can never be accepted again: forget them.
     std::erase_if(f.seen, [&](const auto& key) { return std::get<2>(key) + options_.max_staleness < f.revision; });
 
+    if (options_.before_publish) options_.before_publish(event);
     for (const auto& [id, l] : learners_) {
       if (!l.live) continue;
       std::uint64_t answers = 0;
@@ -691,11 +710,10 @@ class syncer {
         send_fragment(id, l, p, answers, update_status::merged, hold);
     }
 
-    const auto contributors_merged = static_cast<std::uint32_t>(f.round.size());
     f.round.clear();
     f.quorum = false;
     f.deadline.reset();
-    if (options_.on_update) options_.on_update(update_event{p, f.revision, contributors_merged, max_staleness, scale, now});
+    if (options_.on_update) options_.on_update(event);
   }
 
   parameter_layout layout_;
