@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# The syncer service is killed with SIGKILL in the middle of training and
+# started again on the same checkpoint directory and port. The two learner
+# processes are not restarted: they keep training through the outage and
+# carry on with the restored syncer. Checked: the service resumed from a
+# checkpoint, no published revision went backwards (every update line after
+# the restart is newer than the same fragment's last one before it), both
+# learners finished, and the restarted service merged contributions and
+# refused none. Every process is bounded in time and killed on every exit.
+set -u
+syncer=$(realpath "$1") fashion=$(realpath "$2")
+work=$(mktemp -d "${TMPDIR:-/tmp}/diloco_restart.XXXXXX")
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
+  rm -rf "$work"
+}
+trap cleanup EXIT
+port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+endpoint="tcp://127.0.0.1:$port"
+args=(--endpoint "$endpoint" --learners 2 --fragments 4 --H 20 --checkpoint-dir "$work/checkpoints")
+
+# The syncer runs unwrapped, so that SIGKILL reaches it; its waits are bounded below.
+"$syncer" "${args[@]}" > "$work/first.json" 2> "$work/first.log" &
+first=$!
+pids+=("$first")
+learners=()
+for id in 0 1; do
+  timeout 300 "$fashion" --role learner --endpoint "$endpoint" --learners 2 --learner-id "$id" --steps 1500 \
+    > "$work/learner$id.json" 2> "$work/learner$id.log" &
+  learners+=($!)
+  pids+=($!)
+done
+
+# Let it make progress, then kill it the hard way.
+for _ in $(seq 1 300); do
+  [[ $(grep -c ' update ' "$work/first.log") -ge 40 ]] && break
+  sleep 0.1
+done
+kill -9 "$first"
+wait "$first" 2>/dev/null
+sleep 1  # the learners train on, unanswered
+"$syncer" "${args[@]}" > "$work/second.json" 2> "$work/second.log" &
+second=$!
+pids+=("$second")
+
+ok=1
+for p in "${learners[@]}"; do wait "$p" || ok=0; done
+# With both learners gone the syncer stops by itself; give it 30 s at most.
+for _ in $(seq 1 300); do kill -0 "$second" 2>/dev/null || break; sleep 0.1; done
+kill -0 "$second" 2>/dev/null && { kill -9 "$second"; ok=0; }
+wait "$second" || ok=0
+fail() { echo "FAIL: $*"; tail -n 5 "$work"/*.log; exit 1; }
+[[ $ok -eq 1 ]] || fail "a process failed"
+grep -q "restarting from checkpoint" "$work/second.log" || fail "the second syncer did not resume from a checkpoint"
+python3 - "$work/first.log" "$work/second.log" "$work/second.json" <<'PY' || fail "revisions or counters"
+import json, re, sys
+pattern = re.compile(r" update fragment=(\d+) revision=(\d+)")
+def updates(path):
+    return [(int(f), int(r)) for f, r in pattern.findall(open(path).read())]
+before, after = updates(sys.argv[1]), updates(sys.argv[2])
+last = {}
+for f, r in before:
+    last[f] = max(last.get(f, 0), r)
+assert before and after, (len(before), len(after))
+for f, r in after:
+    assert r > last.get(f, 0), f"fragment {f}: revision {r} after the restart, {last.get(f)} before"
+    last[f] = r
+summary = json.loads(open(sys.argv[3]).read().strip().splitlines()[-1])
+assert summary["contributions_merged"] > 0 and summary["rejected"] == {}, summary
+print(f"ok: {len(before)} updates before the kill, {len(after)} after; last revisions {last}; {summary}")
+PY
