@@ -4,6 +4,7 @@
 #include <boost/test/unit_test.hpp>
 
 #include <chrono>
+#include <cstring>
 #include <vector>
 
 #include <diloco/diloco.hpp>
@@ -190,20 +191,34 @@ BOOST_FIXTURE_TEST_CASE(other_updates_are_adopted_at_the_next_boundary_and_old_o
   BOOST_TEST(l.metrics().updates_ignored == 1u);
 }
 
-BOOST_FIXTURE_TEST_CASE(a_resync_is_adopted_even_when_older_than_the_base, fixture) {
-  join(1, 4, 0);
+BOOST_FIXTURE_TEST_CASE(a_resync_answering_the_latest_send_is_adopted_even_when_older, fixture) {
+  join(1, 2, 0);
   send(update(0, 5, std::vector<double>(8, 3.0)));
   step();
+  step();  // a contribution against revision 5 goes out
+  const auto sent = contributions();
+  BOOST_TEST_REQUIRE(sent.size() == 1u);
   BOOST_TEST(l.revision(0) == 5u);
-  // A syncer restored from an older checkpoint answers with its revision 2.
-  auto resync = update(0, 2, std::vector<double>(8, 1.0));
+  // A late duplicate of the initial state (a resync answering nothing) is ignored.
+  auto late = update(0, 0, std::vector<double>(8, 10.0));
+  late.header.status = update_status::resync;
+  send(std::move(late));
+  step();
+  BOOST_TEST(l.revision(0) == 5u);
+  BOOST_TEST(l.metrics().updates_ignored == 1u);
+  // A syncer restored from an older checkpoint refuses the send and answers
+  // it with its revision 2: taken, once.
+  auto resync = update(0, 2, std::vector<double>(8, 1.0), sent[0].header.sequence);
   resync.header.status = update_status::resync;
+  message copy;
+  copy.header = resync.header;
+  copy.payload = byte_buffer(resync.payload.size());
+  std::memcpy(copy.payload.data(), resync.payload.data(), resync.payload.size());
   send(std::move(resync));
   step();
   BOOST_TEST(l.revision(0) == 2u);
   BOOST_TEST(model.params[0] == 0.5);  // 1.0, then one step
-  // A merged update that is not newer is still ignored.
-  send(update(0, 2, std::vector<double>(8, 9.0)));
+  send(std::move(copy));  // its duplicate is not taken again
   step();
   BOOST_TEST(model.params[0] == 0.0);
 }

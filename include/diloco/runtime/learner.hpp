@@ -241,6 +241,8 @@ class learner {
     std::uint64_t steps = 0;
     std::optional<in_flight_send> in_flight;
     std::optional<received_update> inbox;
+    std::uint64_t last_sent = 0;  ///< sequence of the latest contribution of this fragment
+    std::uint64_t resynced = 0;   ///< the send whose resync was taken even though older
   };
 
   message make(message_kind kind) {
@@ -302,6 +304,7 @@ class learner {
       for (std::size_t i = 0; i < s.size; ++i)
         delta[s.packed_offset + i] = base[s.packed_offset + i] - theta[s.flat_offset + i];
     f.in_flight = in_flight_send{h.sequence, f.revision, step_, now};
+    f.last_sent = h.sequence;
     if (!unanswered_since_) unanswered_since_ = now;
     ++metrics_.contributions_sent;
     send(m);
@@ -377,10 +380,15 @@ class learner {
       return;
     }
     auto& f = tracks_[h.fragment];
-    // A resync is the syncer's current state, sent in answer to this learner:
-    // adopted even when older (a syncer restored from an older checkpoint).
-    const bool resync = h.status == update_status::resync;
-    if (!resync && ((f.adopted && h.revision <= f.revision) || (f.inbox && h.revision < f.inbox->revision))) {
+    // A resync answering this learner's latest send of the fragment is the
+    // syncer's current state: adopted even when older than the base (a syncer
+    // restored from an older checkpoint), once. Anything else — a duplicate,
+    // a late copy of the initial state — only if newer.
+    const bool answers_latest = h.status == update_status::resync && h.answers != 0 &&
+                                h.answers == f.last_sent && h.answers != f.resynced;
+    if (answers_latest) f.resynced = h.answers;
+    if (!answers_latest &&
+        ((f.adopted && h.revision <= f.revision) || (f.inbox && h.revision < f.inbox->revision))) {
       ++metrics_.updates_ignored;
       return;
     }

@@ -286,7 +286,7 @@ class syncer {
   /// lost with the process, and `load` counts it in `contributions_lost`.
   /// Cost: one pass over the parameters and the optimizer state.
   void save(std::ostream& out) const {
-    detail::write_tag(out, "SYNC", 1);
+    detail::write_tag(out, "SYNC", 2);
     detail::write_pod<std::uint64_t>(out, layout_.fingerprint());
     detail::write_pod<std::uint64_t>(out, layout_.size());
     const auto& c = options_.training;
@@ -295,10 +295,12 @@ class syncer {
       detail::write_pod(out, f.revision);
       detail::write_array(out, f.global);
       detail::write_pod<std::uint64_t>(out, f.seen.size());
-      for (const auto& [learner, incarnation, base] : f.seen) {
+      for (const auto& [key, sequence] : f.seen) {
+        const auto& [learner, incarnation, base] = key;
         detail::write_pod(out, learner);
         detail::write_pod(out, incarnation);
         detail::write_pod(out, base);
+        detail::write_pod(out, sequence);
       }
     }
     detail::write_pod<std::uint64_t>(out, learners_.size());
@@ -319,7 +321,7 @@ class syncer {
   /// rejoins (learners do so by themselves when their contributions go
   /// unanswered).
   void load(std::istream& in) {
-    detail::expect_tag(in, "SYNC", 1);
+    detail::expect_tag(in, "SYNC", 2);
     if (detail::read_pod<std::uint64_t>(in, "layout fingerprint") != layout_.fingerprint() ||
         detail::read_pod<std::uint64_t>(in, "parameter count") != layout_.size())
       throw detail::corrupt_state("diloco: the checkpoint is of another model");
@@ -338,7 +340,8 @@ class syncer {
         const auto learner = detail::read_pod<std::uint32_t>(in, "key learner");
         const auto incarnation = detail::read_pod<std::uint32_t>(in, "key incarnation");
         const auto base = detail::read_pod<std::uint64_t>(in, "key base revision");
-        f.seen.emplace(learner, incarnation, base);
+        const auto sequence = detail::read_pod<std::uint64_t>(in, "key sequence");
+        f.seen.emplace(std::make_tuple(learner, incarnation, base), sequence);
       }
     }
     std::map<std::uint32_t, learner_entry> learners;
@@ -422,8 +425,9 @@ class syncer {
     time_point opened{};
     bool quorum = false;
     std::optional<time_point> deadline;
-    /// Idempotency keys (learner, incarnation, base revision) not yet stale.
-    std::set<std::tuple<std::uint32_t, std::uint32_t, std::uint64_t>> seen;
+    /// Idempotency keys (learner, incarnation, base revision) not yet stale,
+    /// with the sequence number of the contribution accepted under each.
+    std::map<std::tuple<std::uint32_t, std::uint32_t, std::uint64_t>, std::uint64_t> seen;
   };
 
   static std::string seconds(std::chrono::nanoseconds d) {
@@ -579,7 +583,12 @@ class syncer {
       reject(reject_reason::stale, h, &l);
       return send_fragment(id, l, h.fragment, h.sequence, update_status::resync, 0);
     }
-    if (!f.seen.emplace(id, h.incarnation, h.base_revision).second) {
+    if (const auto [key, fresh] = f.seen.try_emplace({id, h.incarnation, h.base_revision}, h.sequence); !fresh) {
+      // The very contribution again (a network duplicate or a replay): the
+      // original was answered, answering its copy would read as a refusal of
+      // the original. Another one against the same base: refused with a
+      // resync, since it repeats work the first one carried.
+      if (key->second == h.sequence) return reject(reject_reason::duplicate, h);
       reject(reject_reason::duplicate, h, &l);
       return send_fragment(id, l, h.fragment, h.sequence, update_status::resync, 0);
     }
@@ -664,6 +673,11 @@ class syncer {
 
   void close_round(std::uint32_t p, time_point now) {
     auto& f = fragments_[p];
+    // Merge in a fixed order, not arrival order: floating-point sums depend
+    // on order, and a reordering network must not change the result.
+    std::sort(f.round.begin(), f.round.end(), [](const contribution_entry& a, const contribution_entry& b) {
+      return std::tie(a.learner, a.sequence) < std::tie(b.learner, b.sequence);
+    });
     // The contributors' period weights; a regular (not final) contribution
     // also updates the learner's expected weight.
     std::map<std::uint32_t, double> present;
@@ -694,7 +708,7 @@ class syncer {
     const auto contributors_merged = static_cast<std::uint32_t>(f.round.size());
     const update_event event{p, f.revision, contributors_merged, max_staleness, scale, now};
     // Keys older than S revisions can never be accepted again: forget them.
-    std::erase_if(f.seen, [&](const auto& key) { return std::get<2>(key) + options_.max_staleness < f.revision; });
+    std::erase_if(f.seen, [&](const auto& entry) { return std::get<2>(entry.first) + options_.max_staleness < f.revision; });
 
     if (options_.before_publish) options_.before_publish(event);
     for (const auto& [id, l] : learners_) {
