@@ -258,6 +258,22 @@ BOOST_FIXTURE_TEST_CASE(lock_step_waits_for_the_answer_and_gives_up_after_the_ti
   BOOST_TEST(l.metrics().answers_timed_out == 1u);
 }
 
+BOOST_FIXTURE_TEST_CASE(joining_a_lock_step_run_under_way_starts_in_phase, fixture) {
+  BOOST_TEST(!l.poll(now));
+  received();
+  send(welcome(1, 4, 0, 0.0, true));
+  send(update(0, 3, std::vector<double>(8, 10.0)));  // three rounds of H = 4 done
+  BOOST_TEST(l.poll(now));
+  BOOST_TEST(l.local_step() == 12u);
+  for (int i = 0; i < 3; ++i) step();
+  BOOST_TEST(contributions().empty());
+  step();  // step 16: the others' fourth round
+  const auto sent = contributions();
+  BOOST_TEST_REQUIRE(sent.size() == 1u);
+  BOOST_TEST(sent[0].header.base_revision == 3u);
+  BOOST_TEST(sent[0].header.steps == 4u);
+}
+
 BOOST_FIXTURE_TEST_CASE(finish_sends_unsent_work_then_leaves, fixture) {
   join(1, 4, 0);
   step();

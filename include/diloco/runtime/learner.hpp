@@ -445,9 +445,15 @@ class learner {
         }
     }
     std::copy(global.begin(), global.end(), f.base.begin());
-    if (!f.adopted) ++adopted_;
+    const bool completes_join = !f.adopted && ++adopted_ == tracks_.size();
     f.adopted = true;
     f.revision = f.inbox->revision;
+    if (completes_join && config_.lock_step && step_ == 0) {
+      // Joining a lock-step run that is under way: every round needs every
+      // learner, so start in phase with the others. Fragment 0 has completed
+      // one round per revision, each H steps long.
+      step_ = tracks_[0].revision * config_.sync_period;
+    }
     f.tokens = 0;
     f.steps = 0;
     if (answer) f.in_flight.reset();
