@@ -352,6 +352,16 @@ BOOST_FIXTURE_TEST_CASE(a_syncer_with_another_precision_stops_the_learner, fixtu
   BOOST_TEST(l.error() == make_error_code(errc::bad_config));
 }
 
+BOOST_AUTO_TEST_CASE(contradictory_learner_timeouts_are_refused) {
+  inproc::hub hub;
+  auto& end = hub.attach(0);
+  constant_gradient_model model;
+  auto make = [&](learner_options o) { test_learner l(model, end, o); };
+  BOOST_CHECK_THROW(make(learner_options{.answer_timeout = 5s}), std::invalid_argument);  // < rejoin_after
+  BOOST_CHECK_THROW(make(learner_options{.rejoin_after = 1s}), std::invalid_argument);   // < 2 heartbeats
+  BOOST_CHECK_NO_THROW(make(learner_options{}.with(timeouts::from(500ms))));
+}
+
 BOOST_FIXTURE_TEST_CASE(join_is_retried_until_welcomed, fixture) {
   BOOST_TEST(!l.poll(now));
   now += 500ms;

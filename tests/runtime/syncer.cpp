@@ -260,7 +260,7 @@ BOOST_FIXTURE_TEST_CASE(grace_window_collects_a_late_contribution, fixture) {
   auto o = options(1);
   o.training.overlap = 4;
   o.grace_factor = 0.5;
-  o.max_grace = 10s;
+  o.max_grace = 5s;
   test_syncer s(layout, initial, syncer_end, o);
   join_all(s, 3);
   for (std::uint32_t i = 0; i < 3; ++i) send(i, heartbeat(i, 1s));
@@ -293,7 +293,7 @@ BOOST_FIXTURE_TEST_CASE(the_first_contribution_already_sizes_the_grace_window, f
   auto o = options(1);
   o.training.overlap = 4;
   o.grace_factor = 0.5;
-  o.max_grace = 10s;
+  o.max_grace = 5s;
   test_syncer s(layout, initial, syncer_end, o);
   join_all(s, 3);
   BOOST_TEST(s.grace().count() == 0);
@@ -529,6 +529,28 @@ BOOST_FIXTURE_TEST_CASE(flush_merges_open_rounds_so_nothing_accepted_is_lost, fi
   BOOST_TEST(s.revision(0) == 1u);
 }
 
+BOOST_AUTO_TEST_CASE(timeouts_come_from_one_setting_and_contradictions_are_refused) {
+  const auto t = timeouts::from(2s);
+  BOOST_TEST(t.join_retry.count() == std::chrono::nanoseconds(2s).count());
+  BOOST_TEST(t.dead_after.count() == std::chrono::nanoseconds(20s).count());
+  BOOST_TEST(t.rejoin_after.count() == std::chrono::nanoseconds(20s).count());
+  BOOST_TEST(t.answer_timeout.count() == std::chrono::nanoseconds(120s).count());
+  BOOST_CHECK_NO_THROW(t.check());
+  BOOST_TEST(fixture::options(1).with(t).heartbeat_timeout.count() == std::chrono::nanoseconds(20s).count());
+  BOOST_TEST(learner_options{}.with(t).rejoin_after.count() == std::chrono::nanoseconds(20s).count());
+  auto broken = [&](auto edit) {
+    auto u = t;
+    edit(u);
+    return u;
+  };
+  BOOST_CHECK_THROW(broken([](timeouts& u) { u.dead_after = 5s; }).check(), std::invalid_argument);      // < 3 heartbeats
+  BOOST_CHECK_THROW(broken([](timeouts& u) { u.join_retry = 30s; }).check(), std::invalid_argument);     // > rejoin_after
+  BOOST_CHECK_THROW(broken([](timeouts& u) { u.rejoin_after = 3s; }).check(), std::invalid_argument);    // < 2 heartbeats
+  BOOST_CHECK_THROW(broken([](timeouts& u) { u.answer_timeout = 10s; }).check(), std::invalid_argument); // < rejoin_after
+  BOOST_CHECK_THROW(broken([](timeouts& u) { u.heartbeat = 0s; }).check(), std::invalid_argument);
+  BOOST_CHECK_THROW(fixture::options(1).with(broken([](timeouts& u) { u.dead_after = 1s; })), std::invalid_argument);
+}
+
 BOOST_AUTO_TEST_CASE(inconsistent_options_are_refused_at_construction) {
   parameter_layout layout;
   layout.add("w", 4);
@@ -546,6 +568,7 @@ BOOST_AUTO_TEST_CASE(inconsistent_options_are_refused_at_construction) {
   BOOST_CHECK_THROW(make([](syncer_options& o) { o.training.mixing = 1.0; }), std::invalid_argument);
   BOOST_CHECK_THROW(make([](syncer_options& o) { o.training.fragments = 5; }), std::invalid_argument);
   BOOST_CHECK_THROW(make([](syncer_options& o) { o.grace_factor = 1.0; }), std::invalid_argument);
+  BOOST_CHECK_THROW(make([](syncer_options& o) { o.max_grace = o.heartbeat_timeout; }), std::invalid_argument);
   BOOST_CHECK_THROW(test_syncer(layout, std::vector<double>(3, 0.0), end, fixture::options(1)), std::invalid_argument);
 }
 

@@ -3,6 +3,8 @@
 
 #include <chrono>
 #include <cstdint>
+#include <stdexcept>
+#include <string>
 
 #include "diloco/transport/message.hpp"
 
@@ -19,6 +21,44 @@ struct training_config {
   std::uint32_t overlap = 0;       ///< τ, inner steps between a send and the earliest use of its answer
   double mixing = 0.0;             ///< α: on adoption θ ← α·θ + (1−α)·Θ (0 overwrites)
   bool lock_step = false;          ///< wait for the answer τ steps after each send (synchronous modes)
+};
+
+/// Every timeout of a run, derived from one setting: how often a learner
+/// shows a sign of life. `from(h)` gives: join retried every h; a learner
+/// declared dead after 10 h of silence; a contribution without a verdict
+/// makes its learner rejoin after 10 h; a lock-step wait gives up after
+/// 60 h. `check` refuses sets that contradict each other.
+struct timeouts {
+  std::chrono::nanoseconds heartbeat = std::chrono::seconds(1);
+  std::chrono::nanoseconds join_retry = std::chrono::seconds(1);
+  std::chrono::nanoseconds dead_after = std::chrono::seconds(10);
+  std::chrono::nanoseconds rejoin_after = std::chrono::seconds(10);
+  std::chrono::nanoseconds answer_timeout = std::chrono::seconds(60);
+
+  static timeouts from(std::chrono::nanoseconds heartbeat) {
+    return {heartbeat, heartbeat, 10 * heartbeat, 10 * heartbeat, 60 * heartbeat};
+  }
+
+  /// Throws `std::invalid_argument` naming the first contradiction:
+  /// - every timeout is positive;
+  /// - a learner is declared dead only after missing at least two heartbeats
+  ///   (`dead_after ≥ 3 × heartbeat`);
+  /// - it retries its join at least as often as it would rejoin
+  ///   (`join_retry ≤ rejoin_after`), and rejoins only after heartbeats could
+  ///   have shown it alive (`rejoin_after ≥ 2 × heartbeat`);
+  /// - a lock-step wait outlasts a rejoin (`answer_timeout ≥ rejoin_after`),
+  ///   else the learner gives up on an answer its rejoin would have brought.
+  void check() const {
+    auto fail = [](const std::string& why) { throw std::invalid_argument("diloco::timeouts: " + why); };
+    using std::chrono::nanoseconds;
+    if (heartbeat <= nanoseconds::zero() || join_retry <= nanoseconds::zero() || dead_after <= nanoseconds::zero() ||
+        rejoin_after <= nanoseconds::zero() || answer_timeout <= nanoseconds::zero())
+      fail("every timeout must be positive");
+    if (dead_after < 3 * heartbeat) fail("dead_after must be at least 3 heartbeats, so that one lost heartbeat is no death");
+    if (join_retry > rejoin_after) fail("join_retry must not exceed rejoin_after");
+    if (rejoin_after < 2 * heartbeat) fail("rejoin_after must be at least 2 heartbeats");
+    if (answer_timeout < rejoin_after) fail("answer_timeout must not be shorter than rejoin_after");
+  }
 };
 
 /// The welcome that hands `config` to learner (`learner`, `incarnation`) of a

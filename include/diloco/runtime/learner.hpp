@@ -42,6 +42,17 @@ struct learner_options {
   /// syncer restarted, and it no longer knows this learner at this address.
   std::chrono::nanoseconds rejoin_after = std::chrono::seconds(10);
   std::size_t max_outbox = 64;    ///< messages kept for retry while the transport refuses them
+
+  /// These options with the learner's timeouts taken from `t` (checked).
+  learner_options with(const timeouts& t) const {
+    t.check();
+    learner_options o = *this;
+    o.heartbeat_interval = t.heartbeat;
+    o.join_retry = t.join_retry;
+    o.rejoin_after = t.rejoin_after;
+    o.answer_timeout = t.answer_timeout;
+    return o;
+  }
 };
 
 /// A learner unit (DESIGN 2.2). Per inner step it computes gradients, applies
@@ -78,6 +89,10 @@ class learner {
     if (options_.id == syncer_peer) throw std::invalid_argument("diloco::learner: id is reserved for the syncer");
     if (model_.parameters().size() != model_.layout().size())
       throw std::invalid_argument("diloco::learner: model parameters do not match its layout");
+    // The learner's own timeouts in a consistent order (dead_after is the syncer's).
+    timeouts{options_.heartbeat_interval, options_.join_retry, 3 * options_.heartbeat_interval, options_.rejoin_after,
+             options_.answer_timeout}
+        .check();
   }
 
   learner(const learner&) = delete;

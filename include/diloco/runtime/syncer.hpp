@@ -89,6 +89,14 @@ struct syncer_options {
   double ema_decay = 0.8;            ///< smoothing of step, quorum and transfer times
   /// Called for every refused message and liveness change; defaults to stderr.
   std::function<void(const std::string&)> log = [](const std::string& line) { std::cerr << "diloco syncer: " << line << '\n'; };
+  /// These options with the syncer's timeouts taken from `t` (checked).
+  syncer_options with(const timeouts& t) const {
+    t.check();
+    syncer_options o = *this;
+    o.heartbeat_timeout = t.dead_after;
+    return o;
+  }
+
   /// Called after every outer update (on the syncer's thread).
   std::function<void(const update_event&)> on_update;
   /// Called after a new revision exists and before any learner is sent it:
@@ -142,6 +150,8 @@ class syncer {
       throw std::invalid_argument("diloco::syncer: grace factor gamma must be in [0, 1)");
     if (options_.heartbeat_timeout <= std::chrono::nanoseconds::zero())
       throw std::invalid_argument("diloco::syncer: heartbeat timeout must be positive");
+    if (options_.max_grace >= options_.heartbeat_timeout)
+      throw std::invalid_argument("diloco::syncer: max_grace must be shorter than the heartbeat timeout");
     plan_ = fragment_plan::balanced(layout, c.fragments);  // validates P
     fragments_.resize(c.fragments);
     for (std::uint32_t p = 0; p < c.fragments; ++p) {
