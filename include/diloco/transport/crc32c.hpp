@@ -3,8 +3,9 @@
 // Polynomial 0x1EDC6F41 (reflected 0x82F63B78), initial value and final xor
 // 0xFFFFFFFF, as in iSCSI (RFC 3720, appendix B.4) and SSE4.2's `crc32`
 // instruction; the check value of "123456789" is 0xE3069283. On x86-64 with
-// SSE4.2 it runs on the instruction (8 bytes per step), elsewhere on a table
-// (slicing by 8).
+// SSE4.2 it runs on the instruction, three independent streams at a time
+// (~2.8x one stream: the instruction's latency is 3 cycles, its throughput one
+// per cycle), elsewhere on a table (slicing by 8).
 #pragma once
 
 #include <array>
@@ -54,10 +55,81 @@ inline std::uint32_t crc32c_update_portable(std::uint32_t crc, const unsigned ch
   return crc;
 }
 
+/// The CRC register after `bytes` zero bytes, as a table per byte of the
+/// register (the update is linear over GF(2): four lookups shift any state).
+consteval std::array<std::array<std::uint32_t, 256>, 4> crc32c_zeros_table(std::size_t bytes) {
+  // 32x32 GF(2) matrices as 32 columns: `op[j]` is the image of bit j.
+  using matrix = std::array<std::uint32_t, 32>;
+  auto apply = [](const matrix& m, std::uint32_t v) {
+    std::uint32_t r = 0;
+    for (int j = 0; v; ++j, v >>= 1)
+      if (v & 1u) r ^= m[j];
+    return r;
+  };
+  matrix op{};  // one zero byte
+  for (int j = 0; j < 32; ++j) {
+    std::uint32_t c = std::uint32_t{1} << j;
+    for (int k = 0; k < 8; ++k) c = (c >> 1) ^ ((c & 1u) ? crc32c_polynomial : 0u);
+    op[j] = c;
+  }
+  matrix result{};
+  for (int j = 0; j < 32; ++j) result[j] = std::uint32_t{1} << j;
+  for (std::size_t n = bytes; n; n >>= 1) {  // result = op^bytes by squaring
+    if (n & 1) {
+      matrix next{};
+      for (int j = 0; j < 32; ++j) next[j] = apply(op, result[j]);
+      result = next;
+    }
+    matrix square{};
+    for (int j = 0; j < 32; ++j) square[j] = apply(op, op[j]);
+    op = square;
+  }
+  std::array<std::array<std::uint32_t, 256>, 4> t{};
+  for (int k = 0; k < 4; ++k)
+    for (std::uint32_t b = 0; b < 256; ++b) t[k][b] = apply(result, b << (8 * k));
+  return t;
+}
+
+inline constexpr std::size_t crc32c_long_block = 8192, crc32c_short_block = 256;
+inline constexpr auto crc32c_long_shift = crc32c_zeros_table(crc32c_long_block);
+inline constexpr auto crc32c_short_shift = crc32c_zeros_table(crc32c_short_block);
+
+inline std::uint32_t crc32c_shift(const std::array<std::array<std::uint32_t, 256>, 4>& t, std::uint32_t c) noexcept {
+  return t[0][c & 0xff] ^ t[1][(c >> 8) & 0xff] ^ t[2][(c >> 16) & 0xff] ^ t[3][c >> 24];
+}
+
 #if defined(DILOCO_CRC32C_X86)
+/// Three independent streams over consecutive blocks of `block` bytes keep
+/// the `crc32` instruction busy (latency 3, throughput 1 per cycle); the
+/// three registers are then combined with the zeros table of `block` bytes
+/// (the method of Mark Adler's crc32c.c). Advances `p` and `n`.
+__attribute__((target("sse4.2"))) inline std::uint64_t crc32c_streams_sse42(
+    std::uint64_t c, const unsigned char*& p, std::size_t& n, std::size_t block,
+    const std::array<std::array<std::uint32_t, 256>, 4>& shift) noexcept {
+  while (n >= 3 * block) {
+    std::uint64_t c1 = 0, c2 = 0;
+    for (std::size_t i = 0; i < block; i += 8) {
+      std::uint64_t w0, w1, w2;
+      std::memcpy(&w0, p + i, 8);
+      std::memcpy(&w1, p + block + i, 8);
+      std::memcpy(&w2, p + 2 * block + i, 8);
+      c = _mm_crc32_u64(c, w0);
+      c1 = _mm_crc32_u64(c1, w1);
+      c2 = _mm_crc32_u64(c2, w2);
+    }
+    c = crc32c_shift(shift, static_cast<std::uint32_t>(c)) ^ c1;
+    c = crc32c_shift(shift, static_cast<std::uint32_t>(c)) ^ c2;
+    p += 3 * block;
+    n -= 3 * block;
+  }
+  return c;
+}
+
 __attribute__((target("sse4.2"))) inline std::uint32_t crc32c_update_sse42(std::uint32_t crc, const unsigned char* p,
                                                                            std::size_t n) noexcept {
   std::uint64_t c = crc;
+  c = crc32c_streams_sse42(c, p, n, crc32c_long_block, crc32c_long_shift);
+  c = crc32c_streams_sse42(c, p, n, crc32c_short_block, crc32c_short_shift);
   while (n >= 8) {
     std::uint64_t word;
     std::memcpy(&word, p, 8);
