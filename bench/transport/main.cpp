@@ -1,0 +1,352 @@
+// bench_transport: throughput and latency of diloco's transports against a raw
+// blocking TCP socket, on loopback, for several payload sizes, in one run.
+//
+// For each size, repetition after repetition, every transport in turn (A B C
+// … A B C …): a fresh sender/receiver pair is made, warmed up (untimed
+// streaming and round trips), then
+//   throughput  a sender thread streams messages of that size through the
+//               transport's API to a receiver thread that takes and releases
+//               them, for --seconds; GB/s = 10⁹ payload bytes per second, from
+//               the first send to the last receipt;
+//   latency     one message sent, echoed back, received: round-trip time in µs.
+// Transports (see README.md):
+//   raw_tcp        blocking TCP socket, length-prefixed writev, reused buffers
+//   raw_tcp_crc32c the same, plus CRC-32C of each payload at both ends
+//   inproc_hub     diloco::inproc::hub (in-process, no copy, no checksum)
+//   zmq_inproc     diloco::zeromq over inproc://
+//   zmq_ipc        diloco::zeromq over ipc://
+//   zmq_tcp        diloco::zeromq over tcp://127.0.0.1
+//   zmq_tcp_curve  diloco::zeromq over tcp://127.0.0.1 with CURVE
+//   asio_tcp       diloco::tcp (standalone Asio) over 127.0.0.1
+// Prints the median GB/s, [min–max], the median over repetitions of the ratio
+// to raw_tcp measured in the same repetition, and the median and p99 round
+// trip over all repetitions.
+//
+//   bench_transport [--sizes 64K,1M,16M,64M] [--seconds 0.5] [--repeat 3]
+//                   [--warmup 0.2] [--latency-seconds 0.25]
+//                   [--transports raw_tcp,zmq_tcp,...] [--queue-mib 256]
+//                   [--no-keep-large-blocks] [--json]
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+#include <exception>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "bench.hpp"
+
+namespace {
+
+using bench::link;
+using bench::link_options;
+
+struct transport {
+  const char* name;
+  const char* label;
+  std::function<std::unique_ptr<link>(const link_options&)> make;
+};
+
+std::vector<transport> all_transports() {
+  return {
+      {"raw_tcp", "raw tcp", [](const link_options& o) { return bench::make_raw_tcp(o, false); }},
+      {"raw_tcp_crc32c", "raw tcp + crc32c", [](const link_options& o) { return bench::make_raw_tcp(o, true); }},
+      {"inproc_hub", "inproc::hub", [](const link_options& o) { return bench::make_inproc_hub(o); }},
+      {"zmq_inproc", "zeromq inproc", [](const link_options& o) { return bench::make_zmq(o, "inproc", false); }},
+      {"zmq_ipc", "zeromq ipc", [](const link_options& o) { return bench::make_zmq(o, "ipc", false); }},
+      {"zmq_tcp", "zeromq tcp", [](const link_options& o) { return bench::make_zmq(o, "tcp", false); }},
+      {"zmq_tcp_curve", "zeromq tcp curve", [](const link_options& o) { return bench::make_zmq(o, "tcp", true); }},
+      {"asio_tcp", "asio tcp", [](const link_options& o) { return bench::make_asio_tcp(o); }},
+  };
+}
+
+struct options {
+  std::vector<std::size_t> sizes{std::size_t{64} << 10, std::size_t{1} << 20, std::size_t{16} << 20,
+                                 std::size_t{64} << 20};
+  double seconds = 0.5;
+  int repeat = 3;
+  double warmup = 0.2;
+  double latency_seconds = 0.25;
+  std::vector<std::string> transports;  ///< empty: all
+  std::size_t queue_bytes = std::size_t{256} << 20;
+  bool keep_large_blocks = true;
+  bool json = false;
+};
+
+std::optional<std::size_t> parse_size(std::string_view s) {
+  std::size_t shift = 0;
+  if (!s.empty()) {
+    switch (s.back()) {
+      case 'K': case 'k': shift = 10; break;
+      case 'M': case 'm': shift = 20; break;
+      case 'G': case 'g': shift = 30; break;
+      default: break;
+    }
+    if (shift != 0) s.remove_suffix(1);
+  }
+  std::size_t v = 0;
+  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc{} || end != s.data() + s.size() || v == 0) return std::nullopt;
+  return v << shift;
+}
+
+std::optional<double> parse_seconds(std::string_view s, double min) {
+  try {
+    std::size_t used = 0;
+    const double v = std::stod(std::string(s), &used);
+    if (used != s.size() || !(v >= min) || v > 3600) return std::nullopt;
+    return v;
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+}
+
+std::vector<std::string_view> split(std::string_view list) {
+  std::vector<std::string_view> parts;
+  while (!list.empty()) {
+    const auto comma = list.find(',');
+    parts.push_back(list.substr(0, comma));
+    list = comma == std::string_view::npos ? std::string_view{} : list.substr(comma + 1);
+  }
+  return parts;
+}
+
+constexpr const char* usage =
+    "usage: bench_transport [--sizes 64K,1M,16M,64M] [--seconds 0.5] [--repeat 3] [--warmup 0.2]\n"
+    "                       [--latency-seconds 0.25] [--transports NAME,...] [--queue-mib 256]\n"
+    "                       [--no-keep-large-blocks] [--json]\n"
+    "  --sizes N,...          payload sizes in bytes, multiples of 4; suffixes K, M, G are powers of 2\n"
+    "  --seconds S            length of each throughput measurement\n"
+    "  --repeat K             interleaved repetitions (>= 1)\n"
+    "  --warmup S             untimed streaming before each measurement (>= 0)\n"
+    "  --latency-seconds S    round trips per measurement, for about S seconds (5 at least)\n"
+    "  --transports A,B       a subset of: raw_tcp raw_tcp_crc32c inproc_hub zmq_inproc zmq_ipc\n"
+    "                         zmq_tcp zmq_tcp_curve asio_tcp (ratios need raw_tcp)\n"
+    "  --queue-mib Q          send and receive queue budget of each endpoint, MiB\n"
+    "  --no-keep-large-blocks ZeroMQ: socket_options::keep_large_blocks = false\n"
+    "  --json                 one JSON object per size on stdout, nothing else\n";
+
+std::optional<options> parse(int argc, char** argv) {
+  options o;
+  const auto known = all_transports();
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view arg = argv[i];
+    const bool has_value = i + 1 < argc;
+    if (arg == "--json") {
+      o.json = true;
+    } else if (arg == "--no-keep-large-blocks") {
+      o.keep_large_blocks = false;
+    } else if (arg == "--sizes" && has_value) {
+      o.sizes.clear();
+      for (const auto part : split(argv[++i])) {
+        const auto size = parse_size(part);
+        if (!size || *size % 4 != 0) return std::nullopt;
+        o.sizes.push_back(*size);
+      }
+      if (o.sizes.empty()) return std::nullopt;
+    } else if (arg == "--transports" && has_value) {
+      for (const auto part : split(argv[++i])) {
+        if (std::none_of(known.begin(), known.end(), [&](const transport& t) { return part == t.name; }))
+          return std::nullopt;
+        o.transports.emplace_back(part);
+      }
+      if (o.transports.empty()) return std::nullopt;
+    } else if ((arg == "--seconds" || arg == "--warmup" || arg == "--latency-seconds") && has_value) {
+      const auto v = parse_seconds(argv[++i], arg == "--seconds" ? 1e-3 : 0.0);
+      if (!v) return std::nullopt;
+      (arg == "--seconds" ? o.seconds : arg == "--warmup" ? o.warmup : o.latency_seconds) = *v;
+    } else if (arg == "--repeat" && has_value) {
+      int k = 0;
+      const std::string_view v = argv[++i];
+      const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), k);
+      if (ec != std::errc{} || end != v.data() + v.size() || k < 1) return std::nullopt;
+      o.repeat = k;
+    } else if (arg == "--queue-mib" && has_value) {
+      const auto q = parse_size(argv[++i]);
+      if (!q) return std::nullopt;
+      o.queue_bytes = *q << 20;
+    } else {
+      return std::nullopt;
+    }
+  }
+  return o;
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return NAN;
+  std::sort(v.begin(), v.end());
+  const std::size_t k = v.size();
+  return k % 2 ? v[k / 2] : (v[k / 2 - 1] + v[k / 2]) / 2;
+}
+
+/// The smallest sample with at least `q` of all samples at or below it.
+double quantile(std::vector<double> v, double q) {
+  if (v.empty()) return NAN;
+  std::sort(v.begin(), v.end());
+  const auto rank = static_cast<std::size_t>(std::ceil(q * static_cast<double>(v.size())));
+  return v[std::clamp<std::size_t>(rank, 1, v.size()) - 1];
+}
+
+std::string size_name(std::size_t bytes) {
+  if (bytes % (std::size_t{1} << 20) == 0) return std::to_string(bytes >> 20) + " MiB";
+  if (bytes % (std::size_t{1} << 10) == 0) return std::to_string(bytes >> 10) + " KiB";
+  return std::to_string(bytes) + " B";
+}
+
+struct measured {
+  const transport* t;
+  std::vector<double> gbps;    ///< one per repetition
+  std::vector<double> faults;  ///< page faults (whole process) per message received, one per repetition
+  std::vector<double> ratio;   ///< to raw_tcp of the same repetition
+  std::vector<double> rtt_us;  ///< every round trip of every repetition
+};
+
+struct size_result {
+  std::size_t bytes;
+  double crc_gbps;
+  std::vector<measured> rows;
+};
+
+const measured* find(const size_result& s, std::string_view name) {
+  for (const auto& m : s.rows)
+    if (name == m.t->name) return &m;
+  return nullptr;
+}
+
+/// Median over repetitions of a/b, each pair from one repetition.
+double paired_ratio(const measured* a, const measured* b) {
+  if (!a || !b) return NAN;
+  std::vector<double> r;
+  for (std::size_t i = 0; i < a->gbps.size() && i < b->gbps.size(); ++i) r.push_back(a->gbps[i] / b->gbps[i]);
+  return median(r);
+}
+
+/// Minor and major page faults of the whole process so far.
+long page_faults() {
+  rusage u{};
+  ::getrusage(RUSAGE_SELF, &u);
+  return u.ru_minflt + u.ru_majflt;
+}
+
+size_result run_size(const options& o, std::size_t bytes, const std::vector<transport>& chosen) {
+  size_result s{bytes, bench::crc32c_gbps(bytes, 5), {}};
+  for (const auto& t : chosen) s.rows.push_back({&t, {}, {}, {}, {}});
+  link_options lo;
+  lo.payload_bytes = bytes;
+  lo.queue_bytes = o.queue_bytes;
+  lo.zmq_keep_large_blocks = o.keep_large_blocks;
+  for (int r = 0; r < o.repeat; ++r) {
+    double raw = NAN;
+    for (auto& m : s.rows) {
+      auto l = m.t->make(lo);
+      if (o.warmup > 0) {
+        (void)l->stream({o.warmup, 4});
+        std::vector<double> ignored;
+        l->ping_pong(o.warmup / 4, 2, 1000, ignored);
+      }
+      const auto faults_before = page_faults();
+      const auto got = l->stream({o.seconds, 8});
+      const auto faults = page_faults() - faults_before;
+      const double gbps = static_cast<double>(got.payload_bytes) / got.seconds / 1e9;
+      m.gbps.push_back(gbps);
+      m.faults.push_back(static_cast<double>(faults) / static_cast<double>(got.messages));
+      if (std::string_view(m.t->name) == "raw_tcp") raw = gbps;
+      l->ping_pong(o.latency_seconds, 5, 100000, m.rtt_us);
+      if (!o.json)
+        std::fprintf(stderr, "  %s rep %d %-18s %8.3f GB/s  (%llu messages in %.2f s)\n", size_name(bytes).c_str(),
+                     r + 1, m.t->label, gbps, static_cast<unsigned long long>(got.messages), got.seconds);
+    }
+    for (auto& m : s.rows) m.ratio.push_back(m.gbps.back() / raw);
+  }
+  return s;
+}
+
+void print_size(const options& o, const size_result& s) {
+  std::printf("payload %s: %d repetitions, %.2f s each; crc32c alone %.2f GB/s on one thread\n",
+              size_name(s.bytes).c_str(), o.repeat, o.seconds, s.crc_gbps);
+  std::printf("  %-18s %8s %17s %7s %11s %10s %7s %11s\n", "transport", "GB/s", "[min - max]", "x raw",
+              "RTT med us", "RTT p99 us", "trips", "faults/msg");
+  for (const auto& m : s.rows) {
+    const auto [lo, hi] = std::minmax_element(m.gbps.begin(), m.gbps.end());
+    std::printf("  %-18s %8.3f [%7.3f - %7.3f] %7.3f %11.1f %10.1f %7zu %11.1f\n", m.t->label, median(m.gbps), *lo,
+                *hi, median(m.ratio), median(m.rtt_us), quantile(m.rtt_us, 0.99), m.rtt_us.size(), median(m.faults));
+  }
+  const double curve = paired_ratio(find(s, "zmq_tcp_curve"), find(s, "zmq_tcp"));
+  if (!std::isnan(curve)) std::printf("  zeromq tcp: CURVE / plaintext throughput %.3f\n", curve);
+  std::printf("\n");
+  std::fflush(stdout);
+}
+
+void print_json(const options& o, const size_result& s) {
+  auto number = [](double v) { return std::isnan(v) ? std::string("null") : std::to_string(v); };
+  std::printf("{\"payload_bytes\":%zu,\"repeat\":%d,\"seconds\":%g,\"queue_bytes\":%zu,\"keep_large_blocks\":%s,"
+              "\"crc32c_gbps\":%s,\"transports\":{",
+              s.bytes, o.repeat, o.seconds, o.queue_bytes, o.keep_large_blocks ? "true" : "false", number(s.crc_gbps).c_str());
+  for (std::size_t i = 0; i < s.rows.size(); ++i) {
+    const auto& m = s.rows[i];
+    std::printf("%s\"%s\":{\"gbps\":[", i ? "," : "", m.t->name);
+    for (std::size_t k = 0; k < m.gbps.size(); ++k) std::printf("%s%s", k ? "," : "", number(m.gbps[k]).c_str());
+    std::printf("],\"median_gbps\":%s,\"ratio_to_raw\":%s,\"rtt_median_us\":%s,\"rtt_p99_us\":%s,\"trips\":%zu,"
+                "\"page_faults_per_message\":%s}",
+                number(median(m.gbps)).c_str(), number(median(m.ratio)).c_str(), number(median(m.rtt_us)).c_str(),
+                number(quantile(m.rtt_us, 0.99)).c_str(), m.rtt_us.size(), number(median(m.faults)).c_str());
+  }
+  std::printf("},\"curve_over_plaintext\":%s}\n",
+              number(paired_ratio(find(s, "zmq_tcp_curve"), find(s, "zmq_tcp"))).c_str());
+  std::fflush(stdout);
+}
+
+void print_summary(const std::vector<size_result>& all) {
+  std::printf("summary: median GB/s (x raw tcp)\n  %-18s", "transport");
+  for (const auto& s : all) std::printf(" %17s", size_name(s.bytes).c_str());
+  std::printf("\n");
+  for (std::size_t i = 0; i < all.front().rows.size(); ++i) {
+    std::printf("  %-18s", all.front().rows[i].t->label);
+    for (const auto& s : all) {
+      char cell[40];
+      std::snprintf(cell, sizeof cell, "%.2f (%.2f)", median(s.rows[i].gbps), median(s.rows[i].ratio));
+      std::printf(" %17s", cell);
+    }
+    std::printf("\n");
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const auto o = parse(argc, argv);
+  if (!o) {
+    std::fputs(usage, stderr);
+    return 2;
+  }
+  const auto known = all_transports();
+  std::vector<transport> chosen;
+  for (const auto& t : known)
+    if (o->transports.empty() || std::find(o->transports.begin(), o->transports.end(), t.name) != o->transports.end())
+      chosen.push_back(t);
+  if (const auto bad = bench::check_crc32c(); !bad.empty()) {
+    std::fprintf(stderr, "bench_transport: %s\n", bad.c_str());
+    return 1;
+  }
+  try {
+    std::vector<size_result> all;
+    for (const auto bytes : o->sizes) {
+      all.push_back(run_size(*o, bytes, chosen));
+      if (o->json)
+        print_json(*o, all.back());
+      else
+        print_size(*o, all.back());
+    }
+    if (!o->json) print_summary(all);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "bench_transport: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
