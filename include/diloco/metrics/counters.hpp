@@ -111,6 +111,7 @@ struct learner_metrics {
   std::uint64_t joins_sent = 0;
   std::uint64_t rejoins_sent = 0;            ///< joins repeated because contributions went unanswered
   std::uint64_t states_sent = 0;             ///< times it gave a model-less syncer its layout and parameters
+  std::uint64_t wait_ns = 0;                 ///< time `poll` kept it from stepping: joining, lock-step waits
 };
 
 }  // namespace diloco

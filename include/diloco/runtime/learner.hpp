@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <optional>
 #include <span>
 #include <system_error>
@@ -20,6 +21,7 @@
 #include "diloco/detail/ema.hpp"
 #include "diloco/error.hpp"
 #include "diloco/metrics/counters.hpp"
+#include "diloco/metrics/events.hpp"
 #include "diloco/params/fragments.hpp"
 #include "diloco/runtime/config.hpp"
 #include "diloco/transport/buffer.hpp"
@@ -42,6 +44,9 @@ struct learner_options {
   /// syncer restarted, and it no longer knows this learner at this address.
   std::chrono::nanoseconds rejoin_after = std::chrono::seconds(10);
   std::size_t max_outbox = 64;    ///< messages kept for retry while the transport refuses them
+  /// Called on the learner's thread for each join, contribution sent,
+  /// verdict, adoption and wait (never per inner step).
+  std::function<void(const learner_event&)> on_event{};
 
   /// These options with the learner's timeouts taken from `t` (checked).
   learner_options with(const timeouts& t) const {
@@ -104,6 +109,7 @@ class learner {
   /// overdue. Never blocks.
   bool poll(time_point now) {
     if (error_) return false;
+    if (!wait_began_) wait_began_ = now;  // until `poll` says go, the learner waits
     flush_outbox();
     while (auto e = transport_.try_receive()) receive(std::move(*e), now);
     if (!welcomed_) {
@@ -115,6 +121,15 @@ class learner {
       if (now >= *next_join_) send_join(now);
       return false;
     }
+    if (!announced_join_) {
+      announced_join_ = true;
+      end_wait(now);
+      if (options_.on_event) {
+        learner_event e{.what = learner_event::kind::joined};
+        for (const auto& t : tracks_) e.revisions.push_back(t.revision);
+        emit(std::move(e));
+      }
+    }
     if (now >= next_heartbeat_) send_heartbeat(now);
     if (unanswered_since_ && now - *unanswered_since_ >= options_.rejoin_after) {
       send_join(now);
@@ -123,6 +138,7 @@ class learner {
     }
     const bool ready = !waiting_for_answer(now);
     if (!ready) waited_ = true;
+    if (ready) end_wait(now);
     return ready;
   }
 
@@ -226,6 +242,8 @@ class learner {
       case message_kind::ack:
         ++metrics_.contributions_acked;
         unanswered_since_.reset();
+        if (options_.on_event) emit({.what = learner_event::kind::verdict, .fragment = h.fragment,
+                                     .sequence = h.answers, .accepted = true});
         break;
       case message_kind::reject:
         on_reject(h);
@@ -258,6 +276,7 @@ class learner {
     std::optional<received_update> inbox;
     std::uint64_t last_sent = 0;  ///< sequence of the latest contribution of this fragment
     std::uint64_t resynced = 0;   ///< the send whose resync was taken even though older
+    bool resync_wanted = false;   ///< lock-step: asked for the current state in place of an overdue answer
   };
 
   message make(message_kind kind) {
@@ -322,6 +341,8 @@ class learner {
     f.last_sent = h.sequence;
     if (!unanswered_since_) unanswered_since_ = now;
     ++metrics_.contributions_sent;
+    if (options_.on_event)
+      emit({.what = learner_event::kind::sent, .fragment = p, .sequence = h.sequence, .revision = f.revision});
     send(m);
   }
 
@@ -399,9 +420,14 @@ class learner {
     // syncer's current state: adopted even when older than the base (a syncer
     // restored from an older checkpoint), once. Anything else — a duplicate,
     // a late copy of the initial state — only if newer.
-    const bool answers_latest = h.status == update_status::resync && h.answers != 0 &&
-                                h.answers == f.last_sent && h.answers != f.resynced;
+    const bool answers_latest =
+        h.status == update_status::resync &&
+        ((h.answers != 0 && h.answers == f.last_sent && h.answers != f.resynced) || f.resync_wanted);
     if (answers_latest) f.resynced = h.answers;
+    if (answers_latest && f.resync_wanted) {
+      f.resync_wanted = false;
+      f.in_flight.reset();  // the answer it waited for is replaced by this state
+    }
     if (!answers_latest &&
         ((f.adopted && h.revision <= f.revision) || (f.inbox && h.revision < f.inbox->revision))) {
       ++metrics_.updates_ignored;
@@ -424,6 +450,9 @@ class learner {
   /// also brings a resync update).
   void on_reject(const message_header& h) {
     ++metrics_.contributions_refused;
+    if (options_.on_event)
+      emit({.what = learner_event::kind::verdict, .fragment = h.fragment, .sequence = h.answers, .accepted = false,
+            .reason = h.reason < reject_reason_count ? static_cast<reject_reason>(h.reason) : reject_reason::count_});
     if (h.fragment < tracks_.size()) {
       auto& f = tracks_[h.fragment];
       if (f.in_flight && f.in_flight->sequence == h.answers) f.in_flight.reset();
@@ -472,14 +501,36 @@ class learner {
     f.tokens = 0;
     f.steps = 0;
     if (answer) f.in_flight.reset();
+    if (answer) f.resync_wanted = false;
     f.inbox.reset();
     ++metrics_.updates_adopted;
+    if (options_.on_event) emit({.what = learner_event::kind::adopted, .fragment = p, .revision = f.revision});
+  }
+
+  /// Ends the wait under way, if any: its time counts as waiting, not work.
+  void end_wait(time_point now) {
+    if (!wait_began_) return;
+    const auto wait = std::chrono::duration_cast<std::chrono::nanoseconds>(now - *wait_began_);
+    wait_began_.reset();
+    metrics_.wait_ns += static_cast<std::uint64_t>(std::max<std::int64_t>(0, wait.count()));
+    if (options_.on_event && wait >= std::chrono::milliseconds(20))
+      emit({.what = learner_event::kind::waited, .wait = wait});
+  }
+
+  void emit(learner_event e) {
+    e.steps = metrics_.steps;
+    e.waited_total = std::chrono::nanoseconds(metrics_.wait_ns);
+    options_.on_event(e);
   }
 
   /// Lock-step only: an answer is due (τ steps after its send) and missing.
+  /// An answer overdue by `rejoin_after` may never come (a syncer restarted
+  /// from a checkpoint has lost the round): the learner joins again and takes
+  /// the fragment's current state in place of the answer (its work in flight
+  /// is then lost, or merged later and adopted as a newer revision).
   bool waiting_for_answer(time_point now) {
     if (!config_.lock_step) return false;
-    bool waiting = false;
+    bool waiting = false, resync = false;
     for (auto& f : tracks_) {
       if (!f.in_flight || step_ < f.in_flight->step + config_.overlap) continue;
       if (now - f.in_flight->at >= options_.answer_timeout) {
@@ -487,7 +538,12 @@ class learner {
         ++metrics_.answers_timed_out;
         continue;
       }
+      if (now - f.in_flight->at >= options_.rejoin_after && !f.resync_wanted) resync = f.resync_wanted = true;
       waiting = true;
+    }
+    if (resync) {
+      send_join(now);
+      ++metrics_.rejoins_sent;
     }
     return waiting;
   }
@@ -513,6 +569,8 @@ class learner {
   time_point next_heartbeat_{};
   std::optional<time_point> last_step_at_;
   bool waited_ = false;
+  bool announced_join_ = false;
+  std::optional<time_point> wait_began_;  ///< since when `poll` has said "not yet"
   detail::ema step_time_;
   detail::ema transfer_time_;
   std::deque<message> outbox_;

@@ -28,6 +28,7 @@
 #include "diloco/detail/ema.hpp"
 #include "diloco/detail/serialize.hpp"
 #include "diloco/metrics/counters.hpp"
+#include "diloco/metrics/events.hpp"
 #include "diloco/params/fragments.hpp"
 #include "diloco/params/layout.hpp"
 #include "diloco/runtime/config.hpp"
@@ -73,6 +74,9 @@ struct update_event {
   std::uint64_t max_staleness = 0;  ///< largest (revision before the merge − base revision) merged
   double scale = 1.0;               ///< share applied to the merged outer gradient
   time_point at{};
+  /// Who was merged; filled only when `syncer_options::on_contribution` is
+  /// set (accounting runs want it, others need not pay for it).
+  std::vector<merged_contribution> contributions{};
 };
 
 /// Settings of the syncer (DESIGN 2.3). `training` is sent to every learner.
@@ -103,6 +107,9 @@ struct syncer_options {
   /// the place to make it durable (`save` the syncer), so that no learner
   /// ever sees a revision that a restarted syncer would not have.
   std::function<void(const update_event&)> before_publish;
+  /// Called for every contribution from a known learner, accepted (before its
+  /// acknowledgement is sent) or refused with a reason.
+  std::function<void(const contribution_event&)> on_contribution{};
 };
 
 /// The syncer (DESIGN 2.3). For each fragment it collects contributions; when
@@ -419,6 +426,7 @@ class syncer {
 
   struct contribution_entry {
     std::uint32_t learner;
+    std::uint32_t incarnation;
     std::uint64_t sequence;
     std::uint64_t base_revision;
     double weight;         ///< the merge weight of this contribution's own work
@@ -448,6 +456,9 @@ class syncer {
   /// came from learner `to`, authenticated by its peer and incarnation.
   void reject(reject_reason why, const message_header& h, const learner_entry* to = nullptr) {
     ++metrics_.rejected[static_cast<std::size_t>(why)];
+    if (options_.on_contribution && to && h.kind == message_kind::contribution)
+      options_.on_contribution(contribution_event{h.learner, h.incarnation, h.sequence, h.fragment, h.base_revision,
+                                                  false, why});
     options_.log("refused message kind " + std::to_string(int(h.kind)) + " from learner " +
                  std::to_string(h.learner) + "/" + std::to_string(h.incarnation) + ": " +
                  std::string(to_string(why)));
@@ -611,10 +622,13 @@ class syncer {
       return reject(reject_reason::no_work, h, &l);
     accept_from(h, l, now);
     ++metrics_.contributions_accepted;
+    if (options_.on_contribution)
+      options_.on_contribution(contribution_event{id, h.incarnation, h.sequence, h.fragment, h.base_revision, true,
+                                                  reject_reason::truncated});
     send_verdict(l, h, message_kind::ack, reject_reason::truncated);
     ++metrics_.contributions_pending;
     if (f.round.empty()) f.opened = now;
-    f.round.push_back(contribution_entry{id, h.sequence, h.base_revision, weight, period_weight,
+    f.round.push_back(contribution_entry{id, h.incarnation, h.sequence, h.base_revision, weight, period_weight,
                                          (h.flags & final_contribution) != 0, now, std::move(m.payload)});
     advance_round(h.fragment, now);
   }
@@ -716,7 +730,10 @@ class syncer {
     metrics_.staleness_max = std::max(metrics_.staleness_max, max_staleness);
 
     const auto contributors_merged = static_cast<std::uint32_t>(f.round.size());
-    const update_event event{p, f.revision, contributors_merged, max_staleness, scale, now};
+    update_event event{p, f.revision, contributors_merged, max_staleness, scale, now, {}};
+    if (options_.on_contribution)
+      for (const auto& c : f.round)
+        event.contributions.push_back({c.learner, c.incarnation, c.sequence, f.revision - 1 - c.base_revision});
     // Keys older than S revisions can never be accepted again: forget them.
     std::erase_if(f.seen, [&](const auto& entry) { return std::get<2>(entry.first) + options_.max_staleness < f.revision; });
 

@@ -1,0 +1,57 @@
+// What learners and the syncer report as it happens, for goodput and
+// downtime accounting (DESIGN 2.8) and for checking the guarantees of
+// DESIGN 2.7 after a run: every contribution sent, its verdict, every
+// revision adopted or merged, every wait. Delivered through the
+// `on_event`/`on_contribution` hooks of the options; `metrics/trace.hpp`
+// writes them as JSON lines.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <vector>
+
+#include "diloco/metrics/counters.hpp"
+
+namespace diloco {
+
+/// One thing a learner did. Which fields mean something depends on `what`.
+struct learner_event {
+  enum class kind : std::uint8_t {
+    joined,   ///< has every fragment of the global state; `revisions` holds them
+    sent,     ///< a contribution left: `fragment`, `sequence`, `revision` (its base)
+    verdict,  ///< the syncer accepted (`accepted`) or refused (`reason`) `sequence`
+    adopted,  ///< global `fragment` at `revision` was taken in
+    waited,   ///< a wait of `wait` ended (joining, or a lock-step wait for an answer)
+  };
+  kind what = kind::sent;
+  std::uint32_t fragment = 0;
+  std::uint64_t sequence = 0;
+  std::uint64_t revision = 0;
+  bool accepted = false;
+  reject_reason reason = reject_reason::truncated;
+  std::vector<std::uint64_t> revisions{};  ///< `joined` only
+  std::uint64_t steps = 0;               ///< inner steps taken so far
+  std::chrono::nanoseconds waited_total{};  ///< time spent waiting so far
+  std::chrono::nanoseconds wait{};          ///< `waited`: this wait
+};
+
+/// The syncer's verdict on one contribution.
+struct contribution_event {
+  std::uint32_t learner = 0;
+  std::uint32_t incarnation = 0;
+  std::uint64_t sequence = 0;
+  std::uint32_t fragment = 0;
+  std::uint64_t base_revision = 0;
+  bool accepted = false;
+  reject_reason reason = reject_reason::truncated;  ///< when refused
+};
+
+/// One contribution inside an outer update.
+struct merged_contribution {
+  std::uint32_t learner = 0;
+  std::uint32_t incarnation = 0;
+  std::uint64_t sequence = 0;
+  std::uint64_t staleness = 0;  ///< revision before the merge − its base revision
+};
+
+}  // namespace diloco
