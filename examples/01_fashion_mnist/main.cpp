@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <fstream>
 #include <iostream>
 #include <sstream>
 #include <stdexcept>
@@ -56,6 +57,10 @@ JSON line with the test accuracy of the final global model.
   --curve-peer FILE            syncer: the learners' public key; learner: the syncer's
   --insecure                   syncer: serve a non-loopback endpoint without CURVE
   --progress SECONDS           seconds between progress lines on stderr, 0 for none (2)
+  --trace FILE                 role learner: append its events to FILE as JSON lines (docs/chaos.md)
+  --stop-at UNIX_SECONDS       role learner: finish (final contributions, leave) at this wall time
+  --evaluate FILE              only evaluate the parameters in FILE (raw little-endian f32, as
+                               diloco_syncer --save writes them) on the test set
   --help                       this text
 )";
 
@@ -81,6 +86,26 @@ std::vector<std::string> split_list(const std::string& text, char sep) {
 
 /// Set by `--role all`.
 bool launch_all = false;
+/// Set by `--evaluate FILE`.
+std::string evaluate_file;
+
+/// `--evaluate`: the test accuracy and loss of the parameters in `path`.
+int evaluate_saved(const fashion::settings& s, const std::string& path) {
+  fashion::mlp shape({784, 256, 256, 10}, s.seed);
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  if (!in) throw std::invalid_argument("cannot read " + path);
+  const auto bytes = static_cast<std::size_t>(in.tellg());
+  if (bytes != shape.parameters().size() * sizeof(float))
+    throw std::invalid_argument(path + " holds " + std::to_string(bytes) + " bytes; this model has " +
+                                std::to_string(shape.parameters().size()) + " f32 parameters");
+  std::vector<float> params(shape.parameters().size());
+  in.seekg(0);
+  in.read(reinterpret_cast<char*>(params.data()), static_cast<std::streamsize>(bytes));
+  if (!in) throw std::invalid_argument("cannot read " + path);
+  const auto [accuracy, loss] = fashion::evaluate(params, fashion::load_split(s.data_dir, "t10k"), s.seed);
+  std::printf("{\"test_accuracy\":%.6g,\"test_loss\":%.6g}\n", accuracy, loss);
+  return 0;
+}
 
 fashion::settings parse(int argc, char** argv) {
   fashion::settings s;
@@ -169,6 +194,13 @@ fashion::settings parse(int argc, char** argv) {
       s.curve_secret = v;
     } else if (opt == "--curve-peer") {
       s.curve_peer = v;
+    } else if (opt == "--trace") {
+      s.trace_file = v;
+    } else if (opt == "--stop-at") {
+      s.stop_at = parse_number<double>(opt, v);
+      if (!(s.stop_at >= 0)) throw usage_error("--stop-at must be a time in seconds since the epoch");
+    } else if (opt == "--evaluate") {
+      evaluate_file = v;
     } else {
       throw usage_error("unknown option '" + std::string(opt) + "'");
     }
@@ -281,6 +313,7 @@ int main(int argc, char** argv) {
   }
   try {
     if (launch_all) return fashion::launch_all(argc, argv, s);
+    if (!evaluate_file.empty()) return evaluate_saved(s, evaluate_file);
     const auto options = syncer_options_for(s);  // validated again by the syncer
     if (s.progress_seconds > 0 && s.part != fashion::role::learner)
       std::fprintf(stderr, "fashion_mnist: %s, %u learners x %llu steps of %u, H=%u, P=%u, K=%u, tau=%u, alpha=%g, %s\n",

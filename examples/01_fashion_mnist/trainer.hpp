@@ -2,6 +2,8 @@
 // configurations of one diloco runtime, on threads or on the simulator.
 #pragma once
 
+#include <unistd.h>
+
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -17,6 +19,7 @@
 #include <vector>
 
 #include <diloco/diloco.hpp>
+#include <diloco/metrics/trace.hpp>
 #include <diloco/transport/zmq.hpp>
 
 #include "idx.hpp"
@@ -68,6 +71,8 @@ struct settings {
   std::string curve_peer;         ///< syncer: learners' public keys; learner: the syncer's public key
   bool insecure = false;          ///< syncer: bind a non-loopback endpoint without CURVE
   double progress_seconds = 2.0;  ///< 0 disables progress lines
+  std::string trace_file;         ///< role learner: append events to this file (docs/chaos.md)
+  double stop_at = 0;             ///< role learner: finish at this wall time (s since the epoch), 0: never
   std::chrono::milliseconds sim_step_time{10};
 };
 
@@ -196,7 +201,10 @@ template <class Learner>
 std::string drive(Learner& l, const mlp& model, shard_sampler& sampler, double speed, std::uint32_t i,
                   const settings& s, progress& report) {
   std::chrono::steady_clock::duration busy{};
+  const auto stop_at = std::chrono::system_clock::time_point(
+      std::chrono::duration_cast<std::chrono::system_clock::duration>(std::chrono::duration<double>(s.stop_at)));
   for (std::uint64_t step = 0; step < s.steps; ++step) {
+    if (s.stop_at > 0 && std::chrono::system_clock::now() >= stop_at) break;
     const auto b = sampler.next(s.batch);
     const auto r = l.step(b);
     if (!r) return "learner " + std::to_string(i) + ": " + r.error().message();
@@ -380,8 +388,16 @@ outcome learn(const settings& s, const split& train_set, Inner inner) {
   settings quiet = s;
   quiet.progress_seconds = 0;
   progress report(quiet);
-  learner<mlp, Inner, zeromq::client> l(model, client,
-                                        learner_options{.id = s.learner_id, .incarnation = s.incarnation}, inner);
+  learner_options options{.id = s.learner_id, .incarnation = s.incarnation};
+  std::optional<trace_writer> trace;
+  if (!s.trace_file.empty()) {
+    trace.emplace(s.trace_file);
+    options.on_event = [&trace, &s](const learner_event& e) { trace->learner(s.learner_id, s.incarnation, e); };
+    std::string fields = ",\"learner\":";
+    fields.append(std::to_string(s.learner_id)).append(",\"incarnation\":").append(std::to_string(s.incarnation));
+    trace->write("learner", "start", fields.append(",\"pid\":").append(std::to_string(::getpid())));
+  }
+  learner<mlp, Inner, zeromq::client> l(model, client, options, inner);
   const double speed = s.learner_id < s.speeds.size() ? s.speeds[s.learner_id] : 1.0;
   const auto started = std::chrono::steady_clock::now();
   outcome out;
@@ -389,6 +405,13 @@ outcome learn(const settings& s, const split& train_set, Inner inner) {
   out.completed = out.error.empty();
   out.inner_steps = l.local_step();
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  if (trace) {
+    std::string fields = ",\"learner\":";
+    fields.append(std::to_string(s.learner_id)).append(",\"incarnation\":").append(std::to_string(s.incarnation));
+    fields.append(",\"steps\":").append(std::to_string(l.metrics().steps));
+    fields.append(",\"wait_us\":").append(std::to_string(l.metrics().wait_ns / 1000));
+    trace->write("learner", "stop", fields);
+  }
   return out;
 }
 

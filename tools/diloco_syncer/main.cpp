@@ -4,6 +4,8 @@
 //
 //   diloco_syncer --endpoint tcp://127.0.0.1:5555 --fragments 4 --H 50 --learners 4
 
+#include <unistd.h>
+
 #include <csignal>
 #include <cstdio>
 #include <ctime>
@@ -17,6 +19,7 @@
 #include <vector>
 
 #include <diloco/diloco.hpp>
+#include <diloco/metrics/trace.hpp>
 #include <diloco/runtime/checkpoint.hpp>
 #include <diloco/transport/zmq.hpp>
 
@@ -37,8 +40,9 @@ and, when it stops, prints its counters as one JSON line.
   --grace G                 grace-window factor gamma in [0, 1) (0.5)
   --max-staleness S         refuse outer gradients more than S revisions old (16)
   --heartbeat-timeout SEC   silence before a learner counts as dead (10)
-  --outer nesterov|sgd|delayed-nesterov
-                            outer optimizer (nesterov)
+  --outer nesterov|sgd|delayed-nesterov|adamw
+                            outer optimizer (nesterov); adamw with --outer-lr as its learning
+                            rate is data parallelism's optimizer (learners: SGD, rate 1, H=1)
   --outer-lr ETA            outer learning rate (0.7)
   --outer-momentum MU       outer momentum (0.9)
   --delay N                 delayed Nesterov: outer steps per momentum update (4)
@@ -56,6 +60,8 @@ and, when it stops, prints its counters as one JSON line.
   --checkpoint-dir DIR      keep checkpoints there; on start, resume from the newest intact one
   --durability update|SEC   checkpoint before every outer update is published (update), or
                             every SEC seconds (default: update)
+  --trace FILE              append contributions and outer updates to FILE as JSON lines
+                            (docs/chaos.md)
   --quiet                   no per-update lines
   --help                    this text
 )";
@@ -80,7 +86,7 @@ struct settings {
   double outer_lr = 0.7, outer_momentum = 0.9;
   std::uint32_t delay = 4;
   std::string merge = "tokens";
-  std::string layout_file, curve_secret, allow_file, save_file, metrics_file, checkpoint_dir;
+  std::string layout_file, curve_secret, allow_file, save_file, metrics_file, checkpoint_dir, trace_file;
   double durability_seconds = 0;  ///< 0: before every published update
   std::uint64_t learners = 0;
   bool insecure = false, quiet = false;
@@ -127,12 +133,13 @@ settings parse(int argc, char** argv) {
     else if (opt == "--save") s.save_file = v;
     else if (opt == "--metrics") s.metrics_file = v;
     else if (opt == "--checkpoint-dir") s.checkpoint_dir = v;
+    else if (opt == "--trace") s.trace_file = v;
     else if (opt == "--durability") s.durability_seconds = v == "update" ? 0.0 : number<double>(opt, v);
     else throw usage_error("unknown option '" + std::string(opt) + "'");
   }
   if (!s.overlap_given) o.training.overlap = o.training.sync_period / 10;
-  if (s.outer != "nesterov" && s.outer != "sgd" && s.outer != "delayed-nesterov")
-    throw usage_error("unknown outer optimizer '" + s.outer + "' (nesterov, sgd or delayed-nesterov)");
+  if (s.outer != "nesterov" && s.outer != "sgd" && s.outer != "delayed-nesterov" && s.outer != "adamw")
+    throw usage_error("unknown outer optimizer '" + s.outer + "' (nesterov, sgd, delayed-nesterov or adamw)");
   if (s.merge != "tokens" && s.merge != "average" && s.merge != "rda")
     throw usage_error("unknown merge rule '" + s.merge + "' (tokens, average or rda)");
   if (s.curve_secret.empty() != s.allow_file.empty())
@@ -230,7 +237,14 @@ int serve(const settings& s, diloco::zeromq::server& server, start& from, diloco
   options.log = log;
   const syncer_type* self = nullptr;
   auto write_checkpoint = [&] { store->write(checkpoint_body(*self)); };
-  if (store && s.durability_seconds == 0) options.before_publish = [&](const diloco::update_event&) { write_checkpoint(); };
+  std::optional<diloco::trace_writer> trace;
+  if (!s.trace_file.empty()) trace.emplace(s.trace_file);
+  // Made durable (per-update durability), then traced, then published.
+  options.before_publish = [&](const diloco::update_event& e) {
+    if (store && s.durability_seconds == 0) write_checkpoint();
+    if (trace) trace->merged(e.fragment, e.revision, e.contributions);
+  };
+  if (trace) options.on_contribution = [&](const diloco::contribution_event& e) { trace->contribution(e); };
   if (!s.quiet)
     options.on_update = [](const diloco::update_event& e) {
       std::fprintf(stderr, "%s update fragment=%u revision=%llu contributors=%u staleness=%llu scale=%.3f\n",
@@ -244,6 +258,11 @@ int serve(const settings& s, diloco::zeromq::server& server, start& from, diloco
     sync.load(in);  // throws corrupt_state with the reason
     log("resumed at revisions " + revisions(sync) + "; learners rejoin by themselves");
   }
+  if (trace) {
+    std::string fields = ",\"pid\":";
+    fields.append(std::to_string(::getpid())).append(",\"restored\":").append(from.state.empty() ? "false" : "true");
+    trace->write("syncer", "start", fields.append(",\"revisions\":[").append(revisions(sync)).append("]"));
+  }
   const auto started = std::chrono::steady_clock::now();
   for (auto& join : from.joins) sync.handle(std::move(join), diloco::clock::now());
   auto last_checkpoint = std::chrono::steady_clock::now();
@@ -256,6 +275,7 @@ int serve(const settings& s, diloco::zeromq::server& server, start& from, diloco
     return s.learners > 0 && sync.metrics().leaves >= s.learners && sync.live_learners() == 0;
   });
   if (store) write_checkpoint();  // after the final flush
+  if (trace) trace->write("syncer", "stop");
 
   const auto& m = sync.metrics();
   if (!s.save_file.empty()) {
@@ -296,6 +316,9 @@ int with_outer(const settings& s, diloco::zeromq::server& server, start& from, d
   using namespace diloco;
   if (s.outer == "sgd")
     return serve(s, server, from, store, stop, outer::sgd<float>({.learning_rate = s.outer_lr}), merge);
+  if (s.outer == "adamw")
+    return serve(s, server, from, store, stop,
+                 presets::data_parallel_outer<float>(inner::adamw_options{.learning_rate = s.outer_lr}), merge);
   if (s.outer == "delayed-nesterov")
     return serve(s, server, from, store, stop,
                  outer::delayed_nesterov<float>({.learning_rate = s.outer_lr, .momentum = s.outer_momentum, .delay = s.delay}),
