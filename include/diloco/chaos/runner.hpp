@@ -1,0 +1,206 @@
+// The chaos runner: starts a syncer and M learner processes, and on a fault
+// schedule kills them (SIGKILL), pauses them (SIGSTOP, then SIGCONT) and
+// starts them again, learners with a new incarnation each time. Every action
+// and every exit goes to the run's trace (docs/chaos.md), stamped with the
+// wall clock, next to what the processes themselves record. POSIX only.
+#pragma once
+
+#include <signal.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <functional>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "diloco/chaos/process.hpp"
+#include "diloco/chaos/schedule.hpp"
+#include "diloco/metrics/trace.hpp"
+
+namespace diloco::chaos {
+
+/// What to run and how it fails. Times in seconds from the start of the run.
+struct runner_options {
+  std::uint32_t learners = 0;
+  double duration_seconds = 0;  ///< learners are told to finish then (their command's business)
+  schedule faults;              ///< `make_schedule`, or empty for a run without faults
+  /// The command of learner `id`'s `incarnation`-th process (from 1).
+  std::function<std::vector<std::string>(std::uint32_t id, std::uint32_t incarnation)> learner_command;
+  /// The syncer's command; `restart` is 0 for the first start.
+  std::function<std::vector<std::string>(std::uint32_t restart)> syncer_command;
+  std::filesystem::path log_dir;  ///< each process's stdout and stderr go to a file here
+  /// After `duration_seconds`: how long learners get to finish by themselves
+  /// before they are killed, and the syncer to stop after SIGTERM.
+  double drain_seconds = 30;
+  double tick_seconds = 0.01;  ///< how often the runner looks at the schedule and its children
+  std::string begin_fields;    ///< more fields for the trace's "begin" line: empty, or `,"key":value...`
+  std::function<void(const std::string&)> log = [](const std::string&) {};
+};
+
+/// What happened, besides the trace.
+struct runner_result {
+  std::uint32_t learner_kills = 0, learner_pauses = 0, learner_restarts = 0, syncer_kills = 0;
+  std::uint32_t unexpected_exits = 0;  ///< processes that ended on their own before the end, or not with 0
+  std::uint32_t killed_at_end = 0;     ///< processes that did not finish within `drain_seconds`
+};
+
+/// Runs the whole schedule; returns when every process has ended. Blocks for
+/// about `duration_seconds` plus the drain. Throws if a process cannot start.
+inline runner_result run(const runner_options& o, trace_writer& trace) {
+  using steady = std::chrono::steady_clock;
+  const auto begin = steady::now();
+  auto at = [&](double s) { return begin + std::chrono::duration_cast<steady::duration>(std::chrono::duration<double>(s)); };
+  auto elapsed = [&] { return std::chrono::duration<double>(steady::now() - begin).count(); };
+  runner_result result;
+  std::filesystem::create_directories(o.log_dir);
+
+  struct member {
+    std::string name;  ///< "learner 3", "syncer"
+    std::string fields;  ///< `"target":..., "learner":...` for trace lines
+    std::optional<child_process> process;
+    std::uint32_t starts = 0;
+    bool paused = false;
+    std::optional<double> restart_at, resume_at;
+  };
+  std::vector<member> members(o.learners + 1);  // learners, then the syncer
+  for (std::uint32_t i = 0; i <= o.learners; ++i) {
+    auto& m = members[i];
+    const bool syncer = i == o.learners;
+    m.name = syncer ? std::string("syncer") : std::string("learner ").append(std::to_string(i));
+    m.fields = syncer ? std::string(",\"target\":\"syncer\"")
+                      : std::string(",\"target\":\"learner\",\"learner\":").append(std::to_string(i));
+  }
+  auto record = [&](member& m, const char* ev, std::string extra = {}) {
+    std::string fields = m.fields;
+    if (m.process) fields.append(",\"pid\":").append(std::to_string(m.process->pid()));
+    trace.write("runner", ev, fields.append(extra));
+    char stamp[32];
+    std::snprintf(stamp, sizeof stamp, "%8.3f s: ", elapsed());
+    o.log(std::string(stamp).append(ev).append(" ").append(m.name).append(extra));
+  };
+  auto start = [&](std::uint32_t i) {
+    auto& m = members[i];
+    const bool syncer = i == o.learners;
+    const std::uint32_t n = ++m.starts;
+    const auto argv = syncer ? o.syncer_command(n - 1) : o.learner_command(i, n);
+    std::string file = syncer ? std::string("syncer") : std::string("learner").append(std::to_string(i));
+    const auto log = o.log_dir / file.append("-").append(std::to_string(n)).append(".log");
+    m.process = child_process::spawn({argv, log, log});
+    m.paused = false;
+    m.restart_at.reset();
+    if (n > 1 && !syncer) ++result.learner_restarts;
+    record(m, "spawn", syncer ? std::string() : std::string(",\"incarnation\":").append(std::to_string(n)));
+  };
+  auto reaped = [&](member& m, const exit_status& s) {
+    std::string extra = ",\"status\":\"";
+    record(m, "exit", extra.append(s.to_string()).append("\""));
+    m.process.reset();
+  };
+  auto kill = [&](member& m) {
+    if (!m.process) return;
+    record(m, "kill");
+    reaped(m, m.process->kill_and_reap());
+  };
+
+  {
+    std::string fields = ",\"learners\":";
+    fields.append(std::to_string(o.learners)).append(",\"duration_s\":").append(std::to_string(o.duration_seconds));
+    fields.append(o.begin_fields);
+    trace.write("runner", "begin", fields);
+  }
+  start(o.learners);
+  for (std::uint32_t i = 0; i < o.learners; ++i) start(i);
+
+  std::size_t next_fault = 0, next_syncer_fault = 0;
+  while (elapsed() < o.duration_seconds) {
+    const double now = elapsed();
+    for (; next_fault < o.faults.learner_faults.size() && o.faults.learner_faults[next_fault].at_seconds <= now;
+         ++next_fault) {
+      const auto& f = o.faults.learner_faults[next_fault];
+      auto& m = members.at(f.learner);
+      if (!m.process || m.paused) continue;  // already down: the schedule keeps them apart, a slow start may not
+      if (f.kind == fault_kind::kill) {
+        kill(m);
+        ++result.learner_kills;
+        m.restart_at = now + f.recovery_seconds;
+      } else {
+        m.process->signal(SIGSTOP);
+        record(m, "pause");
+        ++result.learner_pauses;
+        m.paused = true;
+        m.resume_at = now + f.recovery_seconds;
+      }
+    }
+    for (; next_syncer_fault < o.faults.syncer_faults.size() &&
+           o.faults.syncer_faults[next_syncer_fault].at_seconds <= now;
+         ++next_syncer_fault) {
+      auto& m = members[o.learners];
+      kill(m);
+      ++result.syncer_kills;
+      m.restart_at = now + o.faults.syncer_faults[next_syncer_fault].recovery_seconds;
+    }
+    for (std::uint32_t i = 0; i <= o.learners; ++i) {
+      auto& m = members[i];
+      if (m.paused && m.resume_at && now >= *m.resume_at) {
+        m.process->signal(SIGCONT);
+        m.paused = false;
+        m.resume_at.reset();
+        record(m, "resume");
+      }
+      if (!m.process && m.restart_at && now >= *m.restart_at) start(i);
+      if (m.process)
+        if (auto s = m.process->poll()) {  // ended by itself before the end of the run
+          ++result.unexpected_exits;
+          reaped(m, *s);
+          m.restart_at = now + 1.0;
+        }
+    }
+    std::this_thread::sleep_until(std::min(at(o.duration_seconds), steady::now() + std::chrono::duration_cast<steady::duration>(
+                                                                         std::chrono::duration<double>(o.tick_seconds))));
+  }
+
+  // The end: learners finish by themselves (final contributions, leave),
+  // then the syncer is asked to stop and merges what is open.
+  trace.write("runner", "stopping");
+  for (std::uint32_t i = 0; i < o.learners; ++i)
+    if (members[i].paused) {
+      members[i].process->signal(SIGCONT);
+      members[i].paused = false;
+      record(members[i], "resume");
+    }
+  const auto drain = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::duration<double>(o.drain_seconds));
+  const auto drain_end = steady::now() + drain;
+  for (std::uint32_t i = 0; i < o.learners; ++i) {
+    auto& m = members[i];
+    if (!m.process) continue;
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(drain_end - steady::now());
+    if (auto s = m.process->wait_for(std::max(left, std::chrono::milliseconds(0)))) {
+      if (!s->exited || s->code != 0) ++result.unexpected_exits;
+      reaped(m, *s);
+    } else {
+      ++result.killed_at_end;
+      kill(m);
+    }
+  }
+  auto& syncer = members[o.learners];
+  if (syncer.process) {
+    syncer.process->signal(SIGTERM);
+    record(syncer, "terminate");
+    if (auto s = syncer.process->wait_for(drain)) {
+      if (!s->exited || s->code != 0) ++result.unexpected_exits;
+      reaped(syncer, *s);
+    } else {
+      ++result.killed_at_end;
+      kill(syncer);
+    }
+  }
+  trace.write("runner", "end");
+  return result;
+}
+
+}  // namespace diloco::chaos

@@ -1,0 +1,442 @@
+// Checks report.hpp: the JSON-lines reader on valid and broken lines, and analyze() on hand-built traces whose
+// expected numbers are worked out by hand in the comments next to them.
+// Usage: diloco_chaos_report_test
+
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <initializer_list>
+#include <string>
+#include <vector>
+
+#include "report.hpp"
+
+namespace {
+
+using namespace diloco_chaos;
+
+int failures = 0;
+
+void check(bool ok, const std::string& what) {
+  if (!ok) {
+    ++failures;
+    std::printf("FAIL: %s\n", what.c_str());
+  }
+}
+
+void near(double got, double want, const std::string& what) {
+  check(std::fabs(got - want) < 1e-9, what + ": got " + std::to_string(got) + ", want " + std::to_string(want));
+}
+
+bool contains(const std::string& haystack, const std::string& needle) {
+  return haystack.find(needle) != std::string::npos;
+}
+
+/// All traces start at this wall time; ms(x) is the wall time x milliseconds into the run, in microseconds.
+constexpr long long base_us = 1'700'000'000'000'000;
+std::string ms(long long x) { return std::to_string(base_us + x * 1000); }
+
+/// A trace line at x milliseconds: {"t":...,<body>}.
+std::string at(long long x, const std::string& body) { return "{\"t\":" + ms(x) + "," + body + "}"; }
+
+/// Writes `lines` to a temporary file and reads it back with read_trace().
+trace load(const std::vector<std::string>& lines) {
+  const std::filesystem::path path =
+      std::filesystem::temp_directory_path() / ("diloco_report_test_" + std::to_string(getpid()) + ".jsonl");
+  {
+    std::ofstream out(path);
+    for (const std::string& l : lines) out << l << '\n';
+  }
+  trace t = read_trace(path);
+  std::filesystem::remove(path);
+  return t;
+}
+
+void test_parser() {
+  {
+    const auto e =
+        parse_line(R"({"t":5,"src":"a\"b\\c","ev":"x\/y\u0041","n":-42,"z":0,"f":-1.5e2,"g":1.25,"b":true,)"
+                   R"("c":false,"rows":[[1,2,3],[-4,5,6]],"ints":[7,-8],"none":[],"big":9223372036854775807})");
+    check(e.has_value(), "parser: a valid line parses");
+    if (e) {
+      check(e->t == 5 && e->src == "a\"b\\c" && e->ev == "x/yA", "parser: t, escaped src and ev");
+      check(e->integer("n") == -42 && e->integer("z") == 0, "parser: negative integer and zero");
+      near(e->number("f"), -150, "parser: negative float with exponent");
+      near(e->number("g"), 1.25, "parser: float");
+      near(e->number("n"), -42, "parser: number() of an integer");
+      check(!e->integer("g").has_value(), "parser: a float is not an integer");
+      check(e->flag("b") && !e->flag("c") && !e->flag("missing"), "parser: bools");
+      check(e->rows("rows") == std::vector<std::vector<std::int64_t>>{{1, 2, 3}, {-4, 5, 6}}, "parser: nested arrays");
+      check(e->integers("ints") == std::vector<std::int64_t>{7, -8}, "parser: integer array");
+      check(e->integers("none").empty() && e->rows("none").empty() && e->fields.count("none"), "parser: empty array");
+      check(e->integer("big") == 9223372036854775807LL, "parser: int64 max");
+      check(e->text("missing").empty() && !e->integer("src").has_value(), "parser: absent fields");
+    }
+  }
+  {
+    // Unknown fields of types a value cannot hold are skipped; the line still counts.
+    const auto e = parse_line(
+        R"(  {"o":{"k":[1.5,null,{"x":"}"}]},"s":["x"],"fl":[1.5],"nu":null,"mix":[[1],2],"t":1,"src":"s","ev":"e"} )");
+    check(e && e->fields.empty() && e->t == 1 && e->src == "s" && e->ev == "e",
+          "parser: unrepresentable fields are skipped");
+    const auto over = parse_line(R"({"t":1,"src":"s","ev":"e","x":9223372036854775808})");
+    check(over && !over->integer("x") && over->number("x") > 9.2e18, "parser: int64 overflow reads as a float");
+    const auto dup = parse_line(R"({"t":1,"src":"s","ev":"e","x":1,"x":2})");
+    check(dup && dup->integer("x") == 2, "parser: a repeated key keeps its last value");
+  }
+  const std::string deep = R"({"t":1,"src":"s","ev":"e","x":)" + std::string(5000, '[');
+  for (const std::string& bad : {std::string(),
+                                 std::string("garbage"),
+                                 std::string("{"),
+                                 std::string("[1,2]"),
+                                 std::string(R"({"t":1,"src":"s","ev":"e"} trailing)"),
+                                 std::string(R"({"t":1.5,"src":"s","ev":"e"})"),
+                                 std::string(R"({"t":"1","src":"s","ev":"e"})"),
+                                 std::string(R"({"t":1,"src":"s"})"),
+                                 std::string(R"({"t":01,"src":"s","ev":"e"})"),
+                                 std::string(R"({"t":1,"src":"s","ev":"e",})"),
+                                 std::string(R"({"t":1,"src":"s","ev":"e)"),
+                                 std::string("{\"t\":1,\"src\":\"s\",\"ev\":\"e\x01\"}"),
+                                 std::string(R"({"t":1,"src":"s","ev":"e","a":[1,}")"),
+                                 std::string(R"({"t":1,"src":"s","ev":"e","a":-})"),
+                                 std::string(R"({"t":1,"src":"s","ev":"e","a":1.})"),
+                                 std::string(R"({"t":1,"src":"s","ev":"e","a":tru})"),
+                                 std::string(R"({"t":1,"src":"s","ev":"e","a":"\q"})"),
+                                 std::string(R"({"t":1,"src":"s","ev":"e","a":"\u12"})"),
+                                 std::string(R"({"t":1 "src":"s","ev":"e"})"),
+                                 deep})
+    check(!parse_line(bad).has_value(), "parser: rejects " + bad.substr(0, 60));
+
+  // read_trace: blank lines skipped, malformed counted, events sorted by t with ties in file order.
+  const trace t = load({at(30, R"("src":"b","ev":"late")"), "", "  ", at(10, R"("src":"a","ev":"first")"),
+                        "{\"t\":1,\"src\":\"lear", at(10, R"("src":"a","ev":"second")"), "nonsense"});
+  check(t.malformed_lines == 2, "read_trace: 2 malformed lines, got " + std::to_string(t.malformed_lines));
+  check(t.events.size() == 3 && t.events[0].ev == "first" && t.events[1].ev == "second" && t.events[2].ev == "late",
+        "read_trace: sorted by t, stable");
+  try {
+    (void)read_trace("/nonexistent/diloco/trace.jsonl");
+    check(false, "read_trace: a missing file throws");
+  } catch (const std::runtime_error& e) {
+    check(contains(e.what(), "/nonexistent/diloco/trace.jsonl"), "read_trace: the error names the file");
+  }
+}
+
+bool same_spans(const std::vector<lane_span>& got, const std::vector<lane_span>& want) {
+  if (got.size() != want.size()) return false;
+  for (std::size_t i = 0; i < got.size(); ++i)
+    if (std::fabs(got[i].begin_s - want[i].begin_s) > 1e-9 || std::fabs(got[i].end_s - want[i].end_s) > 1e-9 ||
+        got[i].state != want[i].state)
+      return false;
+  return true;
+}
+
+// The main scenario: M = 2, fragments 0 and 1, run window 0..10 s ("stopping" at 10 s), downtime bound 2 s.
+// Lines are grouped per process (not in time order) so read_trace must sort them.
+std::vector<std::string> main_trace() {
+  const std::string L0 = R"("src":"learner","learner":0,"incarnation":0,)",
+                    L0b = R"("src":"learner","learner":0,"incarnation":1,)";
+  const std::string L1 = R"("src":"learner","learner":1,"incarnation":0,)", S = R"("src":"syncer",)";
+  return {
+      // runner
+      at(0, R"("src":"runner","ev":"begin","learners":2,"mode":"decoupled","seed":7,"mtbf_s":4.5,"recovery_s":1.0,)"
+            R"("duration_s":10.0)"),
+      at(0, R"("src":"runner","ev":"spawn","target":"syncer","pid":100)"),
+      at(0, R"("src":"runner","ev":"spawn","target":"learner","learner":0,"incarnation":0,"pid":200)"),
+      at(0, R"("src":"runner","ev":"spawn","target":"learner","learner":1,"incarnation":0,"pid":300)"),
+      at(2500, R"("src":"runner","ev":"pause","target":"learner","learner":0,"pid":200)"),
+      at(3000, R"("src":"runner","ev":"resume","target":"learner","learner":0,"pid":200)"),
+      at(3200, R"("src":"runner","ev":"kill","target":"syncer","pid":100)"),
+      at(3300, R"("src":"runner","ev":"exit","target":"syncer","pid":100,"status":"signal 9")"),
+      at(3400, R"("src":"runner","ev":"spawn","target":"syncer","pid":101)"),
+      at(5500, R"("src":"runner","ev":"kill","target":"learner","learner":0,"pid":200)"),
+      at(5600, R"("src":"runner","ev":"exit","target":"learner","learner":0,"pid":200,"status":"signal 9")"),
+      at(6000, R"("src":"runner","ev":"kill","target":"learner","learner":1,"pid":300)"),
+      at(6000, R"("src":"runner","ev":"exit","target":"learner","learner":1,"pid":300,"status":"signal 9")"),
+      at(7000, R"("src":"runner","ev":"spawn","target":"learner","learner":0,"incarnation":1,"pid":201)"),
+      at(10000, R"("src":"runner","ev":"stopping")"),
+      at(10800, R"("src":"runner","ev":"exit","target":"learner","learner":0,"pid":201,"status":"exit 0")"),
+      at(10950, R"("src":"runner","ev":"exit","target":"syncer","pid":101,"status":"exit 0")"),
+      at(11000, R"("src":"runner","ev":"end")"),
+      // learner 0, incarnation 0
+      at(10, L0 + R"("ev":"start","pid":200)"),
+      at(500, L0 + R"("ev":"joined","revisions":[0,0],"steps":0,"wait_us":300000)"),
+      at(1200, L0 + R"("ev":"wait","begin":)" + ms(1000) + R"(,"end":)" + ms(1200)),
+      at(2000, L0 + R"("ev":"sent","fragment":0,"sequence":1,"base":0,"steps":10,"wait_us":500000)"),
+      at(2100, L0 + R"("ev":"verdict","fragment":0,"sequence":1,"accepted":true)"),
+      at(2300, L0 + R"("ev":"adopted","fragment":0,"revision":1)"),
+      at(3100, L0 + R"("ev":"sent","fragment":1,"sequence":2,"base":0,"steps":20,"wait_us":500000)"),
+      at(4500,
+         L0 + R"("ev":"sent","fragment":0,"sequence":3,"base":1,"steps":30,"wait_us":600000,"future":{"x":[1.5]})"),
+      at(4700, L0 + R"("ev":"adopted","fragment":0,"revision":2)"),
+      // learner 0, incarnation 1
+      at(7500, L0b + R"("ev":"joined","revisions":[2,0],"steps":0,"wait_us":100000)"),
+      at(9000, L0b + R"("ev":"sent","fragment":1,"sequence":1,"base":0,"steps":10,"wait_us":100000)"),
+      at(9150, L0b + R"("ev":"adopted","fragment":1,"revision":1)"),
+      at(10500, L0b + R"("ev":"sent","fragment":0,"sequence":2,"base":2,"steps":20,"wait_us":400000)"),
+      at(10700, L0b + R"("ev":"stop","steps":20,"wait_us":400000)"),
+      // learner 1
+      at(1000, L1 + R"("ev":"joined","revisions":[0,0],"steps":0,"wait_us":0)"),
+      at(1800, L1 + R"("ev":"sent","fragment":0,"sequence":1,"base":0,"steps":8,"wait_us":0)"),
+      at(3500, L1 + R"("ev":"sent","fragment":1,"sequence":2,"base":0,"steps":25,"wait_us":0)"),
+      at(3650, L1 + R"("ev":"verdict","fragment":1,"sequence":2,"accepted":false,"reason":"stale")"),
+      at(4300, L1 + R"("ev":"wait","begin":)" + ms(4000) + R"(,"end":)" + ms(4300)),
+      at(4700, L1 + R"("ev":"adopted","fragment":0,"revision":2)"),
+      at(4800, L1 + R"("ev":"adopted","fragment":0,"revision":1)"),
+      at(5000, L1 + R"("ev":"sent","fragment":0,"sequence":3,"base":1,"steps":40,"wait_us":300000)"),
+      at(5100, L1 + R"("ev":"verdict","fragment":0,"sequence":3,"accepted":true)"),
+      at(5200, L1 + R"("ev":"heartbeat","unknown_event":true)"),
+      // syncer
+      at(50, S + R"("ev":"start","pid":100,"restored":false,"revisions":[])"),
+      at(1900, S + R"("ev":"accepted","learner":1,"incarnation":0,"sequence":1,"fragment":0,"base":0)"),
+      at(2050, S + R"("ev":"accepted","learner":0,"incarnation":0,"sequence":1,"fragment":0,"base":0)"),
+      at(2200, S + R"("ev":"merged","fragment":0,"revision":1,"contributions":[[1,0,1],[0,0,1]],"staleness":[0,0])"),
+      at(3150, S + R"("ev":"accepted","learner":0,"incarnation":0,"sequence":2,"fragment":1,"base":0)"),
+      at(3450, S + R"("ev":"start","pid":101,"restored":true,"revisions":[1,0])"),
+      at(3600, S + R"("ev":"rejected","learner":1,"incarnation":0,"sequence":2,"fragment":1,"reason":"stale")"),
+      at(4550, S + R"("ev":"accepted","learner":0,"incarnation":0,"sequence":3,"fragment":0,"base":1)"),
+      at(4600, S + R"("ev":"merged","fragment":0,"revision":2,"contributions":[[0,0,3]],"staleness":[2])"),
+      at(9050, S + R"("ev":"accepted","learner":0,"incarnation":1,"sequence":1,"fragment":1,"base":0)"),
+      at(9100, S + R"("ev":"merged","fragment":1,"revision":1,"contributions":[[0,1,1]],"staleness":[1])"),
+      at(10550, S + R"("ev":"accepted","learner":0,"incarnation":1,"sequence":2,"fragment":0,"base":2)"),
+      at(10600, S + R"("ev":"merged","fragment":0,"revision":3,"contributions":[[0,1,2]],"staleness":[0])"),
+      at(10900, S + R"("ev":"stop")"),
+      // damage
+      R"({"t":)" + ms(5300) + R"(,"src":"learner","ev":"sen)",
+      "not json at all",
+  };
+}
+
+void test_main_scenario() {
+  const trace tr = load(main_trace());
+  check(tr.malformed_lines == 2, "main: 2 malformed lines");
+  const report r = analyze(tr, {.downtime_bound_s = 2.0});
+  check(r.mode == "decoupled" && r.seed == 7 && r.learners == 2 && r.begin_us == base_us, "main: begin fields");
+  near(r.window_s, 10, "main: window");
+  near(r.allocated_s, 20, "main: allocated = 2 learners x 10 s");
+
+  // Goodput. Learner 0, incarnation 0 (joined 0.5 s, wait_us 0.3 s):
+  //   sent 1 @2.0: window (0.5, 2.0] = 1.5, wait 0.5-0.3 = 0.2            -> busy 1.3, merged at 2.2: good
+  //   sent 2 @3.1: window (2.0, 3.1] = 1.1, wait 0, paused 2.5..3.0 = 0.5 -> busy 0.6, accepted, syncer killed: lost
+  //   sent 3 @4.5: window (3.1, 4.5] = 1.4, wait 0.1                      -> busy 1.3, merged at 4.6: good
+  // incarnation 1 (joined 7.5 s, wait_us 0.1 s):
+  //   sent 1 @9.0: window (7.5, 9.0] = 1.5, wait 0                        -> busy 1.5, merged at 9.1: good
+  //   sent 2 @10.5: window (9.0, 10.5] cut at 10.0 -> 1.0 of 1.5; wait 0.3 x 1/1.5 = 0.2 -> busy 0.8, merged: good
+  // learner 0: busy 5.5, good 4.9, lost 0.6, waits deducted 0.2+0.1+0.2 = 0.5.
+  // Learner 1 (joined 1.0 s, wait 0): sent 1 @1.8: 0.8 merged; sent 2 @3.5: 1.7 rejected; sent 3 @5.0: 1.5 - 0.3
+  // wait = 1.2, never answered -> busy 3.7, good 0.8, lost 2.9. Goodput = (4.9 + 0.8) / 20 = 0.285.
+  check(r.per_learner.size() == 2, "main: 2 learners reported");
+  if (r.per_learner.size() == 2) {
+    const learner_report &a = r.per_learner[0], &b = r.per_learner[1];
+    check(a.learner == 0 && b.learner == 1, "main: learner ids");
+    check(a.incarnations == 2 && b.incarnations == 1, "main: incarnations");
+    check(a.sent == 5 && a.merged == 4 && b.sent == 3 && b.merged == 1, "main: per-learner sent/merged");
+    near(a.busy_s, 5.5, "main: learner 0 busy"), near(a.good_s, 4.9, "main: learner 0 good");
+    near(a.lost_s, 0.6, "main: learner 0 lost"), near(a.wait_deducted_s, 0.5, "main: learner 0 wait deducted");
+    near(b.busy_s, 3.7, "main: learner 1 busy"), near(b.good_s, 0.8, "main: learner 1 good");
+    near(b.lost_s, 2.9, "main: learner 1 lost"), near(b.wait_deducted_s, 0.3, "main: learner 1 wait deducted");
+    // Learner 0: restarting 0..0.5, up 0.5..1.0, waiting 1.0..1.2, up 1.2..2.5, paused 2.5..3.0, up 3.0..5.5,
+    // down 5.5..7.0, restarting 7.0..7.5, up 7.5..10  -> up 6.8, waiting 0.2, paused 0.5, down 1.5, restarting 1.0.
+    near(a.up_s, 6.8, "main: learner 0 up"), near(a.waiting_s, 0.2, "main: learner 0 waiting");
+    near(a.paused_s, 0.5, "main: learner 0 paused"), near(a.down_s, 1.5, "main: learner 0 down");
+    near(a.restarting_s, 1.0, "main: learner 0 restarting");
+    using enum lane_state;
+    check(same_spans(a.spans, {{0, 0.5, restarting},
+                               {0.5, 1.0, up},
+                               {1.0, 1.2, waiting},
+                               {1.2, 2.5, up},
+                               {2.5, 3.0, paused},
+                               {3.0, 5.5, up},
+                               {5.5, 7.0, down},
+                               {7.0, 7.5, restarting},
+                               {7.5, 10, up}}),
+          "main: learner 0 spans");
+    // Learner 1: restarting 0..1, up 1..4, waiting 4..4.3, up 4.3..6, down 6..10.
+    check(same_spans(b.spans, {{0, 1, restarting}, {1, 4, up}, {4, 4.3, waiting}, {4.3, 6, up}, {6, 10, down}}),
+          "main: learner 1 spans");
+    near(b.up_s, 4.7, "main: learner 1 up"), near(b.down_s, 4.0, "main: learner 1 down");
+    check(same_spans(r.syncer_spans, {{0, 3.2, up}, {3.2, 3.4, down}, {3.4, 10, up}}), "main: syncer spans");
+  }
+  near(r.busy_s, 9.2, "main: busy"), near(r.good_s, 5.7, "main: good"), near(r.lost_s, 3.5, "main: lost");
+  near(r.goodput, 0.285, "main: goodput");
+
+  // Downtime. Advances in the window: 2.2, 4.6, 9.1 (10.6 is after "stopping"). Syncer restart: kill 3.2 until the
+  // first merge after the respawn at 3.4, i.e. 4.6 -> 1.4 s. Gaps: 2.2..4.6 minus the restart = 2.2..3.2 (1.0 s,
+  // under the bound); 4.6..9.1 (4.5 s > 2): alive 4.6..6.0 (both learners) and 7.0..9.1 (learner 0 restarting, then
+  // up), not 6.0..7.0 (nobody) -> downtime 3.5; 9.1..10 (0.9 s). Median of {2.4, 4.5} = 3.45.
+  check(r.advances == 3, "main: 3 advances in the window");
+  near(r.syncer_restart_s, 1.4, "main: syncer restart time");
+  check(r.syncer_restarts.size() == 1 && r.syncer_restarts[0].recovered, "main: one recovered syncer restart");
+  if (r.syncer_restarts.size() == 1)
+    near(r.syncer_restarts[0].kill_s, 3.2, "main: restart kill"),
+        near(r.syncer_restarts[0].recovered_s, 4.6, "main: recovery");
+  check(r.gaps.size() == 1, "main: one gap over the bound");
+  if (r.gaps.size() == 1)
+    near(r.gaps[0].begin_s, 4.6, "main: gap begin"), near(r.gaps[0].end_s, 9.1, "main: gap end"),
+        near(r.gaps[0].alive_s, 3.5, "main: gap alive");
+  near(r.global_downtime_s, 3.5, "main: global downtime");
+  near(r.longest_gap_s, 4.5, "main: longest gap");
+  near(r.median_gap_s, 3.45, "main: median gap");
+  near(r.downtime_bound_s, 2.0, "main: bound");
+
+  // Accounting: 8 sent; accepted (1,0,1) (0,0,1) (0,0,2) (0,0,3) (0,1,1) (0,1,2) = 6, of which 5 merged and (0,0,2)
+  // lost in the syncer restart; (1,0,2) rejected as stale; (1,0,3) unanswered, and its accepted verdict has no
+  // syncer "accepted" -> 1 unaccounted.
+  const accounting& a = r.counts;
+  check(a.sent == 8 && a.accepted == 6 && a.merged == 5 && a.lost_in_syncer_restart == 1,
+        "main: sent/accepted/merged/lost");
+  check(a.rejected == 1 && a.rejected_by_reason.size() == 1 && a.rejected_by_reason.count("stale") &&
+            a.rejected_by_reason.at("stale") == 1,
+        "main: rejected by reason");
+  check(a.unanswered == 1 && a.unaccounted == 1, "main: unanswered and unaccounted");
+  check(a.unaccounted_keys.size() == 1 && contains(a.unaccounted_keys[0], "learner 1 incarnation 0 sequence 3"),
+        "main: the unaccounted key is named");
+
+  // Revisions: learner 1 adopted fragment 0 at revision 2, then 1 -> one violation. Learner 0's second incarnation
+  // joins at [2, 0] after having seen fragment 0 at 2: no violation. Points: the first "joined" at 0.5 ([0, 0]),
+  // merges at 2.2, 4.6, 9.1 and 10.6 (drawn at the window's end, 10), the restored syncer start at 3.45 ([1, 0]).
+  // Staleness f0 {0,0,2,0}, f1 {1}.
+  check(r.violations.size() == 1, "main: one revision violation, got " + std::to_string(r.violations.size()));
+  if (r.violations.size() == 1) {
+    const revision_violation& v = r.violations[0];
+    check(v.learner == 1 && v.incarnation == 0 && v.fragment == 0 && v.from == 2 && v.to == 1,
+          "main: violation fields");
+    near(v.t_s, 4.8, "main: violation time");
+  }
+  check(r.fragments == 2 && r.revisions.size() == 8, "main: 2 fragments, 8 revision points");
+  if (r.revisions.size() == 8) {
+    check(r.revisions[0].fragment == 0 && r.revisions[0].revision == 0 && std::fabs(r.revisions[0].t_s - 0.5) < 1e-9 &&
+              r.revisions[1].fragment == 1 && r.revisions[1].revision == 0,
+          "main: first points from the first joined");
+    check(r.revisions[2].fragment == 0 && r.revisions[2].revision == 1 && std::fabs(r.revisions[2].t_s - 2.2) < 1e-9,
+          "main: first merge point");
+    check(r.revisions[7].fragment == 0 && r.revisions[7].revision == 3 && std::fabs(r.revisions[7].t_s - 10) < 1e-9,
+          "main: a merge after the window is drawn at its end");
+  }
+  check(r.per_fragment.size() == 2, "main: per fragment");
+  if (r.per_fragment.size() == 2) {
+    check(r.per_fragment[0].merges == 3 && r.per_fragment[0].final_revision == 3, "main: fragment 0 merges/final");
+    check(r.per_fragment[1].merges == 1 && r.per_fragment[1].final_revision == 1, "main: fragment 1 merges/final");
+    near(r.per_fragment[0].staleness_mean, 0.5, "main: f0 staleness mean"),
+        near(r.per_fragment[0].staleness_max, 2, "main: f0 staleness max");
+    near(r.per_fragment[1].staleness_mean, 1, "main: f1 staleness mean");
+  }
+  near(r.staleness_mean, 0.6, "main: staleness mean"), near(r.staleness_max, 2, "main: staleness max");
+
+  // Invariants: downtime, unaccounted, violation -> 3 failures; malformed lines and unanswered are warnings.
+  check(!r.ok && r.failures.size() == 3, "main: 3 failures, got " + std::to_string(r.failures.size()));
+  check(r.warnings.size() == 2, "main: 2 warnings, got " + std::to_string(r.warnings.size()));
+  check(r.malformed_lines == 2, "main: malformed lines carried into the report");
+
+  const std::string json = to_json(r);
+  diloco_chaos::detail::json_cursor c{json};
+  check(c.skip_value() && (c.skip_ws(), c.i == json.size()), "main: to_json is one well-formed JSON value");
+  for (const char* key :
+       {R"("goodput": 0.285)", R"("ok": false)", R"("unaccounted": 1)", R"("lost_in_syncer_restart": 1)",
+        R"("stale": 1)", R"("global_downtime_s": 3.5)", R"("syncer_restart_s": 1.4)", R"("malformed_lines": 2)",
+        R"("median_gap_s": 3.45)", R"("learner 1 incarnation 0 sequence 3)", R"("restarting_s": 1)"})
+    check(contains(json, key), std::string("main: to_json has ") + key);
+
+  const timeline t = to_timeline(r, "chaos");
+  check(t.title == "chaos" && t.lanes.size() == 3 && t.lanes[0].label == "learner 0" && t.lanes[2].label == "syncer",
+        "main: timeline lanes");
+  check(t.marks_s.size() == 1 && std::fabs(t.marks_s[0] - 3.2) < 1e-9, "main: timeline mark at the syncer kill");
+  check(t.fragments == 2 && t.revisions.size() == 8 && std::fabs(t.duration_s - 10) < 1e-9, "main: timeline revisions");
+  try {
+    const image img = render(t);
+    check(img.width() == 1200, "main: the timeline renders");
+  } catch (const std::exception& e) {
+    check(false, std::string("main: render threw ") + e.what());
+  }
+}
+
+// M = 1, bound 2 s, window 0..10. The learner is killed at 1.0 s, exactly at an advance, and respawned at 8.5 s,
+// exactly at the next one: the 7.5 s gap has nobody alive, so it is listed with alive 0 and is not downtime.
+// Goodput: sent 1 (0.2, 0.9] = 0.7 and sent 2 (0.9, 0.99] = 0.09, both merged -> 0.79 / 10 = 0.079.
+void test_gap_without_learners() {
+  const std::string L = R"("src":"learner","learner":0,"incarnation":0,)", S = R"("src":"syncer",)";
+  const trace tr = load({
+      at(0, R"("src":"runner","ev":"begin","learners":1,"mode":"decoupled","seed":1)"),
+      at(0, R"("src":"runner","ev":"spawn","target":"syncer","pid":10)"),
+      at(0, R"("src":"runner","ev":"spawn","target":"learner","learner":0,"incarnation":0,"pid":20)"),
+      at(1000, R"("src":"runner","ev":"kill","target":"learner","learner":0,"pid":20)"),
+      at(8500, R"("src":"runner","ev":"spawn","target":"learner","learner":0,"incarnation":1,"pid":21)"),
+      at(10000, R"("src":"runner","ev":"stopping")"),
+      at(200, L + R"("ev":"joined","revisions":[0],"steps":0,"wait_us":0)"),
+      at(900, L + R"("ev":"sent","fragment":0,"sequence":1,"base":0,"steps":5,"wait_us":0)"),
+      at(990, L + R"("ev":"sent","fragment":0,"sequence":2,"base":0,"steps":6,"wait_us":0)"),
+      at(8600, R"("src":"learner","learner":0,"incarnation":1,"ev":"joined","revisions":[2],"steps":0,"wait_us":0)"),
+      at(50, S + R"("ev":"start","pid":10,"restored":false,"revisions":[])"),
+      at(950, S + R"("ev":"accepted","learner":0,"incarnation":0,"sequence":1,"fragment":0,"base":0)"),
+      at(995, S + R"("ev":"accepted","learner":0,"incarnation":0,"sequence":2,"fragment":0,"base":0)"),
+      at(1000, S + R"("ev":"merged","fragment":0,"revision":1,"contributions":[[0,0,1]],"staleness":[0])"),
+      at(8500, S + R"("ev":"merged","fragment":0,"revision":2,"contributions":[[0,0,2]],"staleness":[1])"),
+  });
+  const report r = analyze(tr, {.downtime_bound_s = 2.0});
+  check(r.gaps.size() == 1, "idle gap: listed");
+  if (r.gaps.size() == 1)
+    near(r.gaps[0].begin_s, 1.0, "idle gap: begin"), near(r.gaps[0].end_s, 8.5, "idle gap: end"),
+        near(r.gaps[0].alive_s, 0, "idle gap: alive");
+  near(r.global_downtime_s, 0, "idle gap: no downtime");
+  near(r.longest_gap_s, 7.5, "idle gap: longest"), near(r.median_gap_s, 7.5, "idle gap: median");
+  near(r.goodput, 0.079, "idle gap: goodput");
+  check(r.counts.accepted == 2 && r.counts.merged == 2 && r.counts.unanswered == 0 && r.counts.unaccounted == 0,
+        "idle gap: accounting");
+  check(r.ok && r.failures.empty() && r.warnings.empty(), "idle gap: ok, no failures, no warnings");
+  if (!r.per_learner.empty()) {
+    using enum lane_state;
+    check(same_spans(r.per_learner[0].spans,
+                     {{0, 0.2, restarting}, {0.2, 1.0, up}, {1.0, 8.5, down}, {8.5, 8.6, restarting}, {8.6, 10, up}}),
+          "idle gap: learner spans");
+  }
+  // The same trace with the default 5 s bound: the gap is still over it; with a 10 s bound nothing is listed.
+  check(analyze(tr, {}).gaps.size() == 1 && analyze(tr, {.downtime_bound_s = 10}).gaps.empty(),
+        "idle gap: bound is honoured");
+}
+
+// No merge at all while a learner lives, an accepted contribution that is never merged without any syncer kill,
+// and neither "begin" nor "stopping": window = first to last event (0..5 s), M = learner ids seen = 1.
+void test_no_progress() {
+  const trace tr = load({
+      at(0, R"("src":"runner","ev":"spawn","target":"learner","learner":0,"incarnation":0,"pid":20)"),
+      at(100, R"("src":"learner","learner":0,"incarnation":0,"ev":"joined","revisions":[0],"steps":0,"wait_us":0)"),
+      at(1000, R"("src":"learner","learner":0,"incarnation":0,"ev":"sent","fragment":0,"sequence":1,"base":0,)"
+               R"("steps":5,"wait_us":0)"),
+      at(1100, R"("src":"syncer","ev":"accepted","learner":0,"incarnation":0,"sequence":1,"fragment":0,"base":0)"),
+      at(5000, R"("src":"learner","learner":0,"incarnation":0,"ev":"stop","steps":5,"wait_us":0)"),
+  });
+  const report r = analyze(tr, {});
+  near(r.window_s, 5, "no progress: window from first to last event");
+  check(r.learners == 1, "no progress: M from learner ids");
+  check(r.advances == 0 && r.gaps.empty(), "no progress: no advances");
+  check(r.counts.unaccounted == 1 && r.counts.unaccounted_keys.size() == 1 &&
+            contains(r.counts.unaccounted_keys[0], "never merged"),
+        "no progress: accepted, never merged -> unaccounted");
+  check(!r.ok && r.failures.size() == 2, "no progress: 2 failures (no advance, unaccounted)");
+  check(r.warnings.size() == 2, "no progress: warnings for the missing begin and stopping");
+  near(r.goodput, 0, "no progress: goodput 0");
+
+  const report empty = analyze(trace{}, {});
+  check(!empty.ok && empty.failures.size() == 1, "empty trace: one failure");
+  const std::string empty_json = to_json(empty);
+  diloco_chaos::detail::json_cursor c{empty_json};
+  check(c.skip_value(), "empty trace: to_json is well-formed");
+  check(to_timeline(empty, "x").duration_s > 0, "empty trace: timeline duration stays positive");
+}
+
+}  // namespace
+
+int main() {
+  test_parser();
+  test_main_scenario();
+  test_gap_without_learners();
+  test_no_progress();
+  if (failures) {
+    std::printf("%d check(s) failed\n", failures);
+    return 1;
+  }
+  std::printf("all checks passed\n");
+  return 0;
+}
