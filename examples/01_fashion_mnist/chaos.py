@@ -36,6 +36,7 @@ def run(bins, out, mode, args, faults=True):
     m = args.learners
     syncer = (f"{bins}/tools/diloco_syncer --endpoint {{endpoint}} --trace {{trace}} --quiet "
               f"--checkpoint-dir {{dir}}/checkpoints --save {{dir}}/final.f32 --metrics {{dir}}/syncer.json "
+              f"--heartbeat-timeout {args.heartbeat_timeout} "
               + MODES[mode].format(M=m))
     learner = (f"{bins}/examples/01_fashion_mnist/fashion_mnist --role learner --mode {mode} --learners {m} "
                f"--endpoint {{endpoint}} --learner-id {{id}} --incarnation {{incarnation}} --trace {{trace}} "
@@ -65,6 +66,10 @@ def run(bins, out, mode, args, faults=True):
         elif e["src"] == "runner" and e["ev"] == "kill" and e.get("target") == "syncer":
             faults["syncer_kills"] += 1
     report["faults"] = faults
+    try:
+        report["syncer"] = json.load(open(os.path.join(out, "syncer.json")))
+    except (OSError, ValueError):
+        report["syncer"] = None
     evaluation = subprocess.run([f"{bins}/examples/01_fashion_mnist/fashion_mnist", "--evaluate",
                                  os.path.join(out, "final.f32")], stdout=subprocess.PIPE, text=True, timeout=120)
     report["test_accuracy"] = json.loads(evaluation.stdout)["test_accuracy"] if evaluation.returncode == 0 else None
@@ -98,6 +103,8 @@ def main():
     p.add_argument("--quiet", type=float, default=10)
     p.add_argument("--syncer-kill-at", type=float, default=40)
     p.add_argument("--bound", type=float, default=5)
+    p.add_argument("--heartbeat-timeout", type=float, default=3,
+                   help="the syncer declares a silent learner dead after this (shorter than a pause)")
     p.add_argument("--seed", type=int, default=1)
     args = p.parse_args()
     out = args.out or tempfile.mkdtemp(prefix="diloco_chaos.")
@@ -126,6 +133,9 @@ def main():
         failures.append(f"not enough faults: {f}")
     if chaos["downtime"]["global_downtime_s"] != 0:
         failures.append(f"global downtime {chaos['downtime']['global_downtime_s']} s outside the syncer's restart")
+    if f["learner_pauses"] and (not chaos["syncer"] or chaos["syncer"]["declared_dead"] < 1
+                                or chaos["syncer"]["revived"] < 1):
+        failures.append(f"paused learners were not dropped from the live set and readmitted: {chaos['syncer']}")
     if chaos["accounting"]["unaccounted"] != 0:
         failures.append(f"unaccounted contributions: {chaos['accounting']}")
     if chaos["revisions"]["violations"]:

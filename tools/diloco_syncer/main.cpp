@@ -292,12 +292,13 @@ int serve(const settings& s, diloco::zeromq::server& server, start& from, diloco
   char line[4096];  // 21 reasons at most: well under 4 KiB
   std::snprintf(line, sizeof line,
       "{\"outer_updates\":%llu,\"contributions_accepted\":%llu,\"contributions_merged\":%llu,\"rejected\":{%s},"
-      "\"joins\":%llu,\"rejoins\":%llu,\"leaves\":%llu,\"declared_dead\":%llu,\"staleness_max\":%llu,"
+      "\"joins\":%llu,\"rejoins\":%llu,\"leaves\":%llu,\"declared_dead\":%llu,\"revived\":%llu,\"staleness_max\":%llu,"
       "\"curve_admitted\":%llu,\"curve_denied\":%llu,\"seconds\":%.3f}\n",
       static_cast<unsigned long long>(m.outer_updates), static_cast<unsigned long long>(m.contributions_accepted),
       static_cast<unsigned long long>(m.contributions_merged), rejected.str().c_str(),
       static_cast<unsigned long long>(m.joins), static_cast<unsigned long long>(m.rejoins),
       static_cast<unsigned long long>(m.leaves), static_cast<unsigned long long>(m.declared_dead),
+      static_cast<unsigned long long>(m.revived),
       static_cast<unsigned long long>(m.staleness_max), static_cast<unsigned long long>(server.admitted()),
       static_cast<unsigned long long>(server.denied()),
       std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
