@@ -3,9 +3,7 @@
 // port, waits for them and prints the syncer's result.
 #pragma once
 
-#include <netinet/in.h>
 #include <spawn.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -17,6 +15,8 @@
 #include <thread>
 #include <vector>
 
+#include <diloco/transport/loopback.hpp>
+
 #include "trainer.hpp"
 
 extern char** environ;
@@ -24,20 +24,6 @@ extern char** environ;
 namespace fashion {
 
 namespace detail {
-
-/// A loopback TCP port nobody listens on right now.
-inline int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t length = sizeof address;
-  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0 ||
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) != 0)
-    throw std::runtime_error(std::string("cannot find a free port: ") + std::strerror(errno));
-  ::close(fd);
-  return ntohs(address.sin_port);
-}
 
 struct child {
   pid_t pid = -1;
@@ -110,7 +96,7 @@ inline std::string last_line(const std::string& text) {
 
 inline int launch_all(int argc, char** argv, const settings& s) {
   const std::string endpoint =
-      s.endpoint.empty() ? "tcp://127.0.0.1:" + std::to_string(detail::free_port()) : s.endpoint;
+      s.endpoint.empty() ? "tcp://127.0.0.1:" + std::to_string(diloco::free_loopback_port()) : s.endpoint;
   std::vector<std::string> common{argv[0]};
   for (int i = 1; i < argc; ++i) {
     const std::string_view a = argv[i];

@@ -6,14 +6,8 @@
 // examples/01_fashion_mnist/chaos.py shows how to call it; docs/chaos.md
 // describes the trace and the report.
 
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
-#include <cerrno>
 #include <cmath>
 #include <cstdio>
-#include <cstring>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -23,6 +17,7 @@
 #include <vector>
 
 #include <diloco/chaos/runner.hpp>
+#include <diloco/transport/loopback.hpp>
 
 #include "report.hpp"
 #include "timeline.hpp"
@@ -79,19 +74,6 @@ std::vector<std::string> words(const std::string& command) {
 std::string replace_all(std::string s, std::string_view from, const std::string& to) {
   for (auto at = s.find(from); at != std::string::npos; at = s.find(from, at + to.size())) s.replace(at, from.size(), to);
   return s;
-}
-
-int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in address{};
-  address.sin_family = AF_INET;
-  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t length = sizeof address;
-  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0 ||
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) != 0)
-    throw std::runtime_error(std::string("cannot find a free loopback port: ") + std::strerror(errno));
-  ::close(fd);
-  return ntohs(address.sin_port);
 }
 
 /// Reads DIR/events.jsonl, writes DIR/report.json and DIR/timeline.png,
@@ -176,7 +158,7 @@ int main(int argc, char** argv) {
     std::filesystem::create_directories(out);
     const auto events = out / "events.jsonl";
     std::filesystem::remove(events);
-    const std::string endpoint = "tcp://127.0.0.1:" + std::to_string(free_port());
+    const std::string endpoint = "tcp://127.0.0.1:" + std::to_string(diloco::free_loopback_port());
     const double stop_at =
         std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count() +
         plan.duration_seconds;
