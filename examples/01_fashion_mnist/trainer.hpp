@@ -393,9 +393,8 @@ outcome learn(const settings& s, const split& train_set, Inner inner) {
   if (!s.trace_file.empty()) {
     trace.emplace(s.trace_file);
     options.on_event = [&trace, &s](const learner_event& e) { trace->learner(s.learner_id, s.incarnation, e); };
-    std::string fields = ",\"learner\":";
-    fields.append(std::to_string(s.learner_id)).append(",\"incarnation\":").append(std::to_string(s.incarnation));
-    trace->write("learner", "start", fields.append(",\"pid\":").append(std::to_string(::getpid())));
+    const auto pid = std::string(",\"pid\":").append(std::to_string(::getpid()));
+    trace->learner_line(s.learner_id, s.incarnation, "start", pid);
   }
   learner<mlp, Inner, zeromq::client> l(model, client, options, inner);
   const double speed = s.learner_id < s.speeds.size() ? s.speeds[s.learner_id] : 1.0;
@@ -406,11 +405,9 @@ outcome learn(const settings& s, const split& train_set, Inner inner) {
   out.inner_steps = l.local_step();
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   if (trace) {
-    std::string fields = ",\"learner\":";
-    fields.append(std::to_string(s.learner_id)).append(",\"incarnation\":").append(std::to_string(s.incarnation));
-    fields.append(",\"steps\":").append(std::to_string(l.metrics().steps));
-    fields.append(",\"wait_us\":").append(std::to_string(l.metrics().wait_ns / 1000));
-    trace->write("learner", "stop", fields);
+    std::string fields = ",\"steps\":";
+    fields.append(std::to_string(l.metrics().steps)).append(",\"wait_us\":");
+    trace->learner_line(s.learner_id, s.incarnation, "stop", fields.append(std::to_string(l.metrics().wait_ns / 1000)));
   }
   return out;
 }

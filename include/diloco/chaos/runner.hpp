@@ -64,8 +64,8 @@ inline runner_result run(const runner_options& o, trace_writer& trace) {
     std::string fields;  ///< `"target":..., "learner":...` for trace lines
     std::optional<child_process> process;
     std::uint32_t starts = 0;
-    bool paused = false;
-    std::optional<double> restart_at, resume_at;
+    std::optional<double> restart_at;  ///< down: when it starts again
+    std::optional<double> resume_at;   ///< paused (SIGSTOP): when it gets SIGCONT
   };
   std::vector<member> members(o.learners + 1);  // learners, then the syncer
   for (std::uint32_t i = 0; i <= o.learners; ++i) {
@@ -91,7 +91,7 @@ inline runner_result run(const runner_options& o, trace_writer& trace) {
     std::string file = syncer ? std::string("syncer") : std::string("learner").append(std::to_string(i));
     const auto log = o.log_dir / file.append("-").append(std::to_string(n)).append(".log");
     m.process = child_process::spawn({argv, log, log});
-    m.paused = false;
+    m.resume_at.reset();
     m.restart_at.reset();
     if (n > 1 && !syncer) ++result.learner_restarts;
     record(m, "spawn", syncer ? std::string() : std::string(",\"incarnation\":").append(std::to_string(n)));
@@ -123,7 +123,7 @@ inline runner_result run(const runner_options& o, trace_writer& trace) {
          ++next_fault) {
       const auto& f = o.faults.learner_faults[next_fault];
       auto& m = members.at(f.learner);
-      if (!m.process || m.paused) continue;  // already down: the schedule keeps them apart, a slow start may not
+      if (!m.process || m.resume_at) continue;  // already down: the schedule keeps them apart, a slow start may not
       if (f.kind == fault_kind::kill) {
         kill(m);
         ++result.learner_kills;
@@ -132,7 +132,6 @@ inline runner_result run(const runner_options& o, trace_writer& trace) {
         m.process->signal(SIGSTOP);
         record(m, "pause");
         ++result.learner_pauses;
-        m.paused = true;
         m.resume_at = now + f.recovery_seconds;
       }
     }
@@ -146,9 +145,8 @@ inline runner_result run(const runner_options& o, trace_writer& trace) {
     }
     for (std::uint32_t i = 0; i <= o.learners; ++i) {
       auto& m = members[i];
-      if (m.paused && m.resume_at && now >= *m.resume_at) {
+      if (m.resume_at && now >= *m.resume_at) {
         m.process->signal(SIGCONT);
-        m.paused = false;
         m.resume_at.reset();
         record(m, "resume");
       }
@@ -168,9 +166,9 @@ inline runner_result run(const runner_options& o, trace_writer& trace) {
   // then the syncer is asked to stop and merges what is open.
   trace.write("runner", "stopping");
   for (std::uint32_t i = 0; i < o.learners; ++i)
-    if (members[i].paused) {
+    if (members[i].resume_at) {
       members[i].process->signal(SIGCONT);
-      members[i].paused = false;
+      members[i].resume_at.reset();
       record(members[i], "resume");
     }
   const auto drain = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::duration<double>(o.drain_seconds));

@@ -70,31 +70,38 @@ class trace_writer {
     }
   }
 
+  /// A line from learner `id`'s `incarnation`: `write` with those two fields
+  /// first (for what a learner process records besides `learner_event`s).
+  void learner_line(std::uint32_t id, std::uint32_t incarnation, std::string_view ev, std::string_view fields = {}) {
+    std::string f = ",\"learner\":";
+    f.append(std::to_string(id)).append(",\"incarnation\":").append(std::to_string(incarnation)).append(fields);
+    write("learner", ev, f);
+  }
+
   /// A learner's event; `id` and `incarnation` say whose.
   void learner(std::uint32_t id, std::uint32_t incarnation, const learner_event& e) {
     std::ostringstream f;
-    f << ",\"learner\":" << id << ",\"incarnation\":" << incarnation;
     switch (e.what) {
       case learner_event::kind::joined:
         f << ",\"revisions\":" << array(e.revisions) << counters(e);
-        return write("learner", "joined", f.str());
+        return learner_line(id, incarnation, "joined", f.str());
       case learner_event::kind::sent:
         f << ",\"fragment\":" << e.fragment << ",\"sequence\":" << e.sequence << ",\"base\":" << e.revision
           << counters(e);
-        return write("learner", "sent", f.str());
+        return learner_line(id, incarnation, "sent", f.str());
       case learner_event::kind::verdict:
         f << ",\"fragment\":" << e.fragment << ",\"sequence\":" << e.sequence
           << ",\"accepted\":" << (e.accepted ? "true" : "false");
         if (!e.accepted) f << ",\"reason\":\"" << to_string(e.reason) << '"';
-        return write("learner", "verdict", f.str());
+        return learner_line(id, incarnation, "verdict", f.str());
       case learner_event::kind::adopted:
         f << ",\"fragment\":" << e.fragment << ",\"revision\":" << e.revision;
-        return write("learner", "adopted", f.str());
+        return learner_line(id, incarnation, "adopted", f.str());
       case learner_event::kind::waited: {
         const std::int64_t end = now_us();
         f << ",\"begin\":" << end - std::chrono::duration_cast<std::chrono::microseconds>(e.wait).count()
           << ",\"end\":" << end;
-        return write("learner", "wait", f.str());
+        return learner_line(id, incarnation, "wait", f.str());
       }
     }
   }

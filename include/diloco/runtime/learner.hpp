@@ -137,8 +137,10 @@ class learner {
       ++metrics_.rejoins_sent;
     }
     const bool ready = !waiting_for_answer(now);
-    if (!ready) waited_ = true;
-    if (ready) end_wait(now);
+    if (ready)
+      end_wait(now);
+    else
+      waited_ = true;
     return ready;
   }
 
@@ -500,8 +502,10 @@ class learner {
     }
     f.tokens = 0;
     f.steps = 0;
-    if (answer) f.in_flight.reset();
-    if (answer) f.resync_wanted = false;
+    if (answer) {
+      f.in_flight.reset();
+      f.resync_wanted = false;
+    }
     f.inbox.reset();
     ++metrics_.updates_adopted;
     if (options_.on_event) emit({.what = learner_event::kind::adopted, .fragment = p, .revision = f.revision});
