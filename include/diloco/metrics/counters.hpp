@@ -34,7 +34,11 @@ enum class reject_reason : std::uint8_t {
   stale = 17,                ///< base revision more than S revisions old
   duplicate = 18,            ///< the idempotency key (learner, incarnation, fragment, base) was seen
   non_finite = 19,           ///< a payload value that is NaN or infinite
-  too_many_learners = 20,    ///< a join beyond `max_learners` distinct learner ids
+  too_many_learners = 20,    ///< a join beyond `max_learners` learners in the table
+  peer_conflict = 21,        ///< a second connection claims a learner that is live on another one
+  unauthorized = 22,         ///< the sender's authenticated key does not own the learner id it names
+  bad_counts = 23,           ///< tokens or steps a contribution cannot have (see `syncer_options`)
+  quarantined = 24,          ///< from a learner refused until it rejoins (repeatedly clipped or refused)
   count_
 };
 
@@ -63,6 +67,10 @@ constexpr std::string_view to_string(reject_reason r) noexcept {
     case reject_reason::duplicate: return "duplicate";
     case reject_reason::non_finite: return "non_finite";
     case reject_reason::too_many_learners: return "too_many_learners";
+    case reject_reason::peer_conflict: return "peer_conflict";
+    case reject_reason::unauthorized: return "unauthorized";
+    case reject_reason::bad_counts: return "bad_counts";
+    case reject_reason::quarantined: return "quarantined";
     case reject_reason::count_: break;
   }
   return "unknown";

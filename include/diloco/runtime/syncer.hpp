@@ -491,6 +491,7 @@ class syncer {
       case wire_error::bad_checksum: why = reject_reason::bad_checksum; break;
       case wire_error::bad_header: why = reject_reason::bad_header; break;
       case wire_error::oversized: why = reject_reason::oversized; break;
+      case wire_error::unauthorized: why = reject_reason::unauthorized; break;
     }
     ++metrics_.rejected[static_cast<std::size_t>(why)];
     options_.log("refused undecodable message from peer " + std::to_string(from) + ": " + std::string(to_string(why)));

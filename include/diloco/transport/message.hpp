@@ -101,6 +101,9 @@ enum class wire_error : std::uint8_t {
   bad_checksum,  ///< header or payload CRC-32C mismatch
   bad_header,    ///< an unknown kind, codec, status or flag, or a reserved field not zero
   oversized,     ///< more payload than the receiver's limit
+  /// Decoded, but the sender's authenticated identity (a CURVE key) does not
+  /// own the learner id the header names; the envelope keeps the header.
+  unauthorized,
 };
 
 /// A received message and the peer it came from (as the transport saw it, not
