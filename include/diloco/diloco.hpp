@@ -28,6 +28,7 @@
 
 #include "diloco/merge/average.hpp"
 #include "diloco/merge/radial_directional.hpp"
+#include "diloco/merge/robust.hpp"
 
 #include "diloco/transport/inproc.hpp"
 #include "diloco/transport/simulated.hpp"
