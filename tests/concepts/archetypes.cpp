@@ -144,7 +144,7 @@ static_assert(!diloco::inner_step<inner_lacking<inner_req::options_type>>);
 static_assert(!diloco::inner_step<inner_lacking<inner_req::step>>);
 static_assert(!diloco::inner_step<inner_lacking<inner_req::options>>);
 
-enum class outer_req { none, scalar_type, options_type, step, save, load };
+enum class outer_req { none, scalar_type, options_type, step, reset, save, load };
 
 struct outer_options {};
 
@@ -166,6 +166,8 @@ template <outer_req R>
 struct outer_lacking : outer_types<R> {
   void step(std::uint32_t, std::span<float>, std::span<const float>)
     requires(R != outer_req::step);
+  void reset(std::uint32_t)
+    requires(R != outer_req::reset);
   void save(std::ostream&) const
     requires(R != outer_req::save);
   void load(std::istream&)
@@ -176,6 +178,7 @@ static_assert(diloco::outer_optimizer<outer_lacking<outer_req::none>>);
 static_assert(!diloco::outer_optimizer<outer_lacking<outer_req::scalar_type>>);
 static_assert(!diloco::outer_optimizer<outer_lacking<outer_req::options_type>>);
 static_assert(!diloco::outer_optimizer<outer_lacking<outer_req::step>>);
+static_assert(!diloco::outer_optimizer<outer_lacking<outer_req::reset>>);
 static_assert(!diloco::outer_optimizer<outer_lacking<outer_req::save>>);
 static_assert(!diloco::outer_optimizer<outer_lacking<outer_req::load>>);
 

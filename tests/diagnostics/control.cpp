@@ -45,6 +45,7 @@ struct user_outer {
   void step(std::uint32_t, std::span<float> global, std::span<const float> delta) {
     for (std::size_t i = 0; i < global.size(); ++i) global[i] -= delta[i];
   }
+  void reset(std::uint32_t) {}
   void save(std::ostream&) const {}
   void load(std::istream&) {}
 };

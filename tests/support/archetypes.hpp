@@ -130,11 +130,11 @@ class inner_archetype {
 };
 
 /// OuterOptimizer (`diloco::outer_optimizer`): `scalar_type`, `options_type`,
-/// `step(fragment, global, delta)`, `save(std::ostream&) const`,
-/// `load(std::istream&)`, all returning void. Move-only.
+/// `step(fragment, global, delta)`, `reset(fragment)`, `save(std::ostream&)
+/// const`, `load(std::istream&)`, all returning void. Move-only.
 ///
-/// Behaviour: stateless SGD, `Θ ← Θ − lr·Δ`; `save` and `load` have no state
-/// to move.
+/// Behaviour: stateless SGD, `Θ ← Θ − lr·Δ`; `reset`, `save` and `load` have
+/// no state to touch.
 class outer_archetype {
  public:
   using scalar_type = float;
@@ -149,6 +149,7 @@ class outer_archetype {
   void step(std::uint32_t /*fragment*/, std::span<float> global, std::span<const float> delta) {
     for (std::size_t i = 0; i < global.size(); ++i) global[i] -= options_.learning_rate * delta[i];
   }
+  void reset(std::uint32_t /*fragment*/) {}
   void save(std::ostream&) const {}
   void load(std::istream&) {}
 

@@ -20,10 +20,14 @@ namespace diloco {
 ///    outer gradient `std::span<const scalar_type>` (Δ = Θ_base − θ, so a
 ///    descent step subtracts it), returning `void`. State is per fragment and
 ///    created on the fragment's first step, when its size is known.
-/// 4. `o.save(std::ostream&) const` and `o.load(std::istream&)` — the whole
+/// 4. `o.reset(fragment)` with a `std::uint32_t` fragment index, returning
+///    `void`: forgets that fragment's state, so that its next step starts as
+///    its first did. The syncer calls it after refusing to publish a step the
+///    optimizer has already taken (a non-finite or too large result).
+/// 5. `o.save(std::ostream&) const` and `o.load(std::istream&)` — the whole
 ///    state, so the syncer can checkpoint it; `load` throws on corrupt input
 ///    and then leaves the state unchanged.
-/// 5. Move-constructible: the syncer takes it by value.
+/// 6. Move-constructible: the syncer takes it by value.
 template <class O>
 concept outer_optimizer = std::move_constructible<O> && requires(O& o, const O& co, std::uint32_t fragment,
                                    std::span<typename O::scalar_type> global,
@@ -32,6 +36,7 @@ concept outer_optimizer = std::move_constructible<O> && requires(O& o, const O& 
   typename O::scalar_type;
   typename O::options_type;
   { o.step(fragment, global, delta) } -> std::same_as<void>;
+  { o.reset(fragment) } -> std::same_as<void>;
   { co.save(out) } -> std::same_as<void>;
   { o.load(in) } -> std::same_as<void>;
 };
@@ -54,6 +59,8 @@ consteval bool check_outer_optimizer() {
                   "diloco::outer_optimizer: missing member `void step(std::uint32_t fragment, "
                   "std::span<scalar_type> global, std::span<const scalar_type> delta)`");
   }
+  static_assert(requires(O& o, std::uint32_t f) { { o.reset(f) } -> std::same_as<void>; },
+                "diloco::outer_optimizer: missing member `void reset(std::uint32_t fragment)`");
   static_assert(requires(const O& o, std::ostream& out) { { o.save(out) } -> std::same_as<void>; },
                 "diloco::outer_optimizer: missing member `void save(std::ostream&) const`");
   static_assert(requires(O& o, std::istream& in) { { o.load(in) } -> std::same_as<void>; },

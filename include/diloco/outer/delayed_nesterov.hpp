@@ -80,6 +80,9 @@ class delayed_nesterov {
     }
   }
 
+  /// Forgets fragment's buffers and merge count (the syncer refused the step that built them).
+  void reset(std::uint32_t fragment) { state_.reset(fragment); }
+
   options_type& options() noexcept { return options_; }
 
   void save(std::ostream& out) const {

@@ -38,6 +38,9 @@ class from_inner {
     slot.inner->step(global, delta);
   }
 
+  /// Forgets fragment's inner-optimizer state (the syncer refused the step that built it).
+  void reset(std::uint32_t fragment) { states_.reset(fragment); }
+
   options_type& options() noexcept { return options_; }
 
   void save(std::ostream& out) const {

@@ -54,6 +54,9 @@ class nesterov {
     for (std::size_t i = 0; i < global.size(); ++i) f(g[i], m[i], d[i]);
   }
 
+  /// Forgets fragment's momentum (the syncer refused the step that built it).
+  void reset(std::uint32_t fragment) { momentum_.reset(fragment); }
+
   options_type& options() noexcept { return options_; }
 
   /// The momentum buffer of `fragment` (empty before its first step).

@@ -42,6 +42,9 @@ class sgd {
     for (std::size_t i = 0; i < global.size(); ++i) f(global[i], delta[i]);
   }
 
+  /// Stateless: nothing to forget.
+  void reset(std::uint32_t /*fragment*/) noexcept {}
+
   options_type& options() noexcept { return options_; }
   void save(std::ostream& out) const { diloco::detail::write_tag(out, "OSGD", 1); }
   void load(std::istream& in) { diloco::detail::expect_tag(in, "OSGD", 1); }

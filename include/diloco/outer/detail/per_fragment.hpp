@@ -22,6 +22,11 @@ class per_fragment {
   }
   std::size_t size() const noexcept { return states_.size(); }
 
+  /// Forgets the state of `fragment`: its next step starts as its first did.
+  void reset(std::uint32_t fragment) {
+    if (fragment < states_.size()) states_[fragment] = State{};
+  }
+
   /// The state of `fragment`, or null if it has none yet; creates nothing.
   const State* find(std::uint32_t fragment) const noexcept {
     return fragment < states_.size() ? &states_[fragment] : nullptr;
