@@ -19,8 +19,8 @@ message_header full_header(message_kind kind) {
   h.codec = kind == message_kind::layout       ? codec_id::bytes
             : wire::carries_payload(kind)        ? codec_id::f32
                                                  : codec_id::none;
-  h.status = update_status::resync;
-  h.flags = kind == message_kind::contribution ? final_contribution : 0;
+  h.status = kind == message_kind::update ? update_status::resync : update_status::merged;
+  h.flags = kind == message_kind::contribution ? final_contribution : kind == message_kind::welcome ? state_wanted : 0;
   h.reason = kind == message_kind::reject ? static_cast<std::uint8_t>(reject_reason::duplicate) : 0;
   h.lock_step = 1;
   h.learner = 0x01020304;
@@ -172,6 +172,8 @@ BOOST_AUTO_TEST_CASE(each_kind_of_damage_has_its_own_reason) {
                            {wire::offset::codec, 0u},  // a contribution needs a codec
                            {wire::offset::status, 2u},
                            {wire::offset::flags, 4u},
+                           {wire::offset::status, 1u},  // only an update carries a status
+                           {wire::offset::flags, 2u},   // state_wanted belongs to a welcome
                            {wire::offset::lock_step, 2u},
                            {wire::offset::reason, 1u},  // only a reject carries a reason
                            {wire::offset::reserved32, 1u}}) {

@@ -125,9 +125,10 @@ struct decoded_header {
 
 /// Decodes and validates a header frame. `max_payload_bytes` bounds what a
 /// payload may announce. Checks, in order: length (`truncated`), magic,
-/// version, header CRC (`bad_checksum`), every enumerated field, flag, reason
-/// and reserved field, mixing finite in [0, 1) (`bad_header`), and the payload
-/// size the header implies (`oversized`).
+/// version, header CRC (`bad_checksum`), every enumerated field, status (0
+/// except on updates), flags (only those of the kind), reason and reserved
+/// field, mixing finite in [0, 1) (`bad_header`), and the payload size the
+/// header implies (`oversized`).
 inline decoded_header decode_header(std::span<const std::byte> frame, std::uint64_t max_payload_bytes) noexcept {
   using detail::get;
   decoded_header d;
@@ -149,9 +150,15 @@ inline decoded_header decode_header(std::span<const std::byte> frame, std::uint6
                           kind <= static_cast<std::uint8_t>(message_kind::state);
   const bool reason_ok = kind == static_cast<std::uint8_t>(message_kind::reject) ? h.reason < reject_reason_count
                                                                                  : h.reason == 0;
-  if (!known_kind || codec > static_cast<std::uint8_t>(codec_id::bytes) ||
-      status > static_cast<std::uint8_t>(update_status::resync) ||
-      (h.flags & ~(final_contribution | state_wanted)) != 0 ||
+  // Status only on updates, each flag only on the kind it belongs to.
+  const bool status_ok = kind == static_cast<std::uint8_t>(message_kind::update)
+                             ? status <= static_cast<std::uint8_t>(update_status::resync)
+                             : status == 0;
+  const std::uint8_t allowed_flags = kind == static_cast<std::uint8_t>(message_kind::contribution) ? final_contribution
+                                     : kind == static_cast<std::uint8_t>(message_kind::welcome)    ? state_wanted
+                                                                                                   : 0;
+  if (!known_kind || codec > static_cast<std::uint8_t>(codec_id::bytes) || !status_ok ||
+      (h.flags & ~allowed_flags) != 0 ||
       h.lock_step > 1 || !reason_ok ||
       get<std::uint32_t>(frame, offset::reserved32) != 0 || !std::isfinite(h.mixing) || h.mixing < 0.0 ||
       h.mixing >= 1.0)
