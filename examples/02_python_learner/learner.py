@@ -60,7 +60,8 @@ FLAG_STATE_WANTED = 1 << 1   # welcome: send your layout and state
 REASONS = ("truncated", "bad_magic", "bad_version", "bad_checksum", "bad_header", "oversized",
            "unexpected_kind", "unknown_learner", "wrong_peer", "dead_incarnation", "unknown_incarnation",
            "layout_mismatch", "bad_fragment", "bad_size", "bad_codec", "no_work", "future_base", "stale",
-           "duplicate")
+           "duplicate", "non_finite", "too_many_learners", "peer_conflict", "unauthorized", "bad_counts",
+           "quarantined")
 MAX_PAYLOAD = 1 << 30  # the documented default limit, 1 GiB
 
 
@@ -316,7 +317,7 @@ class Learner:
         self.total = len(model.theta)
         self.context = zmq.Context()
         self.socket = self.context.socket(zmq.DEALER)
-        self.socket.setsockopt(zmq.ROUTING_ID, struct.pack("<II", self.learner_id, self.incarnation))
+        # No routing id: the syncer's ROUTER gives every connection its own (protocol.md, Framing).
         self.socket.setsockopt(zmq.MAXMSGSIZE, MAX_PAYLOAD + HEADER_SIZE)
         self.socket.setsockopt(zmq.SNDTIMEO, int(args.timeout * 1000))  # a send never blocks unbounded
         self.socket.connect(args.endpoint)
@@ -487,6 +488,13 @@ class Learner:
 
     def on_reject(self, header):
         reason = REASONS[header["reason"]] if header["reason"] < len(REASONS) else "reason %d" % header["reason"]
+        if header["answers"] not in self.outstanding:
+            # Not about a contribution (protocol.md, "Identity refusals"): a
+            # notice that another connection claimed this learner, or a
+            # refusal of a join or heartbeat; this client only reports it.
+            log("message %d refused: %s" % (header["answers"], reason))
+            self.stats["notices"] = self.stats.get("notices", 0) + 1
+            return
         self.stats["rejects"] += 1
         self.stats["reject_reasons"][reason] = self.stats["reject_reasons"].get(reason, 0) + 1
         self.outstanding.pop(header["answers"], None)
@@ -561,7 +569,7 @@ class Learner:
         tokens, steps = self.counters[p]
         sequence = self.send(CONTRIBUTION, delta.astype(CODEC_DTYPE[codec]).tobytes(), codec=codec,
                              flags=FLAG_FINAL if final else 0, fragment=p, base_revision=self.base_revision[p],
-                             tokens=tokens, steps=steps, element_count=len(indices),
+                             revision=self.step, tokens=tokens, steps=steps, element_count=len(indices),
                              step_time_ns=self.step_time_ns, transfer_ns=self.transfer_ns)
         self.outstanding[sequence] = {"fragment": p, "step": self.step, "sent_at": time.monotonic(),
                                       "final": final, "acked": False, "sequence": sequence}

@@ -23,6 +23,8 @@ enum class errc {
   not_joined,         ///< the learner has not received the global state yet
   layout_mismatch,    ///< the peer's parameter layout differs from ours
   bad_config,         ///< the syncer's training configuration is unusable
+  superseded,         ///< another process joined as this learner with a newer incarnation
+  quarantined,        ///< the syncer refuses this learner's contributions until it rejoins
 };
 
 namespace detail {
@@ -40,6 +42,8 @@ class error_category_impl final : public std::error_category {
       case errc::not_joined: return "learner has not joined yet";
       case errc::layout_mismatch: return "parameter layout mismatch";
       case errc::bad_config: return "unusable training configuration";
+      case errc::superseded: return "superseded by a newer incarnation of this learner";
+      case errc::quarantined: return "quarantined by the syncer (contributions clipped or refused too often)";
     }
     return "unknown diloco error";
   }

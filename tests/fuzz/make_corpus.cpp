@@ -130,6 +130,7 @@ message_header contribution(std::uint32_t learner, std::uint32_t incarnation, st
   h.base_revision = base;
   h.tokens = 64 * steps;
   h.steps = steps;
+  h.revision = steps + 100;  // the learner's local step
   h.element_count = plan[fragment].size();
   h.step_time_ns = 2'000'000;
   h.transfer_ns = 300'000;

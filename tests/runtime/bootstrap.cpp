@@ -4,6 +4,7 @@
 #include <boost/test/unit_test.hpp>
 
 #include <chrono>
+#include <limits>
 #include <memory>
 #include <vector>
 
@@ -138,6 +139,63 @@ BOOST_AUTO_TEST_CASE(only_the_chosen_learner_may_provide_it_and_only_if_it_is_we
   BOOST_TEST(boot.refused() == 4u);
   BOOST_TEST(!boot.ready());
   BOOST_TEST(boot.take_joins().size() == 1u);  // the chosen learner's join is held
+}
+
+BOOST_AUTO_TEST_CASE(a_poisoned_initial_state_is_refused) {
+  inproc::hub hub;
+  auto& service = hub.attach(syncer_peer);
+  auto& chosen = hub.attach(1);
+  model_type model(6, 7);
+  const auto& layout = model.layout();
+  training_config one = config();
+  one.fragments = 1;
+  bootstrap<T, inproc::endpoint> boot(service, one);
+  const time_point now{};
+  auto deliver = [&] {
+    while (auto e = service.try_receive()) boot.handle(std::move(*e), now);
+  };
+  auto send = [&](message m) { BOOST_TEST_REQUIRE(!chosen.try_send(syncer_peer, m)); };
+  message j;
+  j.header.kind = message_kind::join;
+  j.header.learner = 1;
+  j.header.incarnation = 1;
+  j.header.layout = layout.fingerprint();
+  j.header.element_count = layout.size();
+  send(std::move(j));
+  deliver();
+  message l;
+  l.header.kind = message_kind::layout;
+  l.header.codec = codec_id::bytes;
+  l.header.learner = 1;
+  l.header.incarnation = 1;
+  const auto bytes = wire::encode_layout(layout);
+  l.header.element_count = bytes.size();
+  l.payload = byte_buffer(bytes.size());
+  std::copy(bytes.begin(), bytes.end(), l.payload.data());
+  send(std::move(l));
+  auto state = [&](T poison) {
+    message m;
+    m.header.kind = message_kind::state;
+    m.header.codec = codec_of<T>;
+    m.header.learner = 1;
+    m.header.incarnation = 1;
+    m.header.element_count = layout.size();
+    m.payload = byte_buffer(layout.size() * sizeof(T));
+    auto v = m.payload.as<T>();
+    std::fill(v.begin(), v.end(), T(0.5));
+    v[3] = poison;
+    return m;
+  };
+  send(state(std::numeric_limits<T>::quiet_NaN()));
+  send(state(std::numeric_limits<T>::infinity()));
+  deliver();
+  BOOST_TEST(boot.refused() == 2u);
+  BOOST_TEST(!boot.ready());
+  send(state(T(2)));
+  deliver();
+  BOOST_TEST_REQUIRE(boot.ready());
+  BOOST_TEST(boot.initial()[3] == T(2));
+  BOOST_TEST(boot.initial()[0] == T(0.5));
 }
 
 BOOST_AUTO_TEST_SUITE_END()

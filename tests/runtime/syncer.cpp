@@ -10,106 +10,15 @@
 
 #include <diloco/diloco.hpp>
 
+#include "support/syncer_fixture.hpp"
+
 namespace {
 
 using namespace std::chrono_literals;
 using namespace diloco;
-
-/// Outer SGD with η = 1 and plain averaging, so every merge is
-/// `Θ ← Θ − mean(Δ)` and can be checked by hand.
-using test_syncer = syncer<outer::sgd<double>, merge::average, inproc::endpoint>;
-
-struct fixture {
-  parameter_layout layout;
-  std::vector<double> initial{1, 2, 3, 4, 5, 6};
-  inproc::hub hub;
-  inproc::endpoint& syncer_end = hub.attach(syncer_peer);
-  std::vector<inproc::endpoint*> ends;
-  time_point now{};
-
-  fixture() {
-    layout.add("w", 4);
-    layout.add("b", 2);
-    for (std::uint32_t i = 0; i < 5; ++i) ends.push_back(&hub.attach(i));
-  }
-
-  static syncer_options options(std::uint32_t quorum = 1) {
-    syncer_options o;
-    o.training = training_config{.fragments = 1, .sync_period = 10, .overlap = 0, .mixing = 0.0, .lock_step = false};
-    o.quorum = quorum;
-    o.grace_factor = 0.0;
-    o.log = [](const std::string&) {};
-    return o;
-  }
-
-  void deliver(test_syncer& s) {
-    while (auto e = syncer_end.try_receive()) s.handle(std::move(*e), now);
-  }
-
-  std::vector<message> inbox(std::uint32_t i) {
-    std::vector<message> got;
-    while (auto e = ends[i]->try_receive()) got.push_back(std::move(e->msg));
-    return got;
-  }
-
-  static std::vector<message> of_kind(std::vector<message>&& all, message_kind kind) {
-    std::vector<message> got;
-    for (auto& m : all)
-      if (m.header.kind == kind) got.push_back(std::move(m));
-    return got;
-  }
-
-  void send(std::uint32_t from_endpoint, message m) { BOOST_TEST_REQUIRE(!ends[from_endpoint]->try_send(syncer_peer, m)); }
-
-  message join(std::uint32_t id, std::uint32_t incarnation = 1) {
-    message m;
-    m.header.kind = message_kind::join;
-    m.header.learner = id;
-    m.header.incarnation = incarnation;
-    m.header.layout = layout.fingerprint();
-    m.header.element_count = layout.size();
-    return m;
-  }
-
-  message contribution(std::uint32_t id, std::vector<double> delta, std::uint64_t base = 0,
-                       std::uint32_t incarnation = 1, std::uint64_t sequence = 1) {
-    message m;
-    auto& h = m.header;
-    h.kind = message_kind::contribution;
-    h.codec = codec_id::f64;
-    h.learner = id;
-    h.incarnation = incarnation;
-    h.fragment = 0;
-    h.base_revision = base;
-    h.sequence = sequence;
-    h.tokens = 640;
-    h.steps = 10;
-    h.element_count = delta.size();
-    m.payload = byte_buffer(delta.size() * sizeof(double));
-    std::copy(delta.begin(), delta.end(), m.payload.as<double>().begin());
-    return m;
-  }
-
-  message heartbeat(std::uint32_t id, std::chrono::nanoseconds step_time = 0ns) {
-    message m;
-    m.header.kind = message_kind::heartbeat;
-    m.header.learner = id;
-    m.header.incarnation = 1;
-    m.header.step_time_ns = step_time.count();
-    return m;
-  }
-
-  void join_all(test_syncer& s, std::uint32_t n) {
-    for (std::uint32_t i = 0; i < n; ++i) send(i, join(i));
-    deliver(s);
-    for (std::uint32_t i = 0; i < n; ++i) inbox(i);
-  }
-};
-
-std::vector<double> values(const message& m) {
-  const auto v = m.payload.as<const double>();
-  return {v.begin(), v.end()};
-}
+using syncer_test::fixture;
+using syncer_test::test_syncer;
+using syncer_test::values;
 
 }  // namespace
 
@@ -164,16 +73,28 @@ BOOST_FIXTURE_TEST_CASE(round_waits_for_quorum_then_merges_the_mean, fixture) {
 }
 
 BOOST_FIXTURE_TEST_CASE(partial_rounds_are_scaled_by_the_expected_weight_of_all_learners, fixture) {
-  // Four learners joined, one contributes Δ = 4: with "all_share" the round
-  // brings 1 of an expected 4 weights (the unknown three are expected to weigh
-  // what the known one does), so Θ moves by 4/4 = 1.
+  // Four learners that have each contributed once (equal weights); one
+  // contributes Δ = 4: with "all_share" the round brings 1 of 4 expected
+  // weights, so Θ moves by 4/4 = 1.
+  {
+    test_syncer s(layout, initial, syncer_end, options(1));
+    join_all(s, 4);
+    contribute_zero_once(s, 4);
+    send(0, contribution(0, {4, 4, 4, 4, 4, 4}, 4));
+    deliver(s);
+    BOOST_TEST(s.revision(0) == 5u);
+    const std::vector<double> expected{0, 1, 2, 3, 4, 5};
+    BOOST_TEST(s.parameters() == expected, boost::test_tools::per_element());
+  }
+  // Learners that joined but never contributed count for nothing: the same
+  // contribution from the only one that ever spoke is a whole round (200
+  // silent joins must not shrink every round to 1/201).
   {
     test_syncer s(layout, initial, syncer_end, options(1));
     join_all(s, 4);
     send(0, contribution(0, {4, 4, 4, 4, 4, 4}));
     deliver(s);
-    BOOST_TEST(s.revision(0) == 1u);
-    const std::vector<double> expected{0, 1, 2, 3, 4, 5};
+    const std::vector<double> expected{-3, -2, -1, 0, 1, 2};
     BOOST_TEST(s.parameters() == expected, boost::test_tools::per_element());
   }
   // "full_step" takes the whole Δ.
@@ -193,6 +114,7 @@ BOOST_FIXTURE_TEST_CASE(partial_rounds_are_scaled_by_the_expected_weight_of_all_
     o.scaling = partial_rounds::live_share;
     test_syncer s(layout, initial, syncer_end, o);
     join_all(s, 4);
+    contribute_zero_once(s, 4);
     for (std::uint32_t i : {2u, 3u}) {
       message m;
       m.header.kind = message_kind::leave;
@@ -201,7 +123,7 @@ BOOST_FIXTURE_TEST_CASE(partial_rounds_are_scaled_by_the_expected_weight_of_all_
       send(i, std::move(m));
     }
     deliver(s);
-    send(0, contribution(0, {4, 4, 4, 4, 4, 4}));
+    send(0, contribution(0, {4, 4, 4, 4, 4, 4}, 4));
     deliver(s);
     const std::vector<double> expected{-1, 0, 1, 2, 3, 4};
     BOOST_TEST(s.parameters() == expected, boost::test_tools::per_element());
@@ -218,13 +140,14 @@ BOOST_FIXTURE_TEST_CASE(a_contribution_cut_short_keeps_its_share, fixture) {
   syncer<outer::sgd<double>, merge::token_weighted, inproc::endpoint> s(layout, initial, syncer_end, options(1));
   for (std::uint32_t i = 0; i < 4; ++i) send(i, join(i));
   while (auto e = syncer_end.try_receive()) s.handle(std::move(*e), now);
-  send(0, contribution(0, {4, 4, 4, 4, 4, 4}));
-  auto cut_short = contribution(1, {2, 2, 2, 2, 2, 2});
+  contribute_zero_once(s, 4);
+  send(0, contribution(0, {4, 4, 4, 4, 4, 4}, 4));
+  auto cut_short = contribution(1, {2, 2, 2, 2, 2, 2}, 4);
   cut_short.header.tokens = 128;
   cut_short.header.steps = 2;
   send(1, std::move(cut_short));
   while (auto e = syncer_end.try_receive()) s.handle(std::move(*e), now);
-  BOOST_TEST(s.revision(0) == 2u);
+  BOOST_TEST(s.revision(0) == 6u);
   const std::vector<double> expected{-0.5, 0.5, 1.5, 2.5, 3.5, 4.5};
   BOOST_TEST(s.parameters() == expected, boost::test_tools::per_element());
 }
@@ -263,25 +186,26 @@ BOOST_FIXTURE_TEST_CASE(grace_window_collects_a_late_contribution, fixture) {
   o.max_grace = 5s;
   test_syncer s(layout, initial, syncer_end, o);
   join_all(s, 3);
+  contribute_zero_once(s, 3);
   for (std::uint32_t i = 0; i < 3; ++i) send(i, heartbeat(i, 1s));
   deliver(s);
   BOOST_TEST(s.grace().count() == std::chrono::nanoseconds(2s).count());
 
   const time_point t0 = now;
-  send(0, contribution(0, {2, 2, 2, 2, 2, 2}));
+  send(0, contribution(0, {2, 2, 2, 2, 2, 2}, 3));
   deliver(s);
-  BOOST_TEST(s.revision(0) == 0u);  // quorum, but learners 1 and 2 are live and not in
+  BOOST_TEST(s.revision(0) == 3u);  // quorum, but learners 1 and 2 are live and not in
   const auto deadline = s.poll(now);
   BOOST_TEST_REQUIRE(deadline.has_value());
   BOOST_TEST((*deadline - t0).count() == std::chrono::nanoseconds(2s).count());
 
   now = t0 + 1s;  // inside the window
-  send(1, contribution(1, {4, 4, 4, 4, 4, 4}));
+  send(1, contribution(1, {4, 4, 4, 4, 4, 4}, 3));
   deliver(s);
-  BOOST_TEST(s.revision(0) == 0u);
+  BOOST_TEST(s.revision(0) == 3u);
   now = t0 + 2s;  // the window closes: Δ = mean(2, 4) = 3, scaled by 2 of 3 expected weights
   s.poll(now);
-  BOOST_TEST(s.revision(0) == 1u);
+  BOOST_TEST(s.revision(0) == 4u);
   const std::vector<double> expected{-1, 0, 1, 2, 3, 4};
   BOOST_TEST(s.parameters() == expected, boost::test_tools::per_element());
 }
@@ -344,6 +268,7 @@ BOOST_FIXTURE_TEST_CASE(silent_learners_are_declared_dead_and_revived, fixture) 
 BOOST_FIXTURE_TEST_CASE(a_learner_that_joins_again_from_a_new_peer_moves_there, fixture) {
   test_syncer s(layout, initial, syncer_end, options(1));
   join_all(s, 1);
+  ends[0]->close();  // its old connection is gone
   send(3, join(0));  // learner 0, same incarnation, from endpoint 3 (a TCP reconnect)
   deliver(s);
   BOOST_TEST(s.metrics().reconnects == 1u);
@@ -357,6 +282,43 @@ BOOST_FIXTURE_TEST_CASE(a_learner_that_joins_again_from_a_new_peer_moves_there, 
   send(3, contribution(0, {1, 1, 1, 1, 1, 1}));
   deliver(s);
   BOOST_TEST(s.revision(0) == 1u);
+}
+
+BOOST_FIXTURE_TEST_CASE(a_second_connection_never_displaces_a_live_learner, fixture) {
+  auto o = options(1);
+  o.heartbeat_timeout = 5s;
+  test_syncer s(layout, initial, syncer_end, o);
+  join_all(s, 1);
+  send(3, join(0));  // someone else claims learner 0 while its connection is open
+  deliver(s);
+  BOOST_TEST(s.metrics().rejected_for(reject_reason::peer_conflict) == 1u);
+  BOOST_TEST(s.metrics().reconnects == 0u);
+  const auto claimer = inbox(3);
+  BOOST_TEST_REQUIRE(claimer.size() == 1u);  // no welcome, no state: only the refusal
+  BOOST_TEST(int(claimer[0].header.kind) == int(message_kind::reject));
+  BOOST_TEST(int(claimer[0].header.reason) == int(reject_reason::peer_conflict));
+  const auto owner = inbox(0);  // the learner is told that someone claimed it
+  BOOST_TEST_REQUIRE(owner.size() == 1u);
+  BOOST_TEST(int(owner[0].header.reason) == int(reject_reason::peer_conflict));
+  BOOST_TEST(owner[0].header.answers == 0u);
+  send(3, contribution(0, {1, 1, 1, 1, 1, 1}));  // and it cannot contribute in its name
+  deliver(s);
+  BOOST_TEST(s.metrics().rejected_for(reject_reason::wrong_peer) == 1u);
+  send(0, contribution(0, {2, 2, 2, 2, 2, 2}));  // the learner itself still can
+  deliver(s);
+  BOOST_TEST(s.revision(0) == 1u);
+  BOOST_TEST(s.parameters()[0] == -1.0);
+
+  // Once the learner has been silent long enough to be declared dead, a new
+  // connection may take its place (it is the learner, back after a network
+  // change, or nobody is harmed).
+  now += 5s;
+  s.poll(now);
+  BOOST_TEST(s.live_learners() == 0u);
+  send(3, join(0));
+  deliver(s);
+  BOOST_TEST(s.metrics().reconnects == 1u);
+  BOOST_TEST(s.live_learners() == 1u);
 }
 
 BOOST_FIXTURE_TEST_CASE(a_leave_closes_the_round_it_was_blocking, fixture) {

@@ -64,6 +64,7 @@ struct bench {
     h.sequence = sequence;
     h.tokens = 64;
     h.steps = 10;
+    h.revision = 1000;  // the learner's local step
     h.element_count = delta.size();
     m.payload = byte_buffer(delta.size() * sizeof(T));
     std::copy(delta.begin(), delta.end(), m.payload.as<T>().begin());

@@ -52,6 +52,7 @@ struct scripted {
     m.header.base_revision = revision;
     m.header.tokens = 32;
     m.header.steps = 4;
+    m.header.revision = 4 * (round + 1);  // the learner's local step
     m.header.element_count = size;
     m.payload = byte_buffer(size * sizeof(T));
     auto v = m.payload.as<T>();

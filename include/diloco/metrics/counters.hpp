@@ -1,6 +1,7 @@
 // What learners and the syncer count. Every accepted contribution is merged,
-// still pending in an open round, or known lost with a syncer that stopped
-// without flushing (accepted = merged + pending + lost); every refused
+// still pending in an open round, dropped with a round whose result the
+// syncer refused to publish, or known lost with a syncer that stopped without
+// flushing (accepted = merged + pending + dropped + lost); every refused
 // message is counted by reason.
 #pragma once
 
@@ -82,6 +83,12 @@ struct syncer_metrics {
   std::uint64_t contributions_merged = 0;
   std::uint64_t contributions_pending = 0;   ///< accepted, waiting in an open round
   std::uint64_t contributions_lost = 0;      ///< accepted, pending when the syncer stopped without flushing (restored from a checkpoint)
+  std::uint64_t contributions_dropped = 0;   ///< accepted, in a round whose result was not published
+  std::uint64_t rounds_dropped = 0;          ///< rounds not published (non-finite or too large a result)
+  std::uint64_t contributions_clipped = 0;   ///< outer gradients scaled down to the clipping bound
+  std::uint64_t weights_clipped = 0;         ///< merge weights cut to the clipping bound
+  std::uint64_t quarantines = 0;             ///< learners quarantined
+  std::uint64_t learners_forgotten = 0;      ///< table places freed (gone too long, or to make room)
   std::array<std::uint64_t, reject_reason_count> rejected{};
   std::uint64_t joins = 0;                   ///< first joins of a learner id
   std::uint64_t rejoins = 0;                 ///< joins of a new incarnation
@@ -119,6 +126,8 @@ struct learner_metrics {
   std::uint64_t joins_sent = 0;
   std::uint64_t rejoins_sent = 0;            ///< joins repeated because contributions went unanswered
   std::uint64_t states_sent = 0;             ///< times it gave a model-less syncer its layout and parameters
+  std::uint64_t identity_conflicts = 0;      ///< `peer_conflict` rejects: another connection claimed this learner
+  std::uint64_t incarnations_skipped = 0;    ///< times it took a newer incarnation before starting (its own was over)
   std::uint64_t wait_ns = 0;                 ///< time `poll` kept it from stepping: joining, lock-step waits
 };
 

@@ -8,6 +8,8 @@
 
 #include <chrono>
 #include <cstdint>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "diloco/metrics/counters.hpp"
@@ -52,6 +54,33 @@ struct merged_contribution {
   std::uint32_t incarnation = 0;
   std::uint64_t sequence = 0;
   std::uint64_t staleness = 0;  ///< revision before the merge − its base revision
+};
+
+/// Why the syncer refused to publish the result of a round.
+enum class drop_reason : std::uint8_t {
+  non_finite_merge,   ///< the merged outer gradient has a NaN or an infinity
+  non_finite_result,  ///< the outer step produced a NaN or an infinity
+  update_too_large,   ///< ‖Θ' − Θ‖ above `screening_options::max_update_ratio · ‖Θ‖`
+};
+
+constexpr std::string_view to_string(drop_reason r) noexcept {
+  switch (r) {
+    case drop_reason::non_finite_merge: return "non_finite_merge";
+    case drop_reason::non_finite_result: return "non_finite_result";
+    case drop_reason::update_too_large: return "update_too_large";
+  }
+  return "unknown";
+}
+
+/// What the syncer reports when it drops a round instead of publishing it.
+struct drop_event {
+  std::uint32_t fragment = 0;
+  std::uint64_t revision = 0;  ///< the fragment's revision, unchanged
+  drop_reason reason = drop_reason::non_finite_result;
+  std::chrono::steady_clock::time_point at{};
+  /// Who was in the round, with the L2 norm of each outer gradient as it
+  /// arrived (before any clipping).
+  std::vector<std::pair<merged_contribution, double>> contributions{};
 };
 
 }  // namespace diloco

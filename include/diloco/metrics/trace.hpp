@@ -129,6 +129,20 @@ class trace_writer {
     write("syncer", "merged", f.str());
   }
 
+  /// A round the syncer dropped instead of publishing: fragment, its
+  /// unchanged revision, why, and who was in it.
+  void dropped(const drop_event& d) {
+    std::ostringstream f;
+    f << ",\"fragment\":" << d.fragment << ",\"revision\":" << d.revision << ",\"reason\":\"" << to_string(d.reason)
+      << "\",\"contributions\":[";
+    for (std::size_t i = 0; i < d.contributions.size(); ++i) {
+      const auto& [c, norm] = d.contributions[i];
+      f << (i ? "," : "") << '[' << c.learner << ',' << c.incarnation << ',' << c.sequence << ']';
+    }
+    f << ']';
+    write("syncer", "dropped", f.str());
+  }
+
   /// `[a,b,c]`.
   static std::string array(std::span<const std::uint64_t> values) {
     std::string s = "[";

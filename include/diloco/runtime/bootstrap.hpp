@@ -2,7 +2,9 @@
 // join provides the parameter layout and the initial global parameters.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -29,8 +31,10 @@ namespace diloco {
 /// from `layout()` and `initial()`. If the chosen learner does not deliver
 /// within `patience`, the next learner to join is asked instead. Everything
 /// it cannot use — another model's join, a layout or state from anyone but
-/// the chosen learner, a malformed layout or state — is counted in
-/// `refused()` and changes nothing.
+/// the chosen learner, a malformed layout or state, a state with a NaN or an
+/// infinity — is counted in `refused()` and changes nothing (a poisoned
+/// initial model is refused like a poisoned contribution; the chosen learner
+/// is asked again after `patience`, or the next one).
 template <class T, class Transport>
 class bootstrap {
  public:
@@ -142,7 +146,9 @@ class bootstrap {
     if (!from_source(e) || !layout_ || h.fragment >= plan_.count() || h.codec != codec_of<T> ||
         h.element_count != plan_[h.fragment].size() || e.msg.payload.size() != h.element_count * sizeof(T))
       return void(refuse());
-    plan_.scatter<T>(h.fragment, e.msg.payload.template as<const T>(), initial_);
+    const auto values = e.msg.payload.template as<const T>();
+    if (!std::all_of(values.begin(), values.end(), [](T v) { return std::isfinite(v); })) return void(refuse());
+    plan_.scatter<T>(h.fragment, values, initial_);
     if (!have_[h.fragment]) ++received_;
     have_[h.fragment] = true;
   }

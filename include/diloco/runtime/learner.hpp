@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <limits>
 #include <optional>
 #include <span>
 #include <system_error>
@@ -247,10 +248,7 @@ class learner {
         if (options_.on_event) emit({.what = learner_event::kind::verdict, .fragment = h.fragment,
                                      .sequence = h.answers, .accepted = true});
         break;
-      case message_kind::reject:
-        on_reject(h);
-        unanswered_since_.reset();
-        break;
+      case message_kind::reject: on_reject(h, now); break;
       default: ++metrics_.updates_ignored; break;
     }
   }
@@ -326,6 +324,7 @@ class learner {
     h.codec = codec_of<T>;
     h.fragment = p;
     h.base_revision = f.revision;
+    h.revision = step_;  // the local step, which `steps` cannot exceed
     h.tokens = f.tokens;
     h.steps = f.steps;
     h.element_count = frag.size();
@@ -449,8 +448,40 @@ class learner {
   }
 
   /// A refused contribution is no longer awaited (a stale or duplicate one
-  /// also brings a resync update).
-  void on_reject(const message_header& h) {
+  /// also brings a resync update). A refusal of who it is: joins again when
+  /// the syncer does not know it here (forgotten, or a new connection);
+  /// takes the next incarnation when it has not started yet and its
+  /// incarnation is over, and otherwise stops (`errc::superseded`,
+  /// `errc::quarantined`).
+  void on_reject(const message_header& h, time_point now) {
+    const auto why = h.reason < reject_reason_count ? static_cast<reject_reason>(h.reason) : reject_reason::count_;
+    switch (why) {
+      case reject_reason::peer_conflict:
+        ++metrics_.identity_conflicts;  // ours, or someone claiming us: the join retry goes on
+        return;
+      case reject_reason::unknown_learner:
+      case reject_reason::wrong_peer:
+        if (welcomed_ && (!last_rejoin_ || now - *last_rejoin_ >= options_.join_retry)) {
+          last_rejoin_ = now;
+          send_join(now);
+          ++metrics_.rejoins_sent;
+        }
+        return;
+      case reject_reason::dead_incarnation:
+        if (!welcomed_ && h.revision >= options_.incarnation && h.revision < std::numeric_limits<std::uint32_t>::max()) {
+          options_.incarnation = static_cast<std::uint32_t>(h.revision) + 1;
+          ++metrics_.incarnations_skipped;
+          send_join(now);
+        } else if (welcomed_) {
+          error_ = errc::superseded;
+        }
+        return;
+      case reject_reason::quarantined:
+        error_ = errc::quarantined;
+        return;
+      default: break;
+    }
+    unanswered_since_.reset();
     ++metrics_.contributions_refused;
     if (options_.on_event)
       emit({.what = learner_event::kind::verdict, .fragment = h.fragment, .sequence = h.answers, .accepted = false,
@@ -570,6 +601,7 @@ class learner {
   std::uint64_t next_sequence_ = 1;
   std::optional<time_point> next_join_;
   std::optional<time_point> unanswered_since_;  ///< oldest contribution still without a verdict
+  std::optional<time_point> last_rejoin_;       ///< the last join sent because the syncer did not know us here
   time_point next_heartbeat_{};
   std::optional<time_point> last_step_at_;
   bool waited_ = false;

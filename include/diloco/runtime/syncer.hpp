@@ -11,6 +11,7 @@
 #include <iostream>
 #include <istream>
 #include <ostream>
+#include <limits>
 #include <map>
 #include <optional>
 #include <set>
@@ -18,6 +19,7 @@
 #include <stdexcept>
 #include <stop_token>
 #include <string>
+#include <string_view>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -26,12 +28,15 @@
 #include "diloco/concepts/outer_optimizer.hpp"
 #include "diloco/concepts/transport.hpp"
 #include "diloco/detail/ema.hpp"
+#include "diloco/detail/log_limiter.hpp"
+#include "diloco/error.hpp"
 #include "diloco/detail/serialize.hpp"
 #include "diloco/metrics/counters.hpp"
 #include "diloco/metrics/events.hpp"
 #include "diloco/params/fragments.hpp"
 #include "diloco/params/layout.hpp"
 #include "diloco/runtime/config.hpp"
+#include "diloco/runtime/screening.hpp"
 #include "diloco/transport/buffer.hpp"
 #include "diloco/transport/message.hpp"
 
@@ -39,17 +44,20 @@ namespace diloco {
 
 /// How a round with only some learners' contributions is sized.
 ///
-/// DESIGN 2.3 reports (and `tests/runtime/partial_rounds.cpp` checks) that
-/// letting every partial round take a full outer step diverges: the number of
-/// outer steps per unit of work grows with asynchrony.
+/// Letting every partial round take a full outer step loses quality (the
+/// number of outer steps per unit of work grows with asynchrony): see
+/// docs/design.md, "Partial rounds", for the measurements.
 enum class partial_rounds {
   /// Normalize over the contributors only: every round is a full step.
   full_step,
   /// Scale by the contributors' share of the live learners' expected weight.
   live_share,
   /// Scale by the contributors' share of the expected weight of every learner
-  /// that ever joined (absent and finished ones included): absent learners
-  /// count as a zero outer gradient, exactly DiLoCo's average. The default.
+  /// in the run: absent and finished ones count as a zero outer gradient,
+  /// exactly DiLoCo's average. A learner counts fully while it is live; once
+  /// it has left or been declared dead its weight decays
+  /// (`membership_options`); one that never contributed counts for nothing.
+  /// The default.
   all_share,
 };
 
@@ -86,12 +94,16 @@ struct syncer_options {
   double grace_factor = 0.5;         ///< γ in [0, 1): share of the slack spent waiting for more learners
   std::chrono::nanoseconds max_grace = std::chrono::seconds(1);  ///< upper bound of one grace window
   std::uint32_t max_staleness = 16;  ///< S: refuse a base more than S revisions old
-  std::uint32_t max_learners = 4096; ///< distinct learner ids it keeps track of (every round visits them all)
+  std::uint32_t max_learners = 4096; ///< learners it keeps track of at once (every round visits them all)
   std::chrono::nanoseconds heartbeat_timeout = std::chrono::seconds(10);  ///< silence before a learner is dead
   partial_rounds scaling = partial_rounds::all_share;
+  membership_options membership{};    ///< how absent learners count in partial rounds
+  screening_options screening{};      ///< clipping, bounds and quarantine (robustness to bad learners)
   update_recipients recipients = update_recipients::live_learners;
   double ema_decay = 0.8;            ///< smoothing of step, quorum and transfer times
-  /// Called for every refused message and liveness change; defaults to stderr.
+  /// Called for every refused message and liveness change, at most a few
+  /// lines per reason every 10 s with a summary of what was held back;
+  /// defaults to stderr.
   std::function<void(const std::string&)> log = [](const std::string& line) { std::cerr << "diloco syncer: " << line << '\n'; };
   /// These options with the syncer's timeouts taken from `t` (checked).
   syncer_options with(const timeouts& t) const {
@@ -110,14 +122,19 @@ struct syncer_options {
   /// Called for every contribution from a known learner, accepted (before its
   /// acknowledgement is sent) or refused with a reason.
   std::function<void(const contribution_event&)> on_contribution{};
+  /// Called when a round is dropped instead of published (its contributions
+  /// then count as `contributions_dropped`).
+  std::function<void(const drop_event&)> on_drop{};
 };
+
 
 /// The syncer (DESIGN 2.3). For each fragment it collects contributions; when
 /// K distinct learners have contributed it opens the adaptive grace window of
 /// `γ·(τ·ξ_step − ξ_quorum − ξ_sync)` (never negative, at most `max_grace`),
-/// closing early once every live learner is in; then it merges, scales partial
-/// rounds, applies the outer optimizer, bumps the revision and sends the new
-/// fragment to every live learner (see `update_recipients`).
+/// closing early once every live learner is in; then it clips outlying
+/// contributions, merges, scales partial rounds, applies the outer optimizer
+/// to a copy of the fragment, validates the result, bumps the revision and
+/// sends the new fragment to every live learner (see `update_recipients`).
 ///
 /// Like the learner it is driven from outside: `handle` each received
 /// envelope, and call `poll` by the deadline it returns. `run` does both for
@@ -133,7 +150,8 @@ class syncer {
   static_assert(detail::check_merge_policy<MergePolicy, T>());
 
   /// Starts from `initial` parameters (flat, in `layout` order) at revision 0.
-  /// Throws `std::invalid_argument` for inconsistent settings.
+  /// Throws `std::invalid_argument` for inconsistent settings or initial
+  /// parameters that are not all finite.
   syncer(const parameter_layout& layout, std::span<const T> initial, Transport& transport,
          syncer_options options = {}, OuterOptimizer outer = OuterOptimizer{}, MergePolicy merge = MergePolicy{})
       : layout_(layout),
@@ -143,11 +161,16 @@ class syncer {
         merge_(std::move(merge)),
         step_time_(options_.ema_decay),
         quorum_time_(options_.ema_decay),
-        transfer_time_(options_.ema_decay) {
+        transfer_time_(options_.ema_decay),
+        log_limit_(log_categories) {
     const auto& c = options_.training;
     if (initial.size() != layout.size())
       throw std::invalid_argument("diloco::syncer: initial parameters (" + std::to_string(initial.size()) +
                                   ") do not match the layout (" + std::to_string(layout.size()) + ")");
+    if (const auto bad = std::find_if(initial.begin(), initial.end(), [](T v) { return !std::isfinite(v); });
+        bad != initial.end())
+      throw std::invalid_argument("diloco::syncer: initial parameter " + std::to_string(bad - initial.begin()) +
+                                  " is not finite");
     if (c.sync_period == 0) throw std::invalid_argument("diloco::syncer: sync period H must be at least 1");
     if (c.overlap >= c.sync_period)
       throw std::invalid_argument("diloco::syncer: overlap tau must be smaller than the sync period H");
@@ -159,37 +182,46 @@ class syncer {
       throw std::invalid_argument("diloco::syncer: heartbeat timeout must be positive");
     if (options_.max_grace >= options_.heartbeat_timeout)
       throw std::invalid_argument("diloco::syncer: max_grace must be shorter than the heartbeat timeout");
+    if (options_.max_learners == 0) throw std::invalid_argument("diloco::syncer: max_learners must be at least 1");
+    options_.screening.check();
+    options_.membership.check();
     plan_ = fragment_plan::balanced(layout, c.fragments);  // validates P
     fragments_.resize(c.fragments);
     for (std::uint32_t p = 0; p < c.fragments; ++p) {
       fragments_[p].global.resize(plan_[p].size());
       plan_.gather<T>(p, initial, fragments_[p].global);
+      fragments_[p].norms = detail::value_ring(options_.screening.history);
     }
-    delta_.resize(plan_.count() ? std::max_element(plan_.fragments().begin(), plan_.fragments().end(),
-                                                   [](const fragment& a, const fragment& b) {
-                                                     return a.size() < b.size();
-                                                   })->size()
-                                : 0);
+    std::size_t largest = 0;
+    for (const auto& f : plan_.fragments()) largest = std::max(largest, f.size());
+    delta_.resize(largest);
+    backup_.resize(largest);
   }
 
   syncer(const syncer&) = delete;
   syncer& operator=(const syncer&) = delete;
 
   /// Validates and applies one message. Never throws for bad input: a refused
-  /// message is counted by reason and logged, and changes nothing else.
+  /// message is counted by reason and logged (rate-limited), and changes
+  /// nothing else — except that a contribution refused for its content counts
+  /// against its learner's quarantine.
   void handle(envelope&& e, time_point now) {
+    if (e.error == wire_error::unauthorized) return reject(reject_reason::unauthorized, e.msg.header);
     if (e.error != wire_error::none) return reject_undecodable(e.from, e.error);
     auto& h = e.msg.header;
     if (h.kind == message_kind::join) return on_join(e.from, h, now);
     if (h.kind != message_kind::contribution && h.kind != message_kind::heartbeat && h.kind != message_kind::leave)
       return reject(reject_reason::unexpected_kind, h);
     auto it = learners_.find(h.learner);
-    if (it == learners_.end()) return reject(reject_reason::unknown_learner, h);
+    // Identity refusals are answered to the sending connection, which need
+    // not be the learner's: a reject changes nothing, and tells a learner that
+    // was forgotten, moved to a new connection or superseded what to do.
+    if (it == learners_.end()) return reject_sender(reject_reason::unknown_learner, e.from, h);
     auto& l = it->second;
     // Incarnation first: a late message of a restarted learner comes from its
     // old connection, and "dead incarnation" says more than "wrong peer".
     if (h.incarnation < l.incarnation || (h.incarnation == l.incarnation && l.left))
-      return reject(reject_reason::dead_incarnation, h);
+      return reject_sender(reject_reason::dead_incarnation, e.from, h, l.incarnation);
     if (h.incarnation > l.incarnation) return reject(reject_reason::unknown_incarnation, h);
     if (!l.bound) {
       // Restored from a checkpoint: the learner's connection is new.
@@ -197,7 +229,8 @@ class syncer {
       l.bound = true;
       ++metrics_.reconnects;
     }
-    if (e.from != l.peer) return reject(reject_reason::wrong_peer, h);
+    if (e.from != l.peer) return reject_sender(reject_reason::wrong_peer, e.from, h);
+    if (l.quarantined) return reject(reject_reason::quarantined, h, &l);
     // A contribution counts (liveness, timing) only once it is accepted: a
     // refusal changes nothing but counters.
     if (h.kind == message_kind::contribution) return on_contribution(h.learner, std::move(e.msg), now);
@@ -208,23 +241,38 @@ class syncer {
       default:  // leave
         l.left = true;
         l.live = false;
+        l.gone_since = now;
         ++metrics_.leaves;
         for (std::uint32_t p = 0; p < fragments_.size(); ++p) advance_round(p, now);
         break;
     }
   }
 
-  /// Declares silent learners dead and closes rounds whose grace window ended
-  /// (or whose quorum became reachable). Returns when it next needs a call.
+  /// Declares silent learners dead, forgets learners gone for longer than
+  /// `membership.forget_after`, closes rounds whose grace window ended (or
+  /// whose quorum became reachable) and writes the log's summary of held-back
+  /// lines. Returns when it next needs a call.
   std::optional<time_point> poll(time_point now) {
-    for (auto& [id, l] : learners_) {
+    for (auto& entry : learners_) {
+      const std::uint32_t id = entry.first;
+      auto& l = entry.second;
       if (l.live && now - l.last_seen >= options_.heartbeat_timeout) {
         l.live = false;
+        l.gone_since = now;
         ++metrics_.declared_dead;
-        options_.log("learner " + std::to_string(id) + " silent for " + seconds(now - l.last_seen) +
-                     ", declared dead");
+        log(log_category::liveness,
+            [&] { return "learner " + std::to_string(id) + " silent for " + seconds(now - l.last_seen) + ", declared dead"; });
       }
+      if (!l.live && !l.gone_since) l.gone_since = now;  // restored from a checkpoint
     }
+    const auto forget_after = std::chrono::duration_cast<std::chrono::nanoseconds>(
+        half_life() * options_.membership.forget_after);
+    std::erase_if(learners_, [&](const auto& entry) {
+      const auto& l = entry.second;
+      if (!l.gone_since || now - *l.gone_since < forget_after || in_open_round(entry.first)) return false;
+      ++metrics_.learners_forgotten;
+      return true;
+    });
     std::optional<time_point> next;
     auto earliest = [&next](time_point t) {
       if (!next || t < *next) next = t;
@@ -233,8 +281,12 @@ class syncer {
       advance_round(p, now);
       if (fragments_[p].deadline) earliest(*fragments_[p].deadline);
     }
-    for (const auto& [id, l] : learners_)
+    for (const auto& [id, l] : learners_) {
       if (l.live) earliest(l.last_seen + options_.heartbeat_timeout);
+      if (l.gone_since) earliest(*l.gone_since + forget_after);
+    }
+    if (auto line = log_limit_.summary(clock::now(), [](std::size_t c) { return category_name(c); }); !line.empty())
+      options_.log(line);
     return next;
   }
 
@@ -297,13 +349,14 @@ class syncer {
   Transport& transport() noexcept { return transport_; }
 
   /// Writes everything a restarted syncer needs: the global fragments and
-  /// their revisions, the idempotency keys, each learner's incarnation and
-  /// expected weights, the counters and the outer optimizer's state. Open
-  /// rounds are not written: a contribution accepted but not yet merged is
-  /// lost with the process, and `load` counts it in `contributions_lost`.
-  /// Cost: one pass over the parameters and the optimizer state.
+  /// their revisions, the idempotency keys, each learner's incarnation,
+  /// expected weights and quarantine, the counters and the outer optimizer's
+  /// state. Open rounds are not written: a contribution accepted but not yet
+  /// merged is lost with the process, and `load` counts it in
+  /// `contributions_lost`. Cost: one pass over the parameters and the
+  /// optimizer state.
   void save(std::ostream& out) const {
-    detail::write_tag(out, "SYNC", 2);
+    detail::write_tag(out, "SYNC", 3);
     detail::write_pod<std::uint64_t>(out, layout_.fingerprint());
     detail::write_pod<std::uint64_t>(out, layout_.size());
     const auto& c = options_.training;
@@ -324,7 +377,8 @@ class syncer {
     for (const auto& [id, l] : learners_) {
       detail::write_pod(out, id);
       detail::write_pod(out, l.incarnation);
-      detail::write_pod<std::uint8_t>(out, l.left ? 1 : 0);
+      detail::write_pod<std::uint8_t>(out, std::uint8_t((l.left ? 1 : 0) | (l.quarantined ? 2 : 0)));
+      detail::write_pod(out, l.strikes);
       detail::write_array(out, l.expected_weight);
     }
     detail::write_pod(out, metrics_);
@@ -333,12 +387,12 @@ class syncer {
 
   /// Restores what `save` wrote, for the same layout and fragment count.
   /// All or nothing: throws `detail::corrupt_state` (naming what is wrong) and
-  /// leaves the syncer unchanged on a truncated, corrupt or foreign state.
-  /// Every restored learner starts as not live: it is welcomed again when it
-  /// rejoins (learners do so by themselves when their contributions go
-  /// unanswered).
+  /// leaves the syncer unchanged on a truncated, corrupt or foreign state, or
+  /// one whose parameters are not all finite. Every restored learner starts
+  /// as not live: it is welcomed again when it rejoins (learners do so by
+  /// themselves when their contributions go unanswered).
   void load(std::istream& in) {
-    detail::expect_tag(in, "SYNC", 2);
+    detail::expect_tag(in, "SYNC", 3);
     if (detail::read_pod<std::uint64_t>(in, "layout fingerprint") != layout_.fingerprint() ||
         detail::read_pod<std::uint64_t>(in, "parameter count") != layout_.size())
       throw detail::corrupt_state("diloco: the checkpoint is of another model");
@@ -351,6 +405,8 @@ class syncer {
       f.global = detail::read_array<T>(in, fragments_[p].global.size(), "global fragment");
       if (f.global.size() != fragments_[p].global.size())
         throw detail::corrupt_state("diloco: a checkpointed fragment has the wrong size");
+      if (!std::all_of(f.global.begin(), f.global.end(), [](T v) { return std::isfinite(v); }))
+        throw detail::corrupt_state("diloco: a checkpointed fragment is not finite");
       const auto keys = detail::read_pod<std::uint64_t>(in, "idempotency key count");
       if (keys > (std::uint64_t{1} << 32)) throw detail::corrupt_state("diloco: implausible idempotency key count");
       for (std::uint64_t k = 0; k < keys; ++k) {
@@ -368,9 +424,11 @@ class syncer {
       const auto id = detail::read_pod<std::uint32_t>(in, "learner id");
       auto& l = learners[id];
       l.incarnation = detail::read_pod<std::uint32_t>(in, "learner incarnation");
-      const auto left = detail::read_pod<std::uint8_t>(in, "learner left");
-      if (left > 1) throw detail::corrupt_state("diloco: bad learner flag");
-      l.left = left == 1;
+      const auto flags = detail::read_pod<std::uint8_t>(in, "learner flags");
+      if (flags > 3) throw detail::corrupt_state("diloco: bad learner flags");
+      l.left = (flags & 1) != 0;
+      l.quarantined = (flags & 2) != 0;
+      l.strikes = detail::read_pod<std::uint32_t>(in, "learner strikes");
       l.live = false;
       l.bound = false;
       l.expected_weight = detail::read_array<double>(in, fragments_.size(), "expected weights");
@@ -401,6 +459,15 @@ class syncer {
                                                   [](const auto& kv) { return kv.second.live; }));
   }
 
+  /// Learners in the table: live, or gone for less than `membership.forget_after`.
+  std::size_t known_learners() const noexcept { return learners_.size(); }
+
+  /// Whether learner `id` is quarantined (refused until it rejoins).
+  bool quarantined(std::uint32_t id) const noexcept {
+    const auto it = learners_.find(id);
+    return it != learners_.end() && it->second.quarantined;
+  }
+
   /// The grace window a round reaching quorum now would get.
   std::chrono::nanoseconds grace() const noexcept {
     if (!step_time_.known() || options_.training.overlap == 0 || options_.grace_factor == 0.0) return {};
@@ -417,7 +484,10 @@ class syncer {
     std::uint32_t incarnation = 0;
     bool live = false;
     bool left = false;
+    bool quarantined = false;
+    std::uint32_t strikes = 0;  ///< consecutive contributions clipped or refused for their content
     time_point last_seen{};
+    std::optional<time_point> gone_since;  ///< when it left or was declared dead
     /// Per fragment: the weight a full period (H steps) of this learner's work
     /// would have, at the tokens per step of its last regular contribution;
     /// NaN until then.
@@ -431,6 +501,7 @@ class syncer {
     std::uint64_t base_revision;
     double weight;         ///< the merge weight of this contribution's own work
     double period_weight;  ///< the weight of a full period at its tokens per step
+    double norm;           ///< ‖Δ‖₂ as it arrived
     bool final;
     time_point arrived;
     byte_buffer payload;
@@ -446,10 +517,41 @@ class syncer {
     /// Idempotency keys (learner, incarnation, base revision) not yet stale,
     /// with the sequence number of the contribution accepted under each.
     std::map<std::tuple<std::uint32_t, std::uint32_t, std::uint64_t>, std::uint64_t> seen;
+    detail::value_ring norms;  ///< recent accepted (clipped) outer-gradient norms
   };
+
+  /// Log lines are rate-limited per category: one per refusal reason, then these.
+  enum class log_category : std::size_t { liveness = reject_reason_count, membership, rounds, undecodable, count_ };
+  static constexpr std::size_t log_categories = static_cast<std::size_t>(log_category::count_);
+
+  static std::string category_name(std::size_t c) {
+    if (c < reject_reason_count) return std::string(to_string(static_cast<reject_reason>(c)));
+    switch (static_cast<log_category>(c)) {
+      case log_category::liveness: return "liveness";
+      case log_category::membership: return "membership";
+      case log_category::rounds: return "rounds";
+      default: return "undecodable";
+    }
+  }
+
+  /// Writes `line()` unless its category is over its rate (real time, not
+  /// the clock the syncer is driven with: log volume is a real-time matter).
+  template <class Line>
+  void log(std::size_t category, Line&& line) {
+    if (log_limit_.admit(category, clock::now())) options_.log(line());
+  }
+  template <class Line>
+  void log(log_category category, Line&& line) {
+    log(static_cast<std::size_t>(category), std::forward<Line>(line));
+  }
 
   static std::string seconds(std::chrono::nanoseconds d) {
     return std::to_string(std::chrono::duration<double>(d).count()) + " s";
+  }
+
+  static std::string describe(const message_header& h) {
+    return "kind " + std::to_string(int(h.kind)) + " from learner " + std::to_string(h.learner) + "/" +
+           std::to_string(h.incarnation);
   }
 
   /// Counts and logs a refused message; answers it with a `reject` when it
@@ -459,22 +561,45 @@ class syncer {
     if (options_.on_contribution && to && h.kind == message_kind::contribution)
       options_.on_contribution(contribution_event{h.learner, h.incarnation, h.sequence, h.fragment, h.base_revision,
                                                   false, why});
-    options_.log("refused message kind " + std::to_string(int(h.kind)) + " from learner " +
-                 std::to_string(h.learner) + "/" + std::to_string(h.incarnation) + ": " +
-                 std::string(to_string(why)));
-    if (to) send_verdict(*to, h, message_kind::reject, why);
+    log(static_cast<std::size_t>(why),
+        [&] { return "refused message " + describe(h) + ": " + std::string(to_string(why)); });
+    if (to) send_reject(to->peer, h, why);
   }
 
-  void send_verdict(const learner_entry& to, const message_header& about, message_kind kind, reject_reason why) {
+  /// Counts and logs a message refused for who sent it, and answers the
+  /// connection it came from; `current` is the learner's live incarnation
+  /// (sent back in a `dead_incarnation` reject's `revision`).
+  void reject_sender(reject_reason why, peer_id from, const message_header& h, std::uint32_t current = 0) {
+    reject(why, h);
+    send_reject(from, h, why, current);
+  }
+
+  void send_reject(peer_id to, const message_header& about, reject_reason why, std::uint64_t revision = 0) {
     message m;
     auto& h = m.header;
-    h.kind = kind;
+    h.kind = message_kind::reject;
+    h.learner = about.learner;
+    h.incarnation = about.incarnation;
+    h.fragment = about.kind == message_kind::contribution ? about.fragment : 0;
+    h.base_revision = about.kind == message_kind::contribution ? about.base_revision : 0;
+    h.answers = about.sequence;
+    h.revision = revision;
+    h.reason = static_cast<std::uint8_t>(why);
+    if (transport_.try_send(to, m))
+      ++metrics_.send_failures;
+    else
+      ++metrics_.verdicts_sent;
+  }
+
+  void send_ack(const learner_entry& to, const message_header& about) {
+    message m;
+    auto& h = m.header;
+    h.kind = message_kind::ack;
     h.learner = about.learner;
     h.incarnation = to.incarnation;
     h.fragment = about.fragment;
     h.base_revision = about.base_revision;
     h.answers = about.sequence;
-    h.reason = kind == message_kind::reject ? static_cast<std::uint8_t>(why) : 0;
     if (transport_.try_send(to.peer, m))
       ++metrics_.send_failures;
     else
@@ -494,7 +619,9 @@ class syncer {
       case wire_error::unauthorized: why = reject_reason::unauthorized; break;
     }
     ++metrics_.rejected[static_cast<std::size_t>(why)];
-    options_.log("refused undecodable message from peer " + std::to_string(from) + ": " + std::string(to_string(why)));
+    log(static_cast<std::size_t>(why), [&] {
+      return "refused undecodable message from peer " + std::to_string(from) + ": " + std::string(to_string(why));
+    });
   }
 
   /// A valid message from learner `h.learner`: it is alive, and heartbeats
@@ -510,9 +637,29 @@ class syncer {
     l.last_seen = now;
     if (!l.live && !l.left) {
       l.live = true;
+      l.gone_since.reset();
       ++metrics_.revived;
-      options_.log("learner " + std::to_string(id) + " is alive again");
+      log(log_category::liveness, [&] { return "learner " + std::to_string(id) + " is alive again"; });
     }
+  }
+
+  /// Frees the place of the learner gone longest (left or dead, in no open
+  /// round) for a joining one; false if every learner is live.
+  bool make_room(time_point now) {
+    auto oldest = learners_.end();
+    for (auto it = learners_.begin(); it != learners_.end(); ++it) {
+      if (it->second.live || in_open_round(it->first)) continue;
+      const time_point gone = it->second.gone_since.value_or(now);
+      if (oldest == learners_.end() || gone < oldest->second.gone_since.value_or(now)) oldest = it;
+    }
+    if (oldest == learners_.end()) return false;
+    learners_.erase(oldest);
+    ++metrics_.learners_forgotten;
+    return true;
+  }
+
+  bool in_open_round(std::uint32_t id) const {
+    return std::any_of(fragments_.begin(), fragments_.end(), [&](const fragment_state& f) { return contributed(f, id); });
   }
 
   void on_join(peer_id from, const message_header& h, time_point now) {
@@ -522,33 +669,58 @@ class syncer {
       send_welcome(from, h.learner, h.incarnation);
       return reject(reject_reason::layout_mismatch, h);
     }
-    if (!learners_.contains(h.learner) && learners_.size() >= options_.max_learners)
-      return reject(reject_reason::too_many_learners, h);
-    auto [it, first] = learners_.try_emplace(h.learner);
-    auto& l = it->second;
-    if (first) {
-      l.expected_weight.assign(fragments_.size(), std::nan(""));
-      ++metrics_.joins;
-    } else if (h.incarnation < l.incarnation) {
-      return reject(reject_reason::dead_incarnation, h);
-    } else if (h.incarnation == l.incarnation) {
-      if (l.left) return reject(reject_reason::dead_incarnation, h);
-      if (from != l.peer) {
-        // The same learner process on a new connection (a TCP reconnect):
-        // from now on only the new peer speaks for it.
+    auto it = learners_.find(h.learner);
+    if (it != learners_.end()) {
+      auto& l = it->second;
+      if (h.incarnation < l.incarnation || (h.incarnation == l.incarnation && l.left))
+        return reject_sender(reject_reason::dead_incarnation, from, h, l.incarnation);
+      if (h.incarnation == l.incarnation && l.bound && from != l.peer && l.live) {
+        // A second connection for a live learner. The learner's own reconnect
+        // (its old connection is gone) takes over; anyone else is refused and
+        // the learner on the first connection is told, until that one is
+        // gone or declared dead.
+        if (transport_reachable(l.peer, h)) return reject_sender(reject_reason::peer_conflict, from, h);
         ++metrics_.reconnects;
-        options_.log("learner " + std::to_string(h.learner) + " reconnected from a new peer");
+        log(log_category::membership,
+            [&] { return "learner " + std::to_string(h.learner) + " reconnected from a new peer"; });
+      } else if (h.incarnation == l.incarnation && from != l.peer) {
+        ++metrics_.reconnects;
+      } else if (h.incarnation > l.incarnation) {
+        ++metrics_.rejoins;
+        l.quarantined = false;  // a new incarnation starts clean
+        l.strikes = 0;
       }
     } else {
-      ++metrics_.rejoins;
+      if (learners_.size() >= options_.max_learners && !make_room(now))
+        return reject(reject_reason::too_many_learners, h);
+      it = learners_.try_emplace(h.learner).first;
+      it->second.expected_weight.assign(fragments_.size(), std::nan(""));
+      ++metrics_.joins;
     }
+    auto& l = it->second;
     l.peer = from;
+    l.bound = true;
     l.incarnation = h.incarnation;
     l.left = false;
     l.live = true;
+    l.gone_since.reset();
     l.last_seen = now;
     send_welcome(from, h.learner, h.incarnation);
     for (std::uint32_t p = 0; p < fragments_.size(); ++p) send_fragment(h.learner, l, p, 0, update_status::resync, 0);
+  }
+
+  /// Whether `peer` is still connected: a `peer_conflict` reject about the
+  /// claiming message is sent to it, and a transport that knows the peer is
+  /// gone refuses the send (`errc::unknown_peer`, `errc::closed`).
+  bool transport_reachable(peer_id peer, const message_header& claim) {
+    message m;
+    m.header.kind = message_kind::reject;
+    m.header.learner = claim.learner;
+    m.header.incarnation = claim.incarnation;
+    m.header.answers = 0;  // not an answer to anything the learner sent
+    m.header.reason = static_cast<std::uint8_t>(reject_reason::peer_conflict);
+    const auto e = transport_.try_send(peer, m);
+    return !e || e == make_error_code(errc::queue_full);
   }
 
   void send_welcome(peer_id to, std::uint32_t learner, std::uint32_t incarnation) {
@@ -580,6 +752,24 @@ class syncer {
       ++metrics_.updates_sent;
   }
 
+  /// One more strike against learner `id`; quarantines it at the limit.
+  void strike(std::uint32_t id, learner_entry& l) {
+    const auto limit = options_.screening.quarantine_after;
+    if (limit == 0 || l.quarantined || ++l.strikes < limit) return;
+    l.quarantined = true;
+    ++metrics_.quarantines;
+    log(log_category::membership, [&] {
+      return "learner " + std::to_string(id) + "/" + std::to_string(l.incarnation) + " quarantined after " +
+             std::to_string(l.strikes) + " contributions in a row were clipped or refused; refused until it rejoins";
+    });
+  }
+
+  /// Refuses a contribution for its content: counted against the learner.
+  void reject_content(reject_reason why, const message_header& h, learner_entry& l) {
+    reject(why, h, &l);
+    strike(h.learner, l);
+  }
+
   void on_contribution(std::uint32_t id, message&& m, time_point now) {
     const auto& h = m.header;
     auto& l = learners_.at(id);
@@ -587,13 +777,20 @@ class syncer {
     auto& f = fragments_[h.fragment];
     if (h.codec != codec_of<T>) return reject(reject_reason::bad_codec, h, &l);
     if (h.element_count != f.global.size() || m.payload.size() != f.global.size() * sizeof(T))
-      return reject(reject_reason::bad_size, h, &l);
+      return reject_content(reject_reason::bad_size, h, l);
     if (h.steps == 0) return reject(reject_reason::no_work, h, &l);
+    // Counters a learner cannot have: more steps than its local step (carried
+    // in `revision`), or more tokens than its steps could process. An
+    // overflowing counter would otherwise outweigh every other learner.
+    const auto max_tokens = options_.screening.max_tokens_per_step;
+    if (h.steps > h.revision || h.tokens / h.steps > max_tokens ||
+        (h.tokens / h.steps == max_tokens && h.tokens % h.steps != 0))
+      return reject_content(reject_reason::bad_counts, h, l);
     // A NaN or an infinity would poison the global model and every learner
     // that adopts it, for good. (Before the idempotency key is recorded.)
-    const auto values = m.payload.template as<const T>();
-    if (!std::all_of(values.begin(), values.end(), [](T v) { return std::isfinite(v); }))
-      return reject(reject_reason::non_finite, h, &l);
+    double squared = 0.0;
+    if (!detail::finite_squared_norm(m.payload.template as<const T>(), squared))
+      return reject_content(reject_reason::non_finite, h, l);
     // Future, stale and duplicate contributions come from learners out of
     // step with this syncer (behind it, or ahead of a syncer restored from an
     // older checkpoint): the current fragment goes with the refusal.
@@ -614,23 +811,22 @@ class syncer {
       reject(reject_reason::duplicate, h, &l);
       return send_fragment(id, l, h.fragment, h.sequence, update_status::resync, 0);
     }
+    // tokens ≤ steps · 2^64 and steps ≥ 1: both weights are finite in double.
     const double weight = merge_.weight(h.tokens, h.steps);
-    const double period_tokens =
-        std::min(double(h.tokens) / double(h.steps) * options_.training.sync_period, 0x1p62);
+    const double period_tokens = double(h.tokens) / double(h.steps) * double(options_.training.sync_period);
     const double period_weight =
-        merge_.weight(static_cast<std::uint64_t>(std::llround(period_tokens)), options_.training.sync_period);
-    if (!(weight >= 0.0) || !std::isfinite(weight) || !(period_weight >= 0.0) || !std::isfinite(period_weight))
-      return reject(reject_reason::no_work, h, &l);
+        merge_.weight(static_cast<std::uint64_t>(std::min(period_tokens, 0x1p63)), options_.training.sync_period);
     accept_from(h, l, now);
     ++metrics_.contributions_accepted;
     if (options_.on_contribution)
       options_.on_contribution(contribution_event{id, h.incarnation, h.sequence, h.fragment, h.base_revision, true,
                                                   reject_reason::truncated});
-    send_verdict(l, h, message_kind::ack, reject_reason::truncated);
+    send_ack(l, h);
     ++metrics_.contributions_pending;
     if (f.round.empty()) f.opened = now;
     f.round.push_back(contribution_entry{id, h.incarnation, h.sequence, h.base_revision, weight, period_weight,
-                                         (h.flags & final_contribution) != 0, now, std::move(m.payload)});
+                                         std::sqrt(squared), (h.flags & final_contribution) != 0, now,
+                                         std::move(m.payload)});
     advance_round(h.fragment, now);
   }
 
@@ -655,8 +851,8 @@ class syncer {
     bool everyone_in = true;
     for (const auto& [id, l] : learners_) {
       const bool in = contributed(f, id);
-      if (!l.left || in) ++possible;
-      if (l.live && !in) everyone_in = false;
+      if ((!l.left && !l.quarantined) || in) ++possible;
+      if (l.live && !l.quarantined && !in) everyone_in = false;
     }
     const std::size_t required = std::max<std::size_t>(1, std::min<std::size_t>(options_.quorum, possible));
     if (!f.quorum && contributors(f) >= required) {
@@ -667,33 +863,66 @@ class syncer {
     if (f.quorum && (everyone_in || now >= *f.deadline)) close_round(p, now);
   }
 
+  /// `membership.absent_half_life` periods of H steps at ξ_step (one
+  /// heartbeat timeout per period while no step time is known).
+  std::chrono::duration<double> half_life() const {
+    const std::chrono::duration<double> period =
+        step_time_.known() ? std::chrono::duration<double>(1e-9 * step_time_.value() * options_.training.sync_period)
+                           : std::chrono::duration<double>(options_.heartbeat_timeout);
+    return period * options_.membership.absent_half_life;
+  }
+
+  /// How much an absent learner still counts: 1 while live, halving every
+  /// half-life once it has left or been declared dead.
+  double presence(const learner_entry& l, time_point now) const {
+    if (l.live || !l.gone_since) return 1.0;
+    const double gone = std::chrono::duration<double>(now - *l.gone_since).count();
+    return std::exp2(-std::max(0.0, gone) / half_life().count());
+  }
+
+  /// A learner's expected weight on fragment p: from its last regular
+  /// contribution to p, else the mean over the fragments it did contribute
+  /// to, else 0 (it never contributed).
+  static double expected_weight(const learner_entry& l, std::uint32_t p) {
+    if (!std::isnan(l.expected_weight[p])) return l.expected_weight[p];
+    double sum = 0.0;
+    std::size_t known = 0;
+    for (const double w : l.expected_weight)
+      if (!std::isnan(w)) sum += w, ++known;
+    return known ? sum / double(known) : 0.0;
+  }
+
   /// The share of the expected total weight that this round's contributors
-  /// bring (DESIGN 2.3's partial-round rule), at most 1. Every learner counts
-  /// with the weight of a full period of its work, so a contribution cut short
-  /// (its fragment was overwritten by another learner's revision) brings its
-  /// smaller outer gradient at the same share instead of a smaller one too.
-  double round_scale(std::uint32_t p, const std::map<std::uint32_t, double>& present) const {
+  /// bring (the partial-round rule, docs/design.md), at most 1. Every learner
+  /// counts with the weight of a full period of its work, so a contribution
+  /// cut short (its fragment was overwritten by another learner's revision)
+  /// brings its smaller outer gradient at the same share instead of a smaller
+  /// one too. Weights are capped at `cap`.
+  double round_scale(std::uint32_t p, const std::map<std::uint32_t, double>& present, double cap,
+                     time_point now) const {
     if (options_.scaling == partial_rounds::full_step) return 1.0;
-    double known = 0.0, in_round = 0.0;
-    std::size_t known_count = 0;
-    std::size_t unknown_count = 0;
+    double expected = 0.0, in_round = 0.0;
     for (const auto& [id, l] : learners_) {
       const auto here = present.find(id);
-      if (options_.scaling == partial_rounds::live_share && !l.live && here == present.end()) continue;
-      const double w = here != present.end() ? here->second : l.expected_weight[p];
-      if (here != present.end()) in_round += w;
-      if (std::isnan(w)) {
-        ++unknown_count;
-      } else {
-        known += w;
-        ++known_count;
+      if (here != present.end()) {
+        in_round += std::min(here->second, cap);
+        expected += std::min(here->second, cap);
+        continue;
       }
+      if (l.quarantined || (options_.scaling == partial_rounds::live_share && !l.live)) continue;
+      expected += std::min(expected_weight(l, p), cap) * presence(l, now);
     }
-    // A learner not yet heard from on this fragment is expected to weigh what
-    // the others weigh on average.
-    const double expected = known + (known_count ? double(unknown_count) * known / double(known_count) : 0.0);
     if (!(expected > 0.0)) return 1.0;
     return std::min(1.0, in_round / expected);
+  }
+
+  /// `clip_factor ×` the lower median of `values`, or infinity when there are
+  /// fewer than `min_reference` of them or clipping is off.
+  double clip_bound(std::vector<double>& values) const {
+    const auto& s = options_.screening;
+    if (s.clip_factor == 0.0 || values.size() < s.min_reference) return std::numeric_limits<double>::infinity();
+    const double median = detail::lower_median(values);
+    return median > 0.0 ? s.clip_factor * median : std::numeric_limits<double>::infinity();
   }
 
   void close_round(std::uint32_t p, time_point now) {
@@ -703,32 +932,70 @@ class syncer {
     std::sort(f.round.begin(), f.round.end(), [](const contribution_entry& a, const contribution_entry& b) {
       return std::tie(a.learner, a.sequence) < std::tie(b.learner, b.sequence);
     });
-    // The contributors' period weights; a regular (not final) contribution
-    // also updates the learner's expected weight.
-    std::map<std::uint32_t, double> present;
-    for (const auto& c : f.round) {
-      present[c.learner] = c.period_weight;
-      if (!c.final) learners_.at(c.learner).expected_weight[p] = c.period_weight;
+
+    // References for clipping: the lower medians of the round's norms with
+    // the fragment's recent ones, and of the live learners' expected weights.
+    scratch_.assign(f.norms.values().begin(), f.norms.values().end());
+    for (const auto& c : f.round) scratch_.push_back(c.norm);
+    const double norm_bound = clip_bound(scratch_);
+    scratch_.clear();
+    for (const auto& [id, l] : learners_) {
+      if (contributed(f, id)) continue;
+      if (l.live && !std::isnan(l.expected_weight[p])) scratch_.push_back(l.expected_weight[p]);
     }
-    const double scale = round_scale(p, present);
+    for (const auto& c : f.round) scratch_.push_back(c.period_weight);
+    const double weight_cap = clip_bound(scratch_);
+
+    // The contributors' (capped) period weights; a regular (not final)
+    // contribution also updates the learner's expected weight.
+    std::map<std::uint32_t, double> present;
+    bool any_clipped = false;
+    for (auto& c : f.round) {
+      auto& l = learners_.at(c.learner);
+      bool clipped = false;
+      if (c.norm > norm_bound) {
+        const T factor = T(norm_bound / c.norm);
+        for (T& v : c.payload.template as<T>()) v *= factor;
+        ++metrics_.contributions_clipped;
+        clipped = true;
+      }
+      if (c.weight > weight_cap || c.period_weight > weight_cap) {
+        c.weight = std::min(c.weight, weight_cap);
+        c.period_weight = std::min(c.period_weight, weight_cap);
+        ++metrics_.weights_clipped;
+        clipped = true;
+      }
+      f.norms.add(std::min(c.norm, norm_bound));
+      present[c.learner] = c.period_weight;
+      if (!c.final) l.expected_weight[p] = c.period_weight;
+      if (clipped) {
+        any_clipped = true;
+        strike(c.learner, l);
+      } else {
+        l.strikes = 0;
+      }
+    }
+    if (any_clipped)
+      log(log_category::rounds, [&] { return "clipped contributions to fragment " + std::to_string(p) + describe_round(f); });
+    const double scale = round_scale(p, present, weight_cap, now);
 
     std::vector<weighted_delta<T>> in;
     in.reserve(f.round.size());
     std::uint64_t max_staleness = 0;
     for (const auto& c : f.round) {
       in.push_back({c.payload.template as<const T>(), c.weight});
-      const std::uint64_t staleness = f.revision - c.base_revision;
-      max_staleness = std::max(max_staleness, staleness);
-      metrics_.staleness_sum += staleness;
+      max_staleness = std::max(max_staleness, f.revision - c.base_revision);
     }
     const std::span<T> delta(delta_.data(), f.global.size());
     merge_.merge(std::span<const weighted_delta<T>>(in), plan_[p].slices(), delta, scale);
-    outer_.step(p, f.global, std::span<const T>(delta));
+    if (auto why = apply_outer_step(p, delta)) return drop_round(p, *why, now);
+
     ++f.revision;
     ++metrics_.outer_updates;
     metrics_.contributions_merged += f.round.size();
     metrics_.contributions_pending -= f.round.size();
     metrics_.staleness_max = std::max(metrics_.staleness_max, max_staleness);
+    for (const auto& c : f.round) metrics_.staleness_sum += f.revision - 1 - c.base_revision;
 
     const auto contributors_merged = static_cast<std::uint32_t>(f.round.size());
     update_event event{p, f.revision, contributors_merged, max_staleness, scale, now, {}};
@@ -758,6 +1025,77 @@ class syncer {
     if (options_.on_update) options_.on_update(event);
   }
 
+  /// Applies the outer step to fragment p if its result is publishable: the
+  /// merged gradient and the new values finite, and the update within
+  /// `max_update_ratio`. Otherwise the fragment keeps its values, the
+  /// optimizer forgets its state for p (it absorbed the step), and the reason
+  /// is returned. Cost beyond the step: a copy of the fragment and one pass
+  /// over the result (two with `max_update_ratio`).
+  std::optional<drop_reason> apply_outer_step(std::uint32_t p, std::span<const T> delta) {
+    auto& global = fragments_[p].global;
+    double ignored = 0.0;
+    if (!detail::finite_squared_norm(delta, ignored)) return drop_reason::non_finite_merge;
+    const std::span<T> before(backup_.data(), global.size());
+    std::copy(global.begin(), global.end(), before.begin());
+    outer_.step(p, global, delta);
+    std::optional<drop_reason> why;
+    double squared = 0.0;
+    if (!detail::finite_squared_norm(std::span<const T>(global), squared)) {
+      why = drop_reason::non_finite_result;
+    } else if (const double ratio = options_.screening.max_update_ratio; ratio > 0.0) {
+      double change = 0.0, size = 0.0;
+      for (std::size_t i = 0; i < global.size(); ++i) {
+        const double d = double(global[i]) - double(before[i]);
+        change += d * d;
+        size += double(before[i]) * double(before[i]);
+      }
+      if (std::sqrt(change) > ratio * std::sqrt(size)) why = drop_reason::update_too_large;
+    }
+    if (why) {
+      std::copy(before.begin(), before.end(), global.begin());
+      outer_.reset(p);
+    }
+    return why;
+  }
+
+  /// Publishes nothing for fragment p: its contributions count as dropped,
+  /// their learners get a strike each and the current fragment as a resync
+  /// (so that lock-step learners stop waiting), and their idempotency keys
+  /// are forgotten (their work was not merged: a new contribution against
+  /// the same base is no duplicate).
+  void drop_round(std::uint32_t p, drop_reason why, time_point now) {
+    auto& f = fragments_[p];
+    ++metrics_.rounds_dropped;
+    metrics_.contributions_dropped += f.round.size();
+    metrics_.contributions_pending -= f.round.size();
+    log(log_category::rounds, [&] {
+      return "dropped a round of fragment " + std::to_string(p) + " at revision " + std::to_string(f.revision) +
+             " (" + std::string(to_string(why)) + ")" + describe_round(f);
+    });
+    drop_event event{p, f.revision, why, now, {}};
+    for (const auto& c : f.round)
+      event.contributions.push_back({{c.learner, c.incarnation, c.sequence, f.revision - c.base_revision}, c.norm});
+    for (const auto& c : f.round) {
+      f.seen.erase({c.learner, c.incarnation, c.base_revision});
+      auto& l = learners_.at(c.learner);
+      strike(c.learner, l);
+      if (l.live) send_fragment(c.learner, l, p, c.sequence, update_status::resync, 0);
+    }
+    f.round.clear();
+    f.quorum = false;
+    f.deadline.reset();
+    if (options_.on_drop) options_.on_drop(event);
+  }
+
+  /// ": learner 1/2 norm 0.5 weight 3, …" for a log line.
+  std::string describe_round(const fragment_state& f) const {
+    std::string s = ":";
+    for (const auto& c : f.round)
+      s += " learner " + std::to_string(c.learner) + "/" + std::to_string(c.incarnation) + " norm " +
+           std::to_string(c.norm) + " weight " + std::to_string(c.weight) + ";";
+    return s;
+  }
+
   parameter_layout layout_;
   Transport& transport_;
   syncer_options options_;
@@ -766,11 +1104,14 @@ class syncer {
   fragment_plan plan_;
   std::vector<fragment_state> fragments_;
   std::vector<T> delta_;
+  std::vector<T> backup_;         ///< a fragment's values before its outer step
+  std::vector<double> scratch_;   ///< medians
   std::map<std::uint32_t, learner_entry> learners_;
   buffer_pool pool_;
   detail::ema step_time_;
   detail::ema quorum_time_;
   detail::ema transfer_time_;
+  detail::log_limiter log_limit_;
   syncer_metrics metrics_;
 };
 

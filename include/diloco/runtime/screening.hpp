@@ -1,0 +1,137 @@
+// How the syncer screens what learners send and what it is about to publish,
+// so that one faulty or hostile learner cannot poison, freeze or steer the
+// global model.
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <stdexcept>
+#include <vector>
+
+namespace diloco {
+
+/// Settings of the syncer's screening of contributions and of its own output.
+///
+/// Per contribution, on arrival: the payload must be finite; `tokens ≤ steps ×
+/// max_tokens_per_step` and `steps ≤` the learner's local step (carried in the
+/// contribution) else `bad_counts`.
+///
+/// Per round, before merging (norm clipping, after Sun et al. 2019, "Can you
+/// really backdoor federated learning?", arXiv 1911.07963, with a reference
+/// taken from the data instead of a fixed bound): a contribution whose L2 norm
+/// exceeds `clip_factor ×` the reference norm is scaled down to it, and a merge
+/// weight above `clip_factor ×` the reference weight is cut to it. The
+/// reference norm is the lower median of the round's norms together with the
+/// fragment's last `history` accepted (clipped) norms; the reference weight is
+/// the lower median of the live learners' expected weights. With fewer than
+/// `min_reference` values there is no reference and nothing is clipped.
+///
+/// Per outer step (the syncer validates what it produces): the step runs
+/// against a copy of the fragment; a result with a NaN or an infinity, or
+/// (with `max_update_ratio` > 0) an update `‖Θ' − Θ‖₂ > max_update_ratio ·
+/// ‖Θ‖₂`, is not published: the fragment keeps its last good revision, the
+/// outer optimizer's state for it is reset (it absorbed the refused step), the
+/// round's contributions are counted as dropped and their learners told with
+/// a resync.
+///
+/// A learner whose contributions are clipped or refused for their content
+/// (`non_finite`, `bad_counts`, `bad_size`, or part of a dropped round)
+/// `quarantine_after` times in a row is quarantined: everything it sends is
+/// refused as `quarantined` until it joins with a new incarnation.
+struct screening_options {
+  double clip_factor = 8.0;              ///< c ≥ 1; 0 turns clipping off
+  std::uint32_t history = 32;            ///< accepted norms per fragment kept for the reference
+  std::uint32_t min_reference = 3;       ///< values needed before anything is clipped
+  std::uint32_t quarantine_after = 8;    ///< consecutive strikes; 0: never quarantine
+  double max_update_ratio = 0.0;         ///< bound on ‖Θ' − Θ‖ / ‖Θ‖; 0: no bound
+  std::uint64_t max_tokens_per_step = std::uint64_t{1} << 24;  ///< largest batch a step may claim
+
+  /// Throws `std::invalid_argument` naming the first bad setting.
+  void check() const {
+    if (!(clip_factor == 0.0 || (clip_factor >= 1.0 && std::isfinite(clip_factor))))
+      throw std::invalid_argument("diloco::screening_options: clip_factor must be 0 (off) or a finite value >= 1");
+    if (min_reference == 0) throw std::invalid_argument("diloco::screening_options: min_reference must be at least 1");
+    if (!(max_update_ratio >= 0.0)) throw std::invalid_argument("diloco::screening_options: max_update_ratio must be >= 0");
+    if (max_tokens_per_step == 0)
+      throw std::invalid_argument("diloco::screening_options: max_tokens_per_step must be at least 1");
+  }
+};
+
+/// How the expected weight of absent learners enters the partial-round scale
+/// (docs/design.md, "Partial rounds").
+///
+/// The unit is the **period**: H inner steps at the learners' smoothed step
+/// time ξ_step (until a step time is known, one heartbeat timeout), so that
+/// the rule reads the same whatever the model's speed. Measured on
+/// Fashion-MNIST (docs/design.md): with the learners that finish first fading
+/// over 20 periods the slow learner left alone at the end keeps the quality
+/// of counting them for ever; over 5 periods it loses about a point.
+struct membership_options {
+  /// A learner that left or was declared dead keeps counting with a weight
+  /// that halves every `absent_half_life` periods; one back in time counts
+  /// fully again. Learners that never contributed count for nothing.
+  double absent_half_life = 20.0;
+  /// A learner gone for `forget_after` half-lives (its weight below
+  /// 2^−forget_after) is forgotten: its table place is freed. When the table
+  /// is full, the longest-gone learner is forgotten at once to make room.
+  double forget_after = 10.0;
+
+  void check() const {
+    if (!(absent_half_life > 0.0 && std::isfinite(absent_half_life)))
+      throw std::invalid_argument("diloco::membership_options: absent_half_life must be a positive number of periods");
+    if (!(forget_after > 0.0 && std::isfinite(forget_after)))
+      throw std::invalid_argument("diloco::membership_options: forget_after must be a positive number of half-lives");
+  }
+};
+
+namespace detail {
+
+/// Whether every value is finite, and Σ x² in double (+inf when it
+/// overflows, which only double values beyond 1e154 can make): one pass.
+template <class T>
+bool finite_squared_norm(std::span<const T> x, double& squared) noexcept {
+  double s = 0.0;
+  bool finite = true;
+  for (const T v : x) {
+    finite &= std::isfinite(v);
+    s += double(v) * double(v);
+  }
+  squared = s;
+  return finite;
+}
+
+/// The lower median of `values` (the ⌈n/2⌉-th smallest); reorders them.
+inline double lower_median(std::vector<double>& values) {
+  const auto mid = values.begin() + static_cast<std::ptrdiff_t>((values.size() - 1) / 2);
+  std::nth_element(values.begin(), mid, values.end());
+  return *mid;
+}
+
+/// The last `capacity` values added, oldest overwritten first.
+class value_ring {
+ public:
+  explicit value_ring(std::size_t capacity = 0) : capacity_(capacity) { values_.reserve(capacity); }
+
+  void add(double v) {
+    if (capacity_ == 0) return;
+    if (values_.size() < capacity_) {
+      values_.push_back(v);
+    } else {
+      values_[next_] = v;
+      next_ = (next_ + 1) % capacity_;
+    }
+  }
+  std::span<const double> values() const noexcept { return values_; }
+
+ private:
+  std::size_t capacity_;
+  std::size_t next_ = 0;
+  std::vector<double> values_;
+};
+
+}  // namespace detail
+}  // namespace diloco
