@@ -38,6 +38,9 @@ JSON line with the test accuracy of the final global model.
   --stall L:AFTER:STEPS        learner L freezes after its step AFTER for STEPS of its steps
   --transport threads|sim      learner threads in this process, or the deterministic simulator (threads)
   --merge tokens|average|rda   merge rule (tokens)
+  --clip C                     clip outer gradients and weights above C x the median (8; 0: off)
+  --quarantine-after N         quarantine a learner after N clipped or refused contributions in a row (8; 0: never)
+  --absent-half-life N         a departed learner's weight in partial rounds halves every N periods (20)
   --partial-rounds all|live|full
                                size of partial rounds: share of all learners' weight (all),
                                of the live learners' weight (live), or a full step (full)
@@ -167,6 +170,12 @@ fashion::settings parse(int argc, char** argv) {
       else if (v == "live") s.partial = diloco::partial_rounds::live_share;
       else if (v == "full") s.partial = diloco::partial_rounds::full_step;
       else throw usage_error("unknown partial-round rule '" + v + "' (all, live or full)");
+    } else if (opt == "--clip") {
+      s.screening.clip_factor = parse_number<double>(opt, v);
+    } else if (opt == "--quarantine-after") {
+      s.screening.quarantine_after = parse_number<std::uint32_t>(opt, v);
+    } else if (opt == "--absent-half-life") {
+      s.membership.absent_half_life = parse_number<double>(opt, v);
     } else if (opt == "--lr") {
       s.lr = parse_number<double>(opt, v);
     } else if (opt == "--weight-decay") {
@@ -254,6 +263,8 @@ diloco::syncer_options syncer_options_for(const fashion::settings& s) {
   }
   o.training.mixing = s.alpha;
   o.scaling = s.partial;
+  o.screening = s.screening;
+  o.membership = s.membership;
   return o;
 }
 
@@ -340,7 +351,7 @@ int main(int argc, char** argv) {
         "{\"mode\":\"%s\",\"transport\":\"%s\",\"learners\":%u,\"steps\":%llu,\"batch\":%u,\"H\":%u,\"fragments\":%u,"
         "\"quorum\":%u,\"overlap\":%u,\"alpha\":%s,\"seed\":%llu,\"speeds\":[%s],\"test_accuracy\":%s,"
         "\"test_loss\":%s,\"outer_updates\":%llu,\"inner_steps\":%llu,\"contributions_merged\":%llu,"
-        "\"rejected\":%llu,\"fragment_imbalance\":%s,\"completed\":%s,\"seconds\":%s,\"virtual_seconds\":%s}\n",
+        "\"rejected\":%llu,\"clipped\":%llu,\"quarantines\":%llu,\"rounds_dropped\":%llu,\"fragment_imbalance\":%s,\"completed\":%s,\"seconds\":%s,\"virtual_seconds\":%s}\n",
         name(s.run_mode),
         s.part == fashion::role::syncer ? "zmq" : s.via == fashion::transport::threads ? "threads" : "sim",
         s.learners,
@@ -349,7 +360,9 @@ int main(int argc, char** argv) {
         static_cast<unsigned long long>(s.seed), speeds.c_str(), json_number(r.test_accuracy).c_str(),
         json_number(r.test_loss).c_str(), static_cast<unsigned long long>(r.outer_updates),
         static_cast<unsigned long long>(r.inner_steps), static_cast<unsigned long long>(r.contributions_merged),
-        static_cast<unsigned long long>(r.rejected), json_number(r.imbalance).c_str(), r.completed ? "true" : "false",
+        static_cast<unsigned long long>(r.rejected), static_cast<unsigned long long>(r.clipped),
+        static_cast<unsigned long long>(r.quarantines), static_cast<unsigned long long>(r.rounds_dropped),
+        json_number(r.imbalance).c_str(), r.completed ? "true" : "false",
         json_number(r.seconds).c_str(), json_number(r.virtual_seconds).c_str());
     return r.completed ? 0 : 1;
   } catch (const fashion::dataset_error& e) {

@@ -62,6 +62,8 @@ struct settings {
   double outer_momentum = 0.9;
   merge_rule merge = merge_rule::token_weighted;
   diloco::partial_rounds partial = diloco::partial_rounds::all_share;
+  diloco::screening_options screening{};
+  diloco::membership_options membership{};
   std::string data_dir = "/usr/share/datasets/fashion-mnist";
   role part = role::in_process;
   std::string endpoint;           ///< the syncer's ZeroMQ endpoint (roles syncer and learner)
@@ -83,11 +85,24 @@ struct outcome {
   std::uint64_t inner_steps = 0;
   std::uint64_t contributions_merged = 0;
   std::uint64_t rejected = 0;
+  std::uint64_t clipped = 0;         ///< outer gradients and weights the syncer clipped
+  std::uint64_t quarantines = 0;
+  std::uint64_t rounds_dropped = 0;
   double seconds = 0.0;          ///< wall time of training
   double virtual_seconds = 0.0;  ///< simulated time (simulator only)
   double imbalance = 0.0;        ///< largest fragment / mean fragment
   bool completed = true;
   std::string error;
+
+  /// The syncer's counters this outcome reports.
+  void take(const diloco::syncer_metrics& m) {
+    outer_updates = m.outer_updates;
+    contributions_merged = m.contributions_merged;
+    rejected = m.rejected_total();
+    clipped = m.contributions_clipped + m.weights_clipped;
+    quarantines = m.quarantines;
+    rounds_dropped = m.rounds_dropped;
+  }
 };
 
 /// Learner `index`'s shard of the training set (every M-th example of a
@@ -271,9 +286,7 @@ outcome train(const settings& s, const split& train_set, const split& test_set, 
         sim::run_options{.step_time = s.sim_step_time});
     out.completed = result.completed;
     out.virtual_seconds = std::chrono::duration<double>(result.end - start).count();
-    out.outer_updates = sync.metrics().outer_updates;
-    out.contributions_merged = sync.metrics().contributions_merged;
-    out.rejected = sync.metrics().rejected_total();
+    out.take(sync.metrics());
     for (const auto& l : learners) out.inner_steps += l->local_step();
     final_params = sync.parameters();
   } else {
@@ -310,9 +323,7 @@ outcome train(const settings& s, const split& train_set, const split& test_set, 
     // handles what is queued, flushes and stops.
     syncer_thread.request_stop();
     syncer_thread.join();
-    out.outer_updates = sync.metrics().outer_updates;
-    out.contributions_merged = sync.metrics().contributions_merged;
-    out.rejected = sync.metrics().rejected_total();
+    out.take(sync.metrics());
     for (const auto& l : learners) out.inner_steps += l->local_step();
     final_params = sync.parameters();
   }
@@ -364,9 +375,7 @@ outcome serve(const settings& s, const split& test_set, Outer outer, Merge merge
   outcome out;
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   out.imbalance = sync.plan().imbalance();
-  out.outer_updates = sync.metrics().outer_updates;
-  out.contributions_merged = sync.metrics().contributions_merged;
-  out.rejected = sync.metrics().rejected_total();
+  out.take(sync.metrics());
   const auto final_params = sync.parameters();
   std::tie(out.test_accuracy, out.test_loss) = evaluate(final_params, test_set, s.seed);
   return out;
