@@ -23,6 +23,8 @@
 #include <diloco/runtime/checkpoint.hpp>
 #include <diloco/transport/zmq.hpp>
 
+#include "log_sink.hpp"
+
 namespace {
 
 constexpr const char* usage = R"(usage: diloco_syncer [options]
@@ -50,6 +52,17 @@ and, when it stops, prints its counters as one JSON line.
                             merge rule (tokens)
   --partial-rounds all|live|full
                             size of partial rounds (all)
+  --absent-half-life N      a departed learner's weight in partial rounds halves every N periods
+                            (H steps at the learners' mean step time) (20)
+  --forget-after N          a departed learner's table place is freed after N half-lives (10)
+  --max-learners N          learners kept track of at once (4096)
+  --clip C                  clip outer gradients and merge weights above C x the lower median
+                            of recent ones (8; 0: off)
+  --quarantine-after N      refuse a learner (until it rejoins) after N of its contributions in a
+                            row were clipped or refused for their content (8; 0: never)
+  --max-update-ratio R      do not publish an outer step that moves a fragment by more than
+                            R x its norm (0: no bound)
+  --max-tokens-per-step N   refuse contributions claiming more tokens per step (16777216)
   --layout FILE             accept only this layout: lines "name size [dense|embedding]"
   --learners N              stop once N learners have left and none is live (0: until SIGINT/SIGTERM)
   --curve-secret FILE       the syncer's CURVE key pair (diloco_keygen); needs --allow
@@ -76,6 +89,12 @@ T number(std::string_view option, const std::string& text) {
   T value{};
   if (!(in >> value) || !in.eof()) throw usage_error("bad value '" + text + "' for " + std::string(option));
   return value;
+}
+
+std::chrono::nanoseconds seconds_option(std::string_view option, const std::string& text) {
+  const double v = number<double>(option, text);
+  if (!(v > 0) || v > 1e9) throw usage_error("bad value '" + text + "' for " + std::string(option) + " (seconds > 0)");
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::duration<double>(v));
 }
 
 struct settings {
@@ -114,8 +133,7 @@ settings parse(int argc, char** argv) {
     else if (opt == "--quorum") o.quorum = number<std::uint32_t>(opt, v);
     else if (opt == "--grace") o.grace_factor = number<double>(opt, v);
     else if (opt == "--max-staleness") o.max_staleness = number<std::uint32_t>(opt, v);
-    else if (opt == "--heartbeat-timeout")
-      o.heartbeat_timeout = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::duration<double>(number<double>(opt, v)));
+    else if (opt == "--heartbeat-timeout") o.heartbeat_timeout = seconds_option(opt, v);
     else if (opt == "--outer") s.outer = v;
     else if (opt == "--outer-lr") s.outer_lr = number<double>(opt, v);
     else if (opt == "--outer-momentum") s.outer_momentum = number<double>(opt, v);
@@ -126,7 +144,14 @@ settings parse(int argc, char** argv) {
       else if (v == "live") o.scaling = diloco::partial_rounds::live_share;
       else if (v == "full") o.scaling = diloco::partial_rounds::full_step;
       else throw usage_error("unknown partial-round rule '" + v + "' (all, live or full)");
-    } else if (opt == "--layout") s.layout_file = v;
+    } else if (opt == "--absent-half-life") o.membership.absent_half_life = number<double>(opt, v);
+    else if (opt == "--forget-after") o.membership.forget_after = number<double>(opt, v);
+    else if (opt == "--max-learners") o.max_learners = number<std::uint32_t>(opt, v);
+    else if (opt == "--clip") o.screening.clip_factor = number<double>(opt, v);
+    else if (opt == "--quarantine-after") o.screening.quarantine_after = number<std::uint32_t>(opt, v);
+    else if (opt == "--max-update-ratio") o.screening.max_update_ratio = number<double>(opt, v);
+    else if (opt == "--max-tokens-per-step") o.screening.max_tokens_per_step = number<std::uint64_t>(opt, v);
+    else if (opt == "--layout") s.layout_file = v;
     else if (opt == "--learners") s.learners = number<std::uint64_t>(opt, v);
     else if (opt == "--curve-secret") s.curve_secret = v;
     else if (opt == "--allow") s.allow_file = v;
@@ -156,7 +181,14 @@ std::string stamp() {
   return b;
 }
 
-void log(const std::string& line) { std::fprintf(stderr, "%s diloco_syncer: %s\n", stamp().c_str(), line.c_str()); }
+/// Log lines go to stderr through a queue of their own: a reader that stops
+/// reading never stalls the syncer (docs/protocol.md, "Threat model").
+diloco_syncer::log_sink& sink() {
+  static diloco_syncer::log_sink instance(STDERR_FILENO);
+  return instance;
+}
+
+void log(const std::string& line) { sink().write(stamp() + " diloco_syncer: " + line); }
 
 std::size_t number_of(const std::string& text, const std::string& path, int line) {
   std::istringstream in(text);
@@ -245,11 +277,14 @@ int serve(const settings& s, diloco::zeromq::server& server, start& from, diloco
     if (trace) trace->merged(e.fragment, e.revision, e.contributions);
   };
   if (trace) options.on_contribution = [&](const diloco::contribution_event& e) { trace->contribution(e); };
+  if (trace) options.on_drop = [&](const diloco::drop_event& e) { trace->dropped(e); };
   if (!s.quiet)
     options.on_update = [](const diloco::update_event& e) {
-      std::fprintf(stderr, "%s update fragment=%u revision=%llu contributors=%u staleness=%llu scale=%.3f\n",
-                   stamp().c_str(), e.fragment, static_cast<unsigned long long>(e.revision), e.contributors,
-                   static_cast<unsigned long long>(e.max_staleness), e.scale);
+      char line[160];
+      std::snprintf(line, sizeof line, "%s update fragment=%u revision=%llu contributors=%u staleness=%llu scale=%.3f",
+                    stamp().c_str(), e.fragment, static_cast<unsigned long long>(e.revision), e.contributors,
+                    static_cast<unsigned long long>(e.max_staleness), e.scale);
+      sink().write(line);
     };
   syncer_type sync(from.layout, from.initial, server, options, std::move(outer), std::move(merge));
   self = &sync;
@@ -289,15 +324,21 @@ int serve(const settings& s, diloco::zeromq::server& server, start& from, diloco
     if (m.rejected[r])
       rejected << (rejected.tellp() > 0 ? "," : "") << '"' << diloco::to_string(static_cast<diloco::reject_reason>(r))
                << "\":" << m.rejected[r];
-  char line[4096];  // 21 reasons at most: well under 4 KiB
+  char line[4096];  // 25 reasons at most: well under 4 KiB
   std::snprintf(line, sizeof line,
-      "{\"outer_updates\":%llu,\"contributions_accepted\":%llu,\"contributions_merged\":%llu,\"rejected\":{%s},"
-      "\"joins\":%llu,\"rejoins\":%llu,\"leaves\":%llu,\"declared_dead\":%llu,\"revived\":%llu,\"staleness_max\":%llu,"
-      "\"curve_admitted\":%llu,\"curve_denied\":%llu,\"seconds\":%.3f}\n",
+      "{\"outer_updates\":%llu,\"contributions_accepted\":%llu,\"contributions_merged\":%llu,"
+      "\"contributions_dropped\":%llu,\"rounds_dropped\":%llu,\"contributions_clipped\":%llu,\"weights_clipped\":%llu,"
+      "\"quarantines\":%llu,\"learners_forgotten\":%llu,\"log_lines_dropped\":%llu,\"rejected\":{%s},"
+      "\"joins\":%llu,\"rejoins\":%llu,\"reconnects\":%llu,\"leaves\":%llu,\"declared_dead\":%llu,\"revived\":%llu,"
+      "\"staleness_max\":%llu,\"curve_admitted\":%llu,\"curve_denied\":%llu,\"seconds\":%.3f}\n",
       static_cast<unsigned long long>(m.outer_updates), static_cast<unsigned long long>(m.contributions_accepted),
-      static_cast<unsigned long long>(m.contributions_merged), rejected.str().c_str(),
+      static_cast<unsigned long long>(m.contributions_merged), static_cast<unsigned long long>(m.contributions_dropped),
+      static_cast<unsigned long long>(m.rounds_dropped), static_cast<unsigned long long>(m.contributions_clipped),
+      static_cast<unsigned long long>(m.weights_clipped), static_cast<unsigned long long>(m.quarantines),
+      static_cast<unsigned long long>(m.learners_forgotten), static_cast<unsigned long long>(sink().dropped()),
+      rejected.str().c_str(),
       static_cast<unsigned long long>(m.joins), static_cast<unsigned long long>(m.rejoins),
-      static_cast<unsigned long long>(m.leaves), static_cast<unsigned long long>(m.declared_dead),
+      static_cast<unsigned long long>(m.reconnects), static_cast<unsigned long long>(m.leaves), static_cast<unsigned long long>(m.declared_dead),
       static_cast<unsigned long long>(m.revived),
       static_cast<unsigned long long>(m.staleness_max), static_cast<unsigned long long>(server.admitted()),
       static_cast<unsigned long long>(server.denied()),
