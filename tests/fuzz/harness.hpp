@@ -9,7 +9,10 @@
 //   input    := config message*
 //   config   := 1 byte. Bits 0-1: partial-round scaling (0 full_step,
 //               1 live_share, 2 and 3 all_share); bit 2: update recipients
-//               (0 live learners, 1 contributors); bits 3-4: quorum K − 1.
+//               (0 live learners, 1 contributors); bits 3-4: quorum K − 1;
+//               bit 5: key binding — like the ZeroMQ server with CURVE, a
+//               decoded message from learner endpoint p that names a learner
+//               other than p arrives as `wire_error::unauthorized`.
 //   message  := control advance frame*        (frame count from control)
 //   control  := 1 byte. Bits 0-2: number of frames, value mod 5 (0 to 4);
 //               bit 3: repair the checksums first (only when frame 0 is 144
@@ -36,6 +39,11 @@
 //     and the fragments' revisions add up to outer_updates;
 //   - every outer update merged at least one contribution, at a scale in
 //     [0, 1], and was reported once;
+//   - contributions_accepted == merged + pending + dropped, and every
+//     dropped round was reported once;
+//   - every global fragment, and every update the syncer sends, is finite;
+//   - a contribution is accepted only from the endpoint its learner was last
+//     welcomed on (a join that added, revived or moved it);
 //   - every message the syncer sends encodes to bytes its own decoder accepts
 //     and re-encodes identically.
 #pragma once
@@ -47,6 +55,8 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
+#include <cmath>
+#include <map>
 #include <span>
 #include <string>
 #include <vector>
@@ -125,7 +135,8 @@ inline void check(bool ok, const char* what) {
 class harness {
  public:
   explicit harness(std::uint8_t config)
-      : layout_(make_layout()),
+      : key_binding_((config & 0x20) != 0),
+        layout_(make_layout()),
         initial_(make_initial(layout_.size())),
         self_(hub_.attach(syncer_peer)),
         syncer_(layout_, initial_, self_, with_checks(make_options(config))) {
@@ -154,6 +165,10 @@ class harness {
       check(u.scale >= 0.0 && u.scale <= 1.0, "an update event's scale is outside [0, 1]");
       ++events_;
     };
+    o.on_drop = [this](const drop_event& d) {
+      check(!d.contributions.empty(), "a dropped round held no contribution");
+      ++drops_;
+    };
     return o;
   }
 
@@ -180,11 +195,17 @@ class harness {
 
     const peer_id from = peers[(ctl & control::peer_mask) >> control::peer_shift];
     envelope e = decode(frames, from);
+    if (key_binding_ && e.error == wire_error::none && from <= 4 && e.msg.header.learner != from) {
+      e.error = wire_error::unauthorized;
+      e.msg.payload = byte_buffer();
+    }
     const auto before = syncer_.metrics();
     const bool undecodable = e.error != wire_error::none;
     const auto kind = e.msg.header.kind;
+    const auto learner = e.msg.header.learner;
     syncer_.handle(std::move(e), now_);
     check_refusal(before, undecodable, kind);
+    check_binding(before, kind, learner, from);
     (void)syncer_.poll(now_);
     if (ctl & control::flush) syncer_.flush(now_);
     drain();
@@ -238,6 +259,11 @@ class harness {
   /// through the wire encoder and decoder unchanged.
   void drain() {
     auto check_sent = [](const message& m) {
+      if (m.header.kind == message_kind::update) {
+        const auto values = m.payload.as<const float>();
+        check(std::all_of(values.begin(), values.end(), [](float v) { return std::isfinite(v); }),
+              "the syncer sent a non-finite fragment");
+      }
       const auto bytes = wire::encode_header(m.header, m.payload.bytes());
       const auto d = wire::decode_header(bytes, std::uint64_t{1} << 40);
       check(d.error == wire_error::none, "the syncer sent a header its decoder refuses");
@@ -249,6 +275,21 @@ class harness {
     for (auto* l : learners_)
       while (auto e = l->try_receive()) check_sent(e->msg);
     while (auto e = self_.try_receive()) check_sent(e->msg);
+  }
+
+  /// Whom each learner was last welcomed as (the endpoint of a join that
+  /// added, revived, moved or re-welcomed it: its state was sent); a
+  /// contribution accepted from any other endpoint breaks the identity
+  /// binding.
+  void check_binding(const syncer_metrics& before, message_kind kind, std::uint32_t learner, peer_id from) {
+    const auto& after = syncer_.metrics();
+    if (kind == message_kind::join && after.updates_sent + after.send_failures > before.updates_sent + before.send_failures)
+      bound_[learner] = from;
+    if (after.contributions_accepted != before.contributions_accepted) {
+      const auto it = bound_.find(learner);
+      check(it != bound_.end() && it->second == from,
+            "a contribution was accepted from another endpoint than its learner was welcomed on");
+    }
   }
 
   /// A message is refused at most once; an undecodable one, or one of a kind
@@ -279,14 +320,21 @@ class harness {
 
   void check_metrics() const {
     const auto& m = syncer_.metrics();
-    check(m.contributions_accepted == m.contributions_merged + m.contributions_pending,
-          "contributions_accepted != contributions_merged + contributions_pending");
+    check(m.contributions_accepted == m.contributions_merged + m.contributions_pending + m.contributions_dropped,
+          "contributions_accepted != contributions_merged + contributions_pending + contributions_dropped");
+    check(drops_ == m.rounds_dropped, "rounds_dropped differs from the drop events reported");
+    for (std::uint32_t p = 0; p < fragment_count; ++p) {
+      const auto values = syncer_.fragment_values(p);
+      check(std::all_of(values.begin(), values.end(), [](float v) { return std::isfinite(v); }),
+            "a global fragment is not finite");
+    }
     std::uint64_t revisions = 0;
     for (std::uint32_t p = 0; p < fragment_count; ++p) revisions += syncer_.revision(p);
     check(revisions == m.outer_updates, "the fragments' revisions do not add up to outer_updates");
     check(events_ == m.outer_updates, "outer_updates differs from the update events reported");
   }
 
+  bool key_binding_;
   parameter_layout layout_;
   std::vector<float> initial_;
   inproc::hub hub_;
@@ -294,6 +342,8 @@ class harness {
   std::vector<inproc::endpoint*> learners_;
   buffer_pool pool_;
   std::uint64_t events_ = 0;
+  std::uint64_t drops_ = 0;
+  std::map<std::uint32_t, peer_id> bound_;
   fuzz_syncer syncer_;
   time_point now_ = time_point{} + std::chrono::hours(1);
 };
