@@ -123,6 +123,62 @@ BOOST_AUTO_TEST_CASE(each_learner_incarnation_is_its_own_peer) {
   BOOST_TEST(std::count(peers.begin(), peers.end(), again->from) == 1);
 }
 
+BOOST_AUTO_TEST_CASE(a_chosen_routing_id_displaces_no_connection) {
+  ::zmq::context_t context;
+  zeromq::server server(context, "tcp://127.0.0.1:*");
+  zeromq::client honest(context, server.endpoint(), 3, 1);
+  send_within(honest, syncer_peer, join_of(3));
+  auto first = receive_within(server);
+  BOOST_TEST_REQUIRE(first.has_value());
+  const peer_id learner = first->from;
+
+  // The routing id learners used to set: learner 3, incarnation 1, both u32
+  // little-endian. One impostor takes it; a second one then claims the same.
+  const std::string claimed{'\x03', '\0', '\0', '\0', '\x01', '\0', '\0', '\0'};
+  auto impostor = [&] {
+    ::zmq::socket_t s(context, ::zmq::socket_type::dealer);
+    s.set(::zmq::sockopt::linger, 0);
+    s.set(::zmq::sockopt::routing_id, claimed);
+    s.connect(server.endpoint());
+    return s;
+  };
+  auto a = impostor();
+  auto b = impostor();
+  const auto join = wire::encode_header(join_of(3).header, {});
+  a.send(::zmq::buffer(join));
+  auto from_a = receive_within(server);
+  BOOST_TEST_REQUIRE(from_a.has_value());
+  BOOST_TEST(from_a->from != learner);  // the honest learner's id was never 8 bytes
+  const peer_id impostor_a = from_a->from;
+
+  // b's connection is up (the TCP handshake and ZMTP greeting take a few
+  // milliseconds on loopback) but nothing it sends is read; a and the honest
+  // learner keep their peers, in both directions.
+  const auto end = std::chrono::steady_clock::now() + 500ms;
+  int honest_seen = 0, a_seen = 0;
+  while (std::chrono::steady_clock::now() < end) {
+    b.send(::zmq::buffer(join), ::zmq::send_flags::dontwait);
+    a.send(::zmq::buffer(join), ::zmq::send_flags::dontwait);
+    auto j = join_of(3);
+    (void)honest.try_send(syncer_peer, j);
+    while (auto e = server.receive_for(20ms)) {
+      BOOST_TEST_REQUIRE((e->from == learner || e->from == impostor_a));
+      ++(e->from == learner ? honest_seen : a_seen);
+    }
+  }
+  BOOST_TEST(honest_seen > 5);
+  BOOST_TEST(a_seen > 5);
+  auto update = update_with({4.0f});
+  BOOST_TEST_REQUIRE(!server.try_send(learner, update));
+  auto back = receive_within(honest);  // the learner's socket had nothing else sent to it
+  BOOST_TEST_REQUIRE(back.has_value());
+  BOOST_TEST(int(back->msg.header.kind) == int(message_kind::update));
+  BOOST_TEST(back->msg.header.revision == 42u);
+  BOOST_TEST(back->msg.payload.as<const float>()[0] == 4.0f);
+  ::zmq::pollitem_t b_item{b.handle(), 0, ZMQ_POLLIN, 0};
+  BOOST_TEST(::zmq::poll(&b_item, 1, 100ms) == 0);  // nothing was sent to it either
+}
+
 BOOST_AUTO_TEST_CASE(sending_to_an_unknown_or_vanished_peer_fails_and_keeps_the_message) {
   ::zmq::context_t context;
   zeromq::server server(context, "tcp://127.0.0.1:*");

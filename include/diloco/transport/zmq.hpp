@@ -402,9 +402,17 @@ class zap_handler {
 /// The syncer's endpoint: a ROUTER socket bound to `endpoint`
 /// (`tcp://127.0.0.1:0` picks a free port; see `endpoint()`), with
 /// `ZMQ_ROUTER_MANDATORY` so that a send to a vanished learner fails with
-/// `errc::unknown_peer` instead of disappearing. Each distinct routing id (a
-/// learner incarnation) becomes a peer id. A blocking transport; use from
-/// one thread.
+/// `errc::unknown_peer` instead of disappearing. A blocking transport; use
+/// from one thread.
+///
+/// Every connection is its own peer id, a learner's reconnection included:
+/// the ROUTER names each connection itself, and a routing id that a peer
+/// chooses is no identity (who a message speaks for is in its header, and
+/// with CURVE its key must own that learner id). A peer may still announce
+/// a routing id (`ZMQ_ROUTING_ID`); without `ZMQ_ROUTER_HANDOVER`, which this
+/// socket leaves off, one already in use displaces nothing: libzmq 4.3 keeps
+/// the newcomer's connection open but never reads it (its messages pile up
+/// to the high-water mark, then TCP holds the rest), so it reaches no one.
 class server {
  public:
   /// With `security`, CURVE encrypts every connection and only learners
@@ -421,8 +429,6 @@ class server {
       socket_.set(::zmq::sockopt::curve_secretkey, security->keys.secret_key);
     }
     socket_.set(::zmq::sockopt::router_mandatory, 1);
-    // A learner that reconnects with its routing id takes over its old slot.
-    socket_.set(::zmq::sockopt::router_handover, 1);
     socket_.bind(endpoint);
     endpoint_ = socket_.get(::zmq::sockopt::last_endpoint);
   }
@@ -435,9 +441,17 @@ class server {
   std::uint64_t admitted() const noexcept { return zap_ ? zap_->admitted() : 0; }
   std::uint64_t denied() const noexcept { return zap_ ? zap_->denied() : 0; }
 
+  /// Fails with `errc::unknown_peer` once `to`'s connection is gone; the
+  /// peer id is then forgotten for good.
   std::error_code try_send(peer_id to, message& m) {
-    if (to == 0 || to > routing_ids_.size()) return errc::unknown_peer;
-    return detail::send(socket_, &routing_ids_[to - 1], m);
+    const auto it = routing_ids_.find(to);
+    if (it == routing_ids_.end()) return errc::unknown_peer;
+    const auto ec = detail::send(socket_, &it->second, m);
+    if (ec == errc::unknown_peer) {
+      peers_.erase(it->second);
+      routing_ids_.erase(it);
+    }
+    return ec;
   }
 
   std::optional<envelope> try_receive() {
@@ -454,8 +468,8 @@ class server {
 
  private:
   peer_id peer_of(const std::string& routing_id) {
-    auto [it, fresh] = peers_.try_emplace(routing_id, static_cast<peer_id>(routing_ids_.size() + 1));
-    if (fresh) routing_ids_.push_back(routing_id);
+    auto [it, fresh] = peers_.try_emplace(routing_id, next_peer_);
+    if (fresh) routing_ids_.emplace(next_peer_++, routing_id);
     return it->second;
   }
 
@@ -464,7 +478,8 @@ class server {
   ::zmq::socket_t socket_;
   std::string endpoint_;
   std::unordered_map<std::string, peer_id> peers_;
-  std::vector<std::string> routing_ids_;  ///< by peer id − 1
+  std::unordered_map<peer_id, std::string> routing_ids_;
+  peer_id next_peer_ = 1;  ///< peer ids are never reused
   buffer_pool pool_;
 };
 
@@ -478,25 +493,21 @@ inline bool is_local_endpoint(const std::string& endpoint) {
   return false;
 }
 
-/// The routing id of learner `id`, incarnation `incarnation` (docs/protocol.md).
-inline std::string routing_id(std::uint32_t id, std::uint32_t incarnation) {
-  std::string r(8, '\0');
-  std::memcpy(r.data(), &id, 4);
-  std::memcpy(r.data() + 4, &incarnation, 4);
-  return r;
-}
-
 /// A learner's endpoint: a DEALER socket connected to the syncer at
 /// `endpoint`, with `ZMQ_IMMEDIATE` (messages queue only on a live
 /// connection; before that `try_send` reports `errc::queue_full` and the
-/// learner keeps the message) and automatic reconnection. A blocking
-/// transport; use from one thread.
+/// learner keeps the message) and automatic reconnection. It sets no routing
+/// id: the syncer's ROUTER names every connection, so a reconnection is a
+/// new peer there. A blocking transport; use from one thread.
 class client {
  public:
   /// With `security`, the connection is CURVE-encrypted and authenticated
   /// with the learner's key pair against the syncer's public key.
-  client(::zmq::context_t& context, const std::string& endpoint, std::uint32_t learner, std::uint32_t incarnation,
-         socket_options options = {}, std::optional<client_security> security = std::nullopt)
+  /// `learner` and `incarnation` are not used: the learner's messages carry
+  /// them (they once chose the routing id).
+  client(::zmq::context_t& context, const std::string& endpoint, std::uint32_t /*learner*/,
+         std::uint32_t /*incarnation*/, socket_options options = {},
+         std::optional<client_security> security = std::nullopt)
       : options_(detail::prepare(options)), socket_(context, ::zmq::socket_type::dealer) {
     detail::configure(socket_, options_);
     if (security) {
@@ -505,7 +516,6 @@ class client {
       socket_.set(::zmq::sockopt::curve_secretkey, security->keys.secret_key);
     }
     socket_.set(::zmq::sockopt::immediate, 1);
-    socket_.set(::zmq::sockopt::routing_id, routing_id(learner, incarnation));
     socket_.connect(endpoint);
   }
 
