@@ -2,6 +2,7 @@
 // deterministic, single-threaded, with per-learner speeds and stalls.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -89,7 +90,10 @@ run_report run(network& net, Syncer& syncer, const Learners& learners, std::span
       if (c && (!t || *c < *t)) t = c;
     };
     consider(syncer_endpoint.next_arrival());
-    consider(syncer_deadline);
+    // Once every learner is done, the syncer's own timers (liveness,
+    // forgetting) no longer matter: what is in flight is handled, then flushed.
+    const bool all_done = std::all_of(st.begin(), st.end(), [](const state& s) { return s.m == mode::done; });
+    if (!all_done) consider(syncer_deadline);
     for (std::size_t i = 0; i < st.size(); ++i) {
       if (st[i].m == mode::done) continue;
       consider(st[i].next);
