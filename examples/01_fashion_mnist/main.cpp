@@ -36,8 +36,11 @@ JSON line with the test accuracy of the final global model.
   --alpha A                    mixing on adoption, 0 overwrites (0)
   --speeds S1,S2,...           relative learner speeds, e.g. 1,1,0.7,0.5 (all 1)
   --stall L:AFTER:STEPS        learner L freezes after its step AFTER for STEPS of its steps
+  --leave N:AFTER              the last N learners leave for good after AFTER of their steps
   --transport threads|sim      learner threads in this process, or the deterministic simulator (threads)
-  --merge tokens|average|rda   merge rule (tokens)
+  --merge tokens|average|rda|trimmed|median
+                               merge rule (tokens; trimmed: coordinate-wise 25 % trimmed mean,
+                               median: coordinate-wise median, both robust to outlying learners)
   --clip C                     clip outer gradients and weights above C x the median (8; 0: off)
   --quarantine-after N         quarantine a learner after N clipped or refused contributions in a row (8; 0: never)
   --absent-half-life N         a departed learner's weight in partial rounds halves every N periods (20)
@@ -156,6 +159,10 @@ fashion::settings parse(int argc, char** argv) {
       if (parts.size() != 3) throw usage_error("--stall takes LEARNER:AFTER:STEPS");
       s.stall = fashion::stall_plan{parse_number<std::uint32_t>(opt, parts[0]), parse_number<std::uint64_t>(opt, parts[1]),
                                     parse_number<std::uint64_t>(opt, parts[2])};
+    } else if (opt == "--leave") {
+      const auto parts = split_list(v, ':');
+      if (parts.size() != 2) throw usage_error("--leave takes COUNT:AFTER");
+      s.leave = fashion::leave_plan{parse_number<std::uint32_t>(opt, parts[0]), parse_number<std::uint64_t>(opt, parts[1])};
     } else if (opt == "--transport") {
       if (v == "threads") s.via = fashion::transport::threads;
       else if (v == "sim") s.via = fashion::transport::simulated;
@@ -164,7 +171,9 @@ fashion::settings parse(int argc, char** argv) {
       if (v == "tokens") s.merge = fashion::merge_rule::token_weighted;
       else if (v == "average") s.merge = fashion::merge_rule::average;
       else if (v == "rda") s.merge = fashion::merge_rule::radial_directional;
-      else throw usage_error("unknown merge rule '" + v + "' (tokens, average or rda)");
+      else if (v == "trimmed") s.merge = fashion::merge_rule::trimmed_mean;
+      else if (v == "median") s.merge = fashion::merge_rule::coordinate_median;
+      else throw usage_error("unknown merge rule '" + v + "' (tokens, average, rda, trimmed or median)");
     } else if (opt == "--partial-rounds") {
       if (v == "all") s.partial = diloco::partial_rounds::all_share;
       else if (v == "live") s.partial = diloco::partial_rounds::live_share;
@@ -222,6 +231,8 @@ fashion::settings parse(int argc, char** argv) {
   for (double v : s.speeds)
     if (!(v > 0.0 && v <= 1.0)) throw usage_error("--speeds values must be in (0, 1]");
   if (s.stall && s.stall->learner >= s.learners) throw usage_error("--stall names a learner that does not exist");
+  if (s.leave && (s.leave->count >= s.learners || s.leave->after == 0))
+    throw usage_error("--leave needs fewer leavers than learners and at least one step");
   s.fragments = fragments.value_or(s.run_mode == fashion::mode::decoupled ? 4u : 1u);
   if (s.sync_period == 0) throw usage_error("--H must be at least 1");
   if (s.fragments == 0) throw usage_error("--fragments must be at least 1");
@@ -281,6 +292,8 @@ fashion::outcome with_policies(const fashion::settings& s, Go&& go) {
   switch (s.merge) {
     case fashion::merge_rule::average: return go(inner_step, outer_step, merge::average{});
     case fashion::merge_rule::radial_directional: return go(inner_step, outer_step, merge::radial_directional<>{});
+    case fashion::merge_rule::trimmed_mean: return go(inner_step, outer_step, merge::trimmed_mean<>{});
+    case fashion::merge_rule::coordinate_median: return go(inner_step, outer_step, merge::coordinate_median<>{});
     case fashion::merge_rule::token_weighted: break;
   }
   return go(inner_step, outer_step, merge::token_weighted{});
@@ -351,7 +364,7 @@ int main(int argc, char** argv) {
         "{\"mode\":\"%s\",\"transport\":\"%s\",\"learners\":%u,\"steps\":%llu,\"batch\":%u,\"H\":%u,\"fragments\":%u,"
         "\"quorum\":%u,\"overlap\":%u,\"alpha\":%s,\"seed\":%llu,\"speeds\":[%s],\"test_accuracy\":%s,"
         "\"test_loss\":%s,\"outer_updates\":%llu,\"inner_steps\":%llu,\"contributions_merged\":%llu,"
-        "\"rejected\":%llu,\"clipped\":%llu,\"quarantines\":%llu,\"rounds_dropped\":%llu,\"fragment_imbalance\":%s,\"completed\":%s,\"seconds\":%s,\"virtual_seconds\":%s}\n",
+        "\"rejected\":%llu,\"clipped\":%llu,\"quarantines\":%llu,\"rounds_dropped\":%llu,\"end_scale\":%s,\"fragment_imbalance\":%s,\"completed\":%s,\"seconds\":%s,\"virtual_seconds\":%s}\n",
         name(s.run_mode),
         s.part == fashion::role::syncer ? "zmq" : s.via == fashion::transport::threads ? "threads" : "sim",
         s.learners,
@@ -362,7 +375,7 @@ int main(int argc, char** argv) {
         static_cast<unsigned long long>(r.inner_steps), static_cast<unsigned long long>(r.contributions_merged),
         static_cast<unsigned long long>(r.rejected), static_cast<unsigned long long>(r.clipped),
         static_cast<unsigned long long>(r.quarantines), static_cast<unsigned long long>(r.rounds_dropped),
-        json_number(r.imbalance).c_str(), r.completed ? "true" : "false",
+        json_number(r.end_scale).c_str(), json_number(r.imbalance).c_str(), r.completed ? "true" : "false",
         json_number(r.seconds).c_str(), json_number(r.virtual_seconds).c_str());
     return r.completed ? 0 : 1;
   } catch (const fashion::dataset_error& e) {

@@ -10,10 +10,22 @@ Runs `fashion_mnist` on the real Fashion-MNIST in the deterministic simulator
                         partial rounds scaled by the share of all learners' expected weight
   decoupled_full_step   the same, but every partial round takes a full outer step
   decoupled_live_share  the same, but partial rounds scaled by the live learners' share
+  diloco_trimmed        synchronous DiLoCo merged by a coordinate-wise 25 % trimmed mean
+                        (robust to one outlying learner of four)
 
-and checks that Decoupled DiLoCo reaches >= 85 % test accuracy on every seed
+and checks that Decoupled DiLoCo (with the syncer's default screening: norm
+and weight clipping, quarantine) reaches >= 85 % test accuracy on every seed
 and, on average over the seeds, is within 1.0 point of data parallelism.
-Prints a table and, with --summary, writes the measurements as JSON.
+
+Then a run that shrinks for good: 8 learners, 4 of which leave after a third
+of the steps, against 4 learners throughout (equal speeds, seed 1, 3000
+steps, Decoupled DiLoCo H = 50, P = 4, K = 1). Checks that the shrunk run
+ends within 1.0 point of the 4-learner run and keeps its step size: the
+partial-round scale over the last quarter of its outer updates is at least
+0.7 of the 4-learner run's (counting the departed learners for ever would
+halve it).
+
+Prints tables and, with --summary, writes the measurements as JSON.
 """
 import argparse
 import concurrent.futures
@@ -31,12 +43,22 @@ CONFIGS = {
     "decoupled": DECOUPLED + ["--partial-rounds", "all"],
     "decoupled_full_step": DECOUPLED + ["--partial-rounds", "full"],
     "decoupled_live_share": DECOUPLED + ["--partial-rounds", "live"],
+    "diloco_trimmed": ["--mode", "diloco", "--H", "50", "--merge", "trimmed"],
 }
+SHRINK_STEPS = 3000
+SHRINKING = {
+    "eight_shrink_to_four": ["--learners", "8", "--leave", "4:%d" % (SHRINK_STEPS // 3)],
+    "four_throughout": ["--learners", "4"],
+}
+SHRINK_BASE = ["--mode", "decoupled", "--H", "50", "--fragments", "4", "--quorum", "1"]
 
 
 def run(program, name, seed, steps):
-    cmd = [program, *CONFIGS[name], "--learners", "4", "--steps", str(steps), "--seed", str(seed),
-           "--transport", "sim", "--progress", "0"]
+    if name in SHRINKING:
+        cmd = [program, *SHRINK_BASE, *SHRINKING[name], "--steps", str(SHRINK_STEPS)]
+    else:
+        cmd = [program, *CONFIGS[name], "--learners", "4", "--steps", str(steps)]
+    cmd += ["--seed", str(seed), "--transport", "sim", "--progress", "0"]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=1200)
     if done.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} exited {done.returncode}: {done.stderr.strip()}")
@@ -52,15 +74,18 @@ def main():
     parser.add_argument("--steps", type=int, default=1000, help="inner steps per learner")
     parser.add_argument("--jobs", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--summary", help="write the measurements to this JSON file")
+    parser.add_argument("--no-shrink", action="store_true", help="skip the shrinking-run check")
     args = parser.parse_args()
     seeds = [int(s) for s in args.seeds.split(",")]
 
     results = {name: {} for name in CONFIGS}
     with concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs) as pool:
         futures = [pool.submit(run, args.program, name, seed, args.steps) for name in CONFIGS for seed in seeds]
+        if not args.no_shrink:
+            futures += [pool.submit(run, args.program, name, 1, args.steps) for name in SHRINKING]
         for future in concurrent.futures.as_completed(futures):
             name, seed, result = future.result()
-            results[name][seed] = result
+            results.setdefault(name, {})[seed] = result
             print(f"  {name:22s} seed {seed}: accuracy {100 * result['test_accuracy']:.2f} %"
                   f"  ({result['seconds']:.1f} s)", flush=True)
 
@@ -85,8 +110,22 @@ def main():
             failures.append(f"decoupled seed {s}: {accuracy:.2f} % < 85 %")
     if gap > 1.0:
         failures.append(f"decoupled is {gap:.2f} points below data parallel (allowed: 1.00)")
-    for rule in ("decoupled_full_step", "decoupled_live_share"):
+    for rule in ("decoupled_full_step", "decoupled_live_share", "diloco_trimmed"):
         print(f"{rule} vs data parallel: {mean['dp'] - mean[rule]:+.2f} points")
+
+    if not args.no_shrink:
+        shrunk, four = results["eight_shrink_to_four"][1], results["four_throughout"][1]
+        print(f"\nshrinking run (8 learners, 4 leave after {SHRINK_STEPS // 3} of {SHRINK_STEPS} steps) vs 4 throughout:")
+        for name, r in (("eight_shrink_to_four", shrunk), ("four_throughout", four)):
+            print(f"  {name:22s} accuracy {100 * r['test_accuracy']:.2f} %  end scale {r['end_scale']:.3f}"
+                  f"  outer updates {r['outer_updates']}")
+        gap = 100 * (four["test_accuracy"] - shrunk["test_accuracy"])
+        ratio = shrunk["end_scale"] / four["end_scale"] if four["end_scale"] > 0 else 0.0
+        print(f"  accuracy gap {gap:+.2f} points (must be <= 1.00), end scale ratio {ratio:.2f} (must be >= 0.70)")
+        if abs(gap) > 1.0:
+            failures.append(f"the shrunk run is {gap:.2f} points from 4 learners throughout (allowed: 1.00)")
+        if ratio < 0.7:
+            failures.append(f"the shrunk run's step size is {ratio:.2f} of 4 learners' (required: >= 0.70)")
 
     if args.summary:
         with open(args.summary, "w") as f:

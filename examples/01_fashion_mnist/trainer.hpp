@@ -32,7 +32,7 @@ enum class transport { threads, simulated };
 /// `in_process`: everything in this process; otherwise this process is the
 /// syncer or one learner, over ZeroMQ.
 enum class role { in_process, syncer, learner };
-enum class merge_rule { token_weighted, average, radial_directional };
+enum class merge_rule { token_weighted, average, radial_directional, trimmed_mean, coordinate_median };
 
 /// Learner `learner` freezes after its step `after` for as long as `steps` of
 /// its own steps take.
@@ -40,6 +40,13 @@ struct stall_plan {
   std::uint32_t learner = 0;
   std::uint64_t after = 0;
   std::uint64_t steps = 0;
+};
+
+/// The last `count` learners leave for good after `after` of their steps (a
+/// run that shrinks).
+struct leave_plan {
+  std::uint32_t count = 0;
+  std::uint64_t after = 0;
 };
 
 struct settings {
@@ -56,6 +63,7 @@ struct settings {
   std::uint64_t seed = 1;
   std::vector<double> speeds;            ///< empty: all 1
   std::optional<stall_plan> stall;
+  std::optional<leave_plan> leave;
   double lr = 1e-3;
   double weight_decay = 0.01;
   double outer_lr = 0.7;
@@ -91,6 +99,7 @@ struct outcome {
   double seconds = 0.0;          ///< wall time of training
   double virtual_seconds = 0.0;  ///< simulated time (simulator only)
   double imbalance = 0.0;        ///< largest fragment / mean fragment
+  double end_scale = 0.0;        ///< mean partial-round scale over the last quarter of the outer updates
   bool completed = true;
   std::string error;
 
@@ -209,7 +218,12 @@ class progress {
   std::chrono::steady_clock::time_point last_{};
 };
 
-/// Runs learner `i` for `s.steps` steps on a blocking transport, emulating
+/// The inner steps learner `i` takes: `s.steps`, or fewer if it leaves early.
+inline std::uint64_t steps_of(const settings& s, std::uint32_t i) {
+  return s.leave && i >= s.learners - s.leave->count ? std::min(s.steps, s.leave->after) : s.steps;
+}
+
+/// Runs learner `i` for `steps_of(s, i)` steps on a blocking transport, emulating
 /// its speed (a learner at speed v sleeps so that a step takes 1/v as long)
 /// and its stall, then finishes it. Returns an error message, or nothing.
 template <class Learner>
@@ -218,7 +232,7 @@ std::string drive(Learner& l, const mlp& model, shard_sampler& sampler, double s
   std::chrono::steady_clock::duration busy{};
   const auto stop_at = std::chrono::system_clock::time_point(
       std::chrono::duration_cast<std::chrono::system_clock::duration>(std::chrono::duration<double>(s.stop_at)));
-  for (std::uint64_t step = 0; step < s.steps; ++step) {
+  for (std::uint64_t step = 0; step < steps_of(s, i); ++step) {
     if (s.stop_at > 0 && std::chrono::system_clock::now() >= stop_at) break;
     const auto b = sampler.next(s.batch);
     const auto r = l.step(b);
@@ -244,7 +258,11 @@ outcome train(const settings& s, const split& train_set, const split& test_set, 
   const std::vector<int> widths{784, 256, 256, 10};
   mlp initial(widths, s.seed);
   progress report(s);
-  options.on_update = [&report](const update_event&) { report.updated(); };
+  std::vector<double> scales;
+  options.on_update = [&report, &scales](const update_event& e) {
+    report.updated();
+    scales.push_back(e.scale);
+  };
 
   std::vector<double> speeds = s.speeds;
   speeds.resize(s.learners, 1.0);
@@ -267,7 +285,7 @@ outcome train(const settings& s, const split& train_set, const split& test_set, 
     std::vector<sim::learner_plan> plans;
     for (std::uint32_t i = 0; i < s.learners; ++i) {
       learners.push_back(std::make_unique<learner_type>(*models[i], net.attach(i), learner_options{.id = i}, inner));
-      sim::learner_plan plan{speeds[i], s.steps, {}};
+      sim::learner_plan plan{speeds[i], steps_of(s, i), {}};
       if (s.stall && s.stall->learner == i) {
         const auto step = std::chrono::duration_cast<std::chrono::nanoseconds>(s.sim_step_time) / speeds[i];
         plan.stalls.push_back({std::chrono::duration_cast<std::chrono::nanoseconds>(step * double(s.stall->after)),
@@ -326,6 +344,11 @@ outcome train(const settings& s, const split& train_set, const split& test_set, 
     out.take(sync.metrics());
     for (const auto& l : learners) out.inner_steps += l->local_step();
     final_params = sync.parameters();
+  }
+  if (!scales.empty()) {
+    const std::size_t from = scales.size() - std::max<std::size_t>(1, scales.size() / 4);
+    for (std::size_t k = from; k < scales.size(); ++k) out.end_scale += scales[k];
+    out.end_scale /= double(scales.size() - from);
   }
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   report.maybe_print(true);
