@@ -441,17 +441,9 @@ class server {
   std::uint64_t admitted() const noexcept { return zap_ ? zap_->admitted() : 0; }
   std::uint64_t denied() const noexcept { return zap_ ? zap_->denied() : 0; }
 
-  /// Fails with `errc::unknown_peer` once `to`'s connection is gone; the
-  /// peer id is then forgotten for good.
   std::error_code try_send(peer_id to, message& m) {
-    const auto it = routing_ids_.find(to);
-    if (it == routing_ids_.end()) return errc::unknown_peer;
-    const auto ec = detail::send(socket_, &it->second, m);
-    if (ec == errc::unknown_peer) {
-      peers_.erase(it->second);
-      routing_ids_.erase(it);
-    }
-    return ec;
+    if (to == 0 || to > routing_ids_.size()) return errc::unknown_peer;
+    return detail::send(socket_, &routing_ids_[to - 1], m);
   }
 
   std::optional<envelope> try_receive() {
@@ -468,8 +460,8 @@ class server {
 
  private:
   peer_id peer_of(const std::string& routing_id) {
-    auto [it, fresh] = peers_.try_emplace(routing_id, next_peer_);
-    if (fresh) routing_ids_.emplace(next_peer_++, routing_id);
+    auto [it, fresh] = peers_.try_emplace(routing_id, static_cast<peer_id>(routing_ids_.size() + 1));
+    if (fresh) routing_ids_.push_back(routing_id);
     return it->second;
   }
 
@@ -478,8 +470,7 @@ class server {
   ::zmq::socket_t socket_;
   std::string endpoint_;
   std::unordered_map<std::string, peer_id> peers_;
-  std::unordered_map<peer_id, std::string> routing_ids_;
-  peer_id next_peer_ = 1;  ///< peer ids are never reused
+  std::vector<std::string> routing_ids_;  ///< by peer id − 1
   buffer_pool pool_;
 };
 
