@@ -354,4 +354,173 @@ BOOST_AUTO_TEST_CASE(curve_admits_allowed_learners_only) {
   BOOST_TEST(receive_within(server).has_value());
 }
 
+BOOST_AUTO_TEST_CASE(learner_ids_parse_ranges_and_any) {
+  const auto ids = zeromq::learner_ids::parse(" 9-12, 0-3,7 ,2 , 13");
+  for (std::uint32_t in : {0u, 1u, 2u, 3u, 7u, 9u, 10u, 12u, 13u}) BOOST_TEST(ids.contains(in), in);
+  for (std::uint32_t out : {4u, 5u, 6u, 8u, 14u, 4294967295u}) BOOST_TEST(!ids.contains(out), out);
+  BOOST_TEST(ids.to_string() == "0-3,7,9-13");  // 9-12 and 13 touch: one range
+  BOOST_TEST(!ids.is_any());
+  BOOST_TEST((zeromq::learner_ids::parse(ids.to_string()) == ids));
+
+  const auto top = zeromq::learner_ids::parse("4294967294-4294967295");
+  BOOST_TEST(top.contains(4294967295u));
+  BOOST_TEST(!top.contains(0u));
+  BOOST_TEST(zeromq::learner_ids::parse("5").to_string() == "5");
+
+  const auto any = zeromq::learner_ids::parse(" * ");
+  BOOST_TEST(any.is_any());
+  BOOST_TEST(any.contains(0u));
+  BOOST_TEST(any.contains(4294967295u));
+  BOOST_TEST(any.to_string() == "*");
+
+  BOOST_TEST(zeromq::learner_ids().empty());
+  BOOST_TEST(!zeromq::learner_ids().contains(0u));
+
+  for (const char* bad : {"", " ", "1,,2", "1,", "3-1", "a", "-1", "1-", "1-2-3", "4294967296", "*,3", "1 2", "+4"}) {
+    BOOST_CHECK_THROW(zeromq::learner_ids::parse(bad), std::invalid_argument);
+  }
+  try {
+    (void)zeromq::learner_ids::parse("0-3,5-4");
+    BOOST_FAIL("a reversed range was accepted");
+  } catch (const std::invalid_argument& e) {
+    BOOST_TEST(std::string(e.what()).find("'5-4'") != std::string::npos, e.what());
+  }
+}
+
+namespace {
+
+struct temp_dir {
+  std::filesystem::path path =
+      std::filesystem::temp_directory_path() / ("diloco-allow-" + std::to_string(::getpid()));
+  temp_dir() { std::filesystem::create_directories(path); }
+  ~temp_dir() { std::filesystem::remove_all(path); }
+  std::filesystem::path write(const std::string& name, const std::string& text) const {
+    std::ofstream(path / name) << text;
+    return path / name;
+  }
+};
+
+/// The message of the `std::runtime_error` that loading `file` throws.
+std::string load_error(const std::filesystem::path& file) {
+  try {
+    (void)zeromq::load_allow_list(file);
+  } catch (const std::runtime_error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(allow_lists_bind_each_key_to_learner_ids) {
+  const temp_dir dir;
+  const auto a = zeromq::generate_keypair(), b = zeromq::generate_keypair();
+  const auto list = zeromq::load_allow_list(dir.write("two.allow", "# learners of site A\npublic-key = " + a.public_key +
+                                                                       "\n\n  learners = 0-3, 7\n#\npublic-key = " +
+                                                                       b.public_key + "\nlearners = *\n"));
+  BOOST_TEST_REQUIRE(list.size() == 2u);
+  BOOST_TEST(list[0].public_key == a.public_key);
+  BOOST_TEST(list[0].learners.to_string() == "0-3,7");
+  BOOST_TEST(list[1].public_key == b.public_key);
+  BOOST_TEST(list[1].learners.is_any());
+
+  // A .pub file written with learner ids is an allow-list of one entry.
+  zeromq::save_keypair(a, dir.path / "a.key", dir.path / "a.pub", zeromq::learner_ids::parse("4,2-3"));
+  const auto one = zeromq::load_allow_list(dir.path / "a.pub");
+  BOOST_TEST_REQUIRE(one.size() == 1u);
+  BOOST_TEST(one[0].public_key == a.public_key);
+  BOOST_TEST(one[0].learners.to_string() == "2-4");
+  BOOST_TEST(zeromq::load_public_key(dir.path / "a.pub") == a.public_key);
+  BOOST_CHECK_THROW(zeromq::save_keypair(a, dir.path / "n.key", dir.path / "n.pub", zeromq::learner_ids()),
+                    std::invalid_argument);
+
+  const std::string key_a = "public-key = " + a.public_key + "\n", key_b = "public-key = " + b.public_key + "\n";
+  struct bad_case {
+    std::string text, expected;
+  };
+  const std::vector<bad_case> cases{
+      {key_a, "bare.allow:1: the key has no 'learners = ...' line"},
+      {key_a + key_b + "learners = 1\n", "x.allow:1: the key has no 'learners = ...' line"},
+      {"# only a comment\n", "has no 'public-key = ...' line"},
+      {key_a + "learners = 1-\n", "x.allow:2: learner ids '1-'"},
+      {"public-key = tooshort\nlearners = 1\n", "x.allow:1: 'tooshort' is not a public key"},
+      {"learners = 1\n" + key_a, "x.allow:1: 'learners' before any 'public-key'"},
+      {key_a + "learners = 1\nlearners = 2\n", "x.allow:3: a second 'learners' line for the key on line 1"},
+      {key_a + "learners = 1\n" + key_a + "learners = 2\n", "x.allow:3: this key is already listed on line 1"},
+      {key_a + "secret-key = " + a.secret_key + "\n", "x.allow:2: a secret key has no place"},
+      {key_a + "learner = 1\n", "x.allow:2: unknown field 'learner'"},
+      {key_a + "learners 1\n", "x.allow:2: expected 'name = value'"},
+  };
+  for (const auto& c : cases) {
+    const auto message = load_error(dir.write(c.expected.rfind("bare", 0) == 0 ? "bare.allow" : "x.allow", c.text));
+    BOOST_TEST(message.find(c.expected) != std::string::npos, message << "\n  expected: " << c.expected);
+  }
+  BOOST_TEST(load_error(dir.write("bare.allow", key_a)).find("'learners = *'") != std::string::npos);
+  BOOST_TEST(load_error(dir.path / "missing.allow").find("cannot read") != std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE(curve_keys_speak_only_for_their_learner_ids) {
+  ::zmq::context_t context;
+  const auto syncer_keys = zeromq::generate_keypair();
+  const auto one = zeromq::generate_keypair(), any = zeromq::generate_keypair();
+  zeromq::server_security security{syncer_keys, {}};
+  security.allowed.emplace_back(one.public_key, zeromq::learner_ids::parse("1"));
+  security.allowed.emplace_back(any.public_key, zeromq::learner_ids::any());
+  zeromq::server server(context, "tcp://127.0.0.1:*", {}, security);
+  zeromq::client first(context, server.endpoint(), 1, 1, {}, zeromq::client_security{one, syncer_keys.public_key});
+  zeromq::client anyone(context, server.endpoint(), 7, 1, {}, zeromq::client_security{any, syncer_keys.public_key});
+
+  auto contribution_of = [](std::uint32_t learner) {
+    auto m = update_with({1.0f, 2.0f}, learner);
+    m.header.kind = message_kind::contribution;
+    m.header.sequence = 5;
+    return m;
+  };
+  send_within(first, syncer_peer, contribution_of(1));
+  auto own = receive_within(server);
+  BOOST_TEST_REQUIRE(own.has_value());
+  BOOST_TEST(int(own->error) == int(wire_error::none));
+  BOOST_TEST(own->msg.header.learner == 1u);
+  BOOST_TEST(own->msg.payload.size() == 8u);
+
+  send_within(first, syncer_peer, contribution_of(2));
+  auto claimed = receive_within(server);
+  BOOST_TEST_REQUIRE(claimed.has_value());
+  BOOST_TEST(int(claimed->error) == int(wire_error::unauthorized));
+  BOOST_TEST(claimed->from == own->from);
+  BOOST_TEST(claimed->msg.header.learner == 2u);  // who was claimed, for the count and the log
+  BOOST_TEST(int(claimed->msg.header.kind) == int(message_kind::contribution));
+  BOOST_TEST(claimed->msg.header.sequence == 5u);
+  BOOST_TEST(claimed->msg.payload.empty());
+
+  for (std::uint32_t learner : {7u, 1u, 4294967295u}) {
+    send_within(anyone, syncer_peer, contribution_of(learner));
+    auto e = receive_within(server);
+    BOOST_TEST_REQUIRE(e.has_value());
+    BOOST_TEST(int(e->error) == int(wire_error::none));
+    BOOST_TEST(e->msg.header.learner == learner);
+    BOOST_TEST(e->from != own->from);
+  }
+
+  // The first key is still held to learner 1 after the other key's traffic.
+  send_within(first, syncer_peer, contribution_of(7));
+  auto again = receive_within(server);
+  BOOST_TEST_REQUIRE(again.has_value());
+  BOOST_TEST(int(again->error) == int(wire_error::unauthorized));
+  BOOST_TEST(again->msg.header.learner == 7u);
+}
+
+BOOST_AUTO_TEST_CASE(without_curve_any_learner_id_gets_through) {
+  ::zmq::context_t context;
+  zeromq::server server(context, "tcp://127.0.0.1:*");
+  zeromq::client client(context, server.endpoint(), 1, 1);
+  for (std::uint32_t learner : {1u, 2u}) {
+    send_within(client, syncer_peer, join_of(learner));
+    auto e = receive_within(server);
+    BOOST_TEST_REQUIRE(e.has_value());
+    BOOST_TEST(int(e->error) == int(wire_error::none));
+    BOOST_TEST(e->msg.header.learner == learner);
+  }
+}
+
 BOOST_AUTO_TEST_SUITE_END()

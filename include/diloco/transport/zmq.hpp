@@ -9,20 +9,24 @@
 #include <algorithm>
 #include <array>
 #include <atomic>
+#include <cassert>
 #include <cerrno>
+#include <charconv>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <optional>
-#include <set>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <system_error>
 #include <thread>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "diloco/concepts/transport.hpp"
@@ -67,6 +71,127 @@ struct socket_options {
   /// Messages over 32 MiB are still fresh mappings (glibc accepts no higher
   /// threshold). Set it to false to leave malloc as it is.
   bool keep_large_blocks = true;
+};
+
+namespace detail {
+
+inline std::string trim(std::string_view s) {
+  const auto b = s.find_first_not_of(" \t\r");
+  const auto e = s.find_last_not_of(" \t\r");
+  return b == std::string_view::npos ? std::string() : std::string(s.substr(b, e - b + 1));
+}
+
+}  // namespace detail
+
+/// A set of learner ids: the ids one CURVE key may speak for. Written as ids
+/// and inclusive ranges separated by commas (`0-3,7,9-12`), or `*` for any
+/// id. Held as sorted, merged ranges: `contains` costs O(log ranges).
+class learner_ids {
+ public:
+  /// No id at all.
+  learner_ids() = default;
+
+  /// Every id.
+  static learner_ids any() {
+    learner_ids ids;
+    ids.any_ = true;
+    return ids;
+  }
+
+  /// Parses the text form. Throws `std::invalid_argument` that quotes the
+  /// text and names what is wrong with it.
+  static learner_ids parse(std::string_view text) {
+    const auto bad = [text](const std::string& why) {
+      return std::invalid_argument("learner ids '" + std::string(text) + "': " + why);
+    };
+    const std::string all = detail::trim(text);
+    if (all == "*") return any();
+    if (all.empty()) throw bad("empty; write ids and ranges like 0-3,7 or * for any learner");
+    learner_ids ids;
+    for (std::size_t start = 0;;) {
+      const auto comma = all.find(',', start);
+      const std::string item =
+          detail::trim(std::string_view(all).substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+      if (item.empty()) throw bad("an empty item between commas");
+      if (item == "*") throw bad("'*' stands alone (it already means any learner)");
+      const auto dash = item.find('-');
+      const auto first = number(dash == std::string::npos ? item : detail::trim(std::string_view(item).substr(0, dash)));
+      const auto last = dash == std::string::npos ? first : number(detail::trim(std::string_view(item).substr(dash + 1)));
+      if (!first || !last) throw bad("'" + item + "' is neither an id (0 to 4294967295) nor a range of ids (A-B)");
+      if (*last < *first) throw bad("the range '" + item + "' ends before it starts");
+      ids.add(*first, *last);
+      if (comma == std::string::npos) break;
+      start = comma + 1;
+    }
+    return ids;
+  }
+
+  /// Adds ids `first` to `last`, both included (`first <= last`).
+  learner_ids& add(std::uint32_t first, std::uint32_t last) {
+    assert(first <= last);
+    if (any_) return *this;
+    std::vector<range> merged;
+    merged.reserve(ranges_.size() + 1);
+    range r{first, last};
+    bool placed = false;
+    for (const auto& x : ranges_) {
+      if (x.last < r.first && r.first - x.last > 1) {
+        merged.push_back(x);
+      } else if (r.last < x.first && x.first - r.last > 1) {
+        if (!placed) merged.push_back(r);
+        placed = true;
+        merged.push_back(x);
+      } else {
+        r.first = std::min(r.first, x.first);
+        r.last = std::max(r.last, x.last);
+      }
+    }
+    if (!placed) merged.push_back(r);
+    ranges_ = std::move(merged);
+    return *this;
+  }
+
+  bool contains(std::uint32_t id) const noexcept {
+    if (any_) return true;
+    const auto after = std::upper_bound(ranges_.begin(), ranges_.end(), id,
+                                        [](std::uint32_t v, const range& r) { return v < r.first; });
+    return after != ranges_.begin() && std::prev(after)->last >= id;
+  }
+
+  bool is_any() const noexcept { return any_; }
+  bool empty() const noexcept { return !any_ && ranges_.empty(); }
+
+  /// The canonical text: `*`, or merged ranges in increasing order
+  /// (`0-3,7`); empty for no id. `parse(to_string())` gives the same set.
+  std::string to_string() const {
+    if (any_) return "*";
+    std::string out;
+    for (const auto& r : ranges_) {
+      if (!out.empty()) out += ',';
+      out += std::to_string(r.first);
+      if (r.last != r.first) out += '-' + std::to_string(r.last);
+    }
+    return out;
+  }
+
+  friend bool operator==(const learner_ids&, const learner_ids&) = default;
+
+ private:
+  struct range {
+    std::uint32_t first, last;
+    friend bool operator==(const range&, const range&) = default;
+  };
+
+  static std::optional<std::uint32_t> number(const std::string& digits) {
+    if (digits.empty() || digits.find_first_not_of("0123456789") != std::string::npos) return std::nullopt;
+    std::uint32_t v = 0;
+    const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), v);
+    if (ec != std::errc{} || end != digits.data() + digits.size()) return std::nullopt;
+    return v;
+  }
+
+  bool any_ = false;
+  std::vector<range> ranges_;  ///< sorted, neither overlapping nor touching
 };
 
 namespace detail {
@@ -200,8 +325,11 @@ inline std::uint32_t copy_and_checksum(std::byte* to, std::span<const std::byte>
 /// Turns frames into a validated message, or an envelope carrying the error.
 /// The payload is copied out of libzmq's message into a pooled buffer (whose
 /// alignment libzmq's blocks do not have) and checksummed on the way.
+/// With `owned` (the ids the sender's key may speak for), a well-formed
+/// header naming another learner gives `wire_error::unauthorized`, with the
+/// header kept and the payload neither copied nor checked.
 inline envelope decode(std::vector<::zmq::message_t>& frames, peer_id from, std::uint64_t max_payload,
-                       buffer_pool& pool) {
+                       buffer_pool& pool, const learner_ids* owned = nullptr) {
   envelope e;
   e.from = from;
   auto refuse = [&e](wire_error error) {
@@ -212,6 +340,10 @@ inline envelope decode(std::vector<::zmq::message_t>& frames, peer_id from, std:
   const auto d = wire::decode_header(
       std::span<const std::byte>(static_cast<const std::byte*>(frames[0].data()), frames[0].size()), max_payload);
   if (d.error != wire_error::none) return refuse(d.error);
+  if (owned && !owned->contains(d.header.learner)) {
+    e.msg.header = d.header;
+    return refuse(wire_error::unauthorized);
+  }
   const std::span<const std::byte> payload =
       frames.size() == 2 ? std::span<const std::byte>(static_cast<const std::byte*>(frames[1].data()), frames[1].size())
                          : std::span<const std::byte>();
@@ -264,12 +396,6 @@ inline std::optional<std::array<std::uint8_t, 32>> decode_key(const std::string&
   return key;
 }
 
-inline std::string trim(std::string s) {
-  const auto b = s.find_first_not_of(" \t\r");
-  const auto e = s.find_last_not_of(" \t\r");
-  return b == std::string::npos ? std::string() : s.substr(b, e - b + 1);
-}
-
 /// `name = value` lines of a key file; lines starting with `#` are comments
 /// (only whole lines: `#` and `=` are Z85 characters).
 inline std::optional<std::string> key_field(const std::filesystem::path& path, const std::string& name) {
@@ -294,9 +420,15 @@ inline std::string checked_key(const std::filesystem::path& path, const std::str
 }  // namespace detail
 
 /// Writes `keys` as two files: `secret_file` (both keys, mode 0600) and
-/// `public_file` (the public key only, to hand to the other side).
+/// `public_file` (the public key, to hand to the other side). With
+/// `learners`, the public file also says which learner ids the key may speak
+/// for (a `learners = ...` line), which makes it an allow-list entry for
+/// `load_allow_list`. Throws `std::invalid_argument` for a set with no id.
 inline void save_keypair(const curve_keypair& keys, const std::filesystem::path& secret_file,
-                         const std::filesystem::path& public_file) {
+                         const std::filesystem::path& public_file,
+                         const std::optional<learner_ids>& learners = std::nullopt) {
+  if (learners && learners->empty())
+    throw std::invalid_argument("diloco::zeromq: a key for no learner id at all would admit nobody");
   {
     std::ofstream out(secret_file, std::ios::trunc);
     out << "# diloco CURVE key pair: keep this file secret\npublic-key = " << keys.public_key
@@ -307,6 +439,7 @@ inline void save_keypair(const curve_keypair& keys, const std::filesystem::path&
                                std::filesystem::perm_options::replace);
   std::ofstream out(public_file, std::ios::trunc);
   out << "# diloco CURVE public key\npublic-key = " << keys.public_key << "\n";
+  if (learners) out << "learners = " << learners->to_string() << "\n";
   if (!out) throw std::runtime_error("diloco::zeromq: cannot write " + public_file.string());
 }
 
@@ -321,11 +454,90 @@ inline std::string load_public_key(const std::filesystem::path& file) {
   return detail::checked_key(file, "public-key");
 }
 
-/// The syncer's side of CURVE: its key pair and the public keys of the
-/// learners it admits.
+/// An allow-list entry: a learner's CURVE public key and the learner ids
+/// that a connection authenticated with it may name in its messages.
+struct allowed_key {
+  std::string public_key;  ///< 40 characters of Z85
+  learner_ids learners;
+
+  allowed_key(std::string key, learner_ids ids) : public_key(std::move(key)), learners(std::move(ids)) {}
+
+  /// Transitional, for callers written before keys were bound to learner
+  /// ids: the key may speak for any learner, as every key could then. To be
+  /// removed once diloco_syncer, the fashion_mnist example and
+  /// bench/transport use `load_allow_list` or the constructor above.
+  allowed_key(std::string key) : public_key(std::move(key)), learners(learner_ids::any()) {}
+};
+
+/// Reads an allow-list: one or more entries, each a line
+/// `public-key = <40 Z85 characters>` followed by a line
+/// `learners = <ids>` (`0-3,7`, or `*` for any learner) for that key. Blank
+/// lines and whole lines starting with `#` are ignored, so a `.pub` file
+/// written with `diloco_keygen NAME --learners IDS` is an allow-list, and so
+/// are several of them concatenated. Throws `std::runtime_error` naming the
+/// file and the line for a missing `learners` line, a malformed key or id
+/// set, a key listed twice, a secret key, an unknown field or no key at all.
+inline std::vector<allowed_key> load_allow_list(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  if (!in) throw std::runtime_error("diloco::zeromq: cannot read allow-list " + path.string());
+  const auto fail = [&path](std::size_t line, const std::string& why) {
+    return std::runtime_error("diloco::zeromq: " + path.string() + ":" + std::to_string(line) + ": " + why);
+  };
+  struct pending {
+    std::string key;
+    std::size_t line;
+    std::optional<learner_ids> learners;
+  };
+  std::vector<pending> entries;
+  const auto require_learners = [&](const pending& p) {
+    if (!p.learners)
+      throw fail(p.line, "the key has no 'learners = ...' line after it; add 'learners = <ids>' (like 0-3,7) "
+                         "for the learner ids it may speak for, or 'learners = *' to let it speak for any learner");
+  };
+  std::size_t number = 0;
+  for (std::string text; std::getline(in, text);) {
+    ++number;
+    const std::string line = detail::trim(text);
+    if (line.empty() || line.front() == '#') continue;
+    const auto eq = line.find('=');
+    if (eq == std::string::npos) throw fail(number, "expected 'name = value', found '" + line + "'");
+    const std::string name = detail::trim(std::string_view(line).substr(0, eq));
+    const std::string value = detail::trim(std::string_view(line).substr(eq + 1));
+    if (name == "public-key") {
+      if (!detail::decode_key(value)) throw fail(number, "'" + value + "' is not a public key (40 Z85 characters)");
+      for (const auto& e : entries)
+        if (e.key == value) throw fail(number, "this key is already listed on line " + std::to_string(e.line));
+      if (!entries.empty()) require_learners(entries.back());
+      entries.push_back({value, number, std::nullopt});
+    } else if (name == "learners") {
+      if (entries.empty()) throw fail(number, "'learners' before any 'public-key' line");
+      if (entries.back().learners)
+        throw fail(number, "a second 'learners' line for the key on line " + std::to_string(entries.back().line));
+      try {
+        entries.back().learners = learner_ids::parse(value);
+      } catch (const std::invalid_argument& e) {
+        throw fail(number, e.what());
+      }
+    } else if (name == "secret-key") {
+      throw fail(number, "a secret key has no place in an allow-list: give the learner's .pub file, not its .key");
+    } else {
+      throw fail(number, "unknown field '" + name + "' (expected 'public-key' or 'learners')");
+    }
+  }
+  if (entries.empty())
+    throw std::runtime_error("diloco::zeromq: " + path.string() + " has no 'public-key = ...' line");
+  require_learners(entries.back());
+  std::vector<allowed_key> list;
+  list.reserve(entries.size());
+  for (auto& e : entries) list.emplace_back(std::move(e.key), std::move(*e.learners));
+  return list;
+}
+
+/// The syncer's side of CURVE: its key pair and the learners it admits,
+/// each key with the learner ids it may speak for.
 struct server_security {
   curve_keypair keys;
-  std::vector<std::string> allowed;  ///< Z85 public keys
+  std::vector<allowed_key> allowed;
 };
 
 /// A learner's side of CURVE: its key pair and the syncer's public key.
@@ -335,15 +547,23 @@ struct client_security {
 };
 
 /// Answers ZeroMQ's authentication requests (ZAP, RFC 27) for one context:
-/// a CURVE client is admitted if its public key is on the allow-list. Runs
-/// on its own thread, polling with a timeout so that it stops promptly.
+/// a CURVE client is admitted if its public key is on the allow-list, and
+/// its connection's User-Id (the `User-Id` property of every message it
+/// sends) is then the index of its entry in `allowed`, in decimal. Runs on
+/// its own thread, polling with a timeout so that it stops promptly.
 class zap_handler {
  public:
-  zap_handler(::zmq::context_t& context, const std::vector<std::string>& allowed) : socket_(context, ::zmq::socket_type::rep) {
-    for (const auto& k : allowed) {
-      const auto key = detail::decode_key(k);
-      if (!key) throw std::invalid_argument("diloco::zeromq: allow-list entry '" + k + "' is not a Z85 public key");
-      allowed_.insert(*key);
+  /// Throws `std::invalid_argument` for a malformed key or one listed twice.
+  zap_handler(::zmq::context_t& context, const std::vector<allowed_key>& allowed)
+      : socket_(context, ::zmq::socket_type::rep) {
+    for (std::size_t i = 0; i < allowed.size(); ++i) {
+      const auto key = detail::decode_key(allowed[i].public_key);
+      if (!key)
+        throw std::invalid_argument("diloco::zeromq: allow-list entry '" + allowed[i].public_key +
+                                    "' is not a Z85 public key");
+      if (!allowed_.emplace(*key, i).second)
+        throw std::invalid_argument("diloco::zeromq: public key " + allowed[i].public_key +
+                                    " is on the allow-list twice");
     }
     socket_.set(::zmq::sockopt::linger, 0);
     socket_.bind("inproc://zeromq.zap.01");
@@ -372,11 +592,14 @@ class zap_handler {
           if (request.size() < 8) request.push_back(std::move(frame));
         }
         // version, request id, domain, address, identity, mechanism, credentials...
+        std::string user;
         bool ok = request.size() >= 7 && request[5].to_string_view() == "CURVE" && request[6].size() == 32;
         if (ok) {
           std::array<std::uint8_t, 32> key{};
           std::memcpy(key.data(), request[6].data(), 32);
-          ok = allowed_.count(key) != 0;
+          const auto entry = allowed_.find(key);
+          ok = entry != allowed_.end();
+          if (ok) user = std::to_string(entry->second);
         }
         (ok ? admitted_ : denied_).fetch_add(1);
         const std::string id = request.size() > 1 ? request[1].to_string() : std::string();
@@ -385,8 +608,8 @@ class zap_handler {
         socket_.send(ok ? ::zmq::str_buffer("200") : ::zmq::str_buffer("400"), ::zmq::send_flags::sndmore);
         socket_.send(ok ? ::zmq::str_buffer("OK") : ::zmq::str_buffer("key not on the allow-list"),
                      ::zmq::send_flags::sndmore);
-        socket_.send(::zmq::str_buffer(""), ::zmq::send_flags::sndmore);  // user id
-        socket_.send(::zmq::str_buffer(""));                              // metadata
+        socket_.send(::zmq::buffer(user), ::zmq::send_flags::sndmore);
+        socket_.send(::zmq::str_buffer(""));  // metadata
       } catch (const ::zmq::error_t&) {
         return;  // the context is shutting down
       }
@@ -394,7 +617,7 @@ class zap_handler {
   }
 
   ::zmq::socket_t socket_;
-  std::set<std::array<std::uint8_t, 32>> allowed_;
+  std::map<std::array<std::uint8_t, 32>, std::size_t> allowed_;  ///< key → entry index
   std::atomic<std::uint64_t> admitted_{0}, denied_{0};
   std::jthread thread_;
 };
@@ -413,17 +636,24 @@ class zap_handler {
 /// socket leaves off, one already in use displaces nothing: libzmq 4.3 keeps
 /// the newcomer's connection open but never reads it (its messages pile up
 /// to the high-water mark, then TCP holds the rest), so it reaches no one.
+///
+/// With CURVE, each message is checked against the key its connection
+/// authenticated with: a header naming a learner id that the key's
+/// allow-list entry does not hold arrives as `wire_error::unauthorized`,
+/// with the claimed header and without the payload.
 class server {
  public:
-  /// With `security`, CURVE encrypts every connection and only learners
-  /// whose public keys are allowed get through (a ZAP handler on `context`,
-  /// of which there can be one per context).
+  /// With `security`, CURVE encrypts every connection, only learners whose
+  /// public keys are allowed get through (a ZAP handler on `context`, of
+  /// which there can be one per context), and each key speaks only for its
+  /// learner ids.
   server(::zmq::context_t& context, const std::string& endpoint, socket_options options = {},
          std::optional<server_security> security = std::nullopt)
       : options_(detail::prepare(options)), socket_(context, ::zmq::socket_type::router) {
     detail::configure(socket_, options_);
     if (security) {
       zap_ = std::make_unique<zap_handler>(context, security->allowed);
+      for (auto& a : security->allowed) learners_.push_back(std::move(a.learners));
       socket_.set(::zmq::sockopt::zap_domain, "diloco");
       socket_.set(::zmq::sockopt::curve_server, 1);
       socket_.set(::zmq::sockopt::curve_secretkey, security->keys.secret_key);
@@ -449,7 +679,8 @@ class server {
   std::optional<envelope> try_receive() {
     auto raw = detail::receive_raw(socket_, true);
     if (!raw) return std::nullopt;
-    return detail::decode(raw->frames, peer_of(raw->routing_id), options_.max_payload_bytes, pool_);
+    const learner_ids* owned = zap_ && !raw->frames.empty() ? &learners_of(raw->frames.front()) : nullptr;
+    return detail::decode(raw->frames, peer_of(raw->routing_id), options_.max_payload_bytes, pool_, owned);
   }
 
   std::optional<envelope> receive_for(std::chrono::nanoseconds timeout) {
@@ -459,6 +690,20 @@ class server {
   }
 
  private:
+  /// The ids the key behind `frame`'s connection may speak for: its
+  /// allow-list entry, named by the User-Id our ZAP handler gave it.
+  const learner_ids& learners_of(const ::zmq::message_t& frame) const {
+    static const learner_ids nobody;
+    const char* user = zmq_msg_gets(frame.handle(), "User-Id");
+    if (!user) return nobody;
+    const std::string_view text(user);
+    std::size_t index = 0;
+    const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), index);
+    if (text.empty() || ec != std::errc{} || end != text.data() + text.size() || index >= learners_.size())
+      return nobody;
+    return learners_[index];
+  }
+
   peer_id peer_of(const std::string& routing_id) {
     auto [it, fresh] = peers_.try_emplace(routing_id, static_cast<peer_id>(routing_ids_.size() + 1));
     if (fresh) routing_ids_.push_back(routing_id);
@@ -467,6 +712,7 @@ class server {
 
   socket_options options_;
   std::unique_ptr<zap_handler> zap_;  ///< before the socket: destroyed after it
+  std::vector<learner_ids> learners_;  ///< by allow-list entry
   ::zmq::socket_t socket_;
   std::string endpoint_;
   std::unordered_map<std::string, peer_id> peers_;
@@ -492,22 +738,27 @@ inline bool is_local_endpoint(const std::string& endpoint) {
 /// new peer there. A blocking transport; use from one thread.
 class client {
  public:
-  /// With `security`, the connection is CURVE-encrypted and authenticated
-  /// with the learner's key pair against the syncer's public key.
   /// `learner` and `incarnation` are not used: the learner's messages carry
   /// them (they once chose the routing id).
   client(::zmq::context_t& context, const std::string& endpoint, std::uint32_t /*learner*/,
-         std::uint32_t /*incarnation*/, socket_options options = {},
-         std::optional<client_security> security = std::nullopt)
+         std::uint32_t /*incarnation*/, socket_options options = {})
       : options_(detail::prepare(options)), socket_(context, ::zmq::socket_type::dealer) {
-    detail::configure(socket_, options_);
-    if (security) {
-      socket_.set(::zmq::sockopt::curve_serverkey, security->server_key);
-      socket_.set(::zmq::sockopt::curve_publickey, security->keys.public_key);
-      socket_.set(::zmq::sockopt::curve_secretkey, security->keys.secret_key);
-    }
-    socket_.set(::zmq::sockopt::immediate, 1);
-    socket_.connect(endpoint);
+    connect(endpoint, nullptr);
+  }
+
+  /// With CURVE: the connection is encrypted and authenticated with the
+  /// learner's key pair against the syncer's public key.
+  client(::zmq::context_t& context, const std::string& endpoint, std::uint32_t /*learner*/,
+         std::uint32_t /*incarnation*/, socket_options options, const client_security& security)
+      : options_(detail::prepare(options)), socket_(context, ::zmq::socket_type::dealer) {
+    connect(endpoint, &security);
+  }
+
+  /// With CURVE if `security` holds keys.
+  client(::zmq::context_t& context, const std::string& endpoint, std::uint32_t /*learner*/,
+         std::uint32_t /*incarnation*/, socket_options options, const std::optional<client_security>& security)
+      : options_(detail::prepare(options)), socket_(context, ::zmq::socket_type::dealer) {
+    connect(endpoint, security ? &*security : nullptr);
   }
 
   ::zmq::socket_t& socket() noexcept { return socket_; }
@@ -531,6 +782,17 @@ class client {
   }
 
  private:
+  void connect(const std::string& endpoint, const client_security* security) {
+    detail::configure(socket_, options_);
+    if (security) {
+      socket_.set(::zmq::sockopt::curve_serverkey, security->server_key);
+      socket_.set(::zmq::sockopt::curve_publickey, security->keys.public_key);
+      socket_.set(::zmq::sockopt::curve_secretkey, security->keys.secret_key);
+    }
+    socket_.set(::zmq::sockopt::immediate, 1);
+    socket_.connect(endpoint);
+  }
+
   socket_options options_;
   ::zmq::socket_t socket_;
   buffer_pool pool_;
