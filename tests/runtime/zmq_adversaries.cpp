@@ -161,18 +161,7 @@ struct peer {
   std::uint64_t welcomes = 0, state_requests = 0, updates = 0, acks = 0;
   std::array<std::uint64_t, reject_reason_count + 1> rejects{};
 
-// GCC 12 at -O3 reports a false -Wmaybe-uninitialized here, in the strings of
-// the defaulted `std::optional<client_security>` argument of zeromq::client's
-// constructor as committed at eb7f954 (the header's pending rewrite, which
-// takes it by const reference, does not trigger it).
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
   peer(::zmq::context_t& c, const std::string& endpoint) : socket(c, endpoint, 0, 0, quick_close()) {}
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
 
   message next(message_kind kind, std::uint32_t id, std::uint32_t incarnation) {
     return make(kind, id, incarnation, ++sequences[id]);
