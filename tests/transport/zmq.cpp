@@ -4,14 +4,21 @@
 #include <boost/test/unit_test.hpp>
 
 #include <chrono>
+#include <csignal>
 #include <cstring>
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
+#include <poll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <sstream>
 #include <thread>
 #include <vector>
 
@@ -521,6 +528,201 @@ BOOST_AUTO_TEST_CASE(without_curve_any_learner_id_gets_through) {
     BOOST_TEST(int(e->error) == int(wire_error::none));
     BOOST_TEST(e->msg.header.learner == learner);
   }
+}
+
+namespace {
+
+/// CPU time (user + system, all threads) that process `pid` has used, in
+/// seconds, from /proc/<pid>/stat (fields 14 and 15, in clock ticks).
+double cpu_seconds(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  const std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::istringstream fields(stat.substr(stat.rfind(')') + 2));  // from field 3 on: the name may hold spaces
+  std::vector<std::string> f{std::istream_iterator<std::string>(fields), std::istream_iterator<std::string>()};
+  if (f.size() < 13) return -1.0;
+  return (std::stod(f[11]) + std::stod(f[12])) / static_cast<double>(::sysconf(_SC_CLK_TCK));
+}
+
+/// A line from `fd`, waiting at most `limit`; empty if none came.
+std::string read_line(int fd, std::chrono::milliseconds limit) {
+  std::string line;
+  const auto end = std::chrono::steady_clock::now() + limit;
+  for (char c = 0; c != '\n';) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(end - std::chrono::steady_clock::now());
+    ::pollfd p{fd, POLLIN, 0};
+    if (left.count() <= 0 || ::poll(&p, 1, static_cast<int>(left.count())) <= 0 || ::read(fd, &c, 1) != 1) return {};
+    if (c != '\n') line += c;
+  }
+  return line;
+}
+
+void write_line(int fd, const std::string& line) {
+  const std::string text = line + "\n";
+  (void)!::write(fd, text.data(), text.size());
+}
+
+/// A plain TCP connection to 127.0.0.1:`port`, or -1.
+int connect_raw(int port) {
+  const int s = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(static_cast<std::uint16_t>(port));
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (s >= 0 && ::connect(s, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0) return s;
+  if (s >= 0) ::close(s);
+  return -1;
+}
+
+/// Whether the server closed (or reset) connection `s`; it never sends.
+bool closed_by_peer(int s) {
+  char c;
+  const auto n = ::recv(s, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+  return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK);
+}
+
+/// The child of `out_of_descriptors_...`: a server with 8 descriptors to
+/// spare that answers every message with an ack carrying the sender's peer
+/// id, until `control` closes (or 60 s), then reports its counts on
+/// `report`. Never returns.
+[[noreturn]] void serve_with_few_descriptors(int control, int report) {
+  int code = 1;
+  try {
+    ::zmq::context_t context;
+    zeromq::socket_options options;
+    options.linger = 0ms;
+    zeromq::server server(context, "tcp://127.0.0.1:*", options);
+    std::size_t open = 0;
+    for ([[maybe_unused]] const auto& entry : std::filesystem::directory_iterator("/proc/self/fd")) ++open;
+    rlimit limit{};
+    ::getrlimit(RLIMIT_NOFILE, &limit);
+    limit.rlim_cur = open + 8;
+    if (::setrlimit(RLIMIT_NOFILE, &limit) != 0) ::_exit(3);
+    write_line(report, server.endpoint());
+    for (const auto end = std::chrono::steady_clock::now() + 60s; std::chrono::steady_clock::now() < end;) {
+      ::pollfd p{control, POLLIN, 0};
+      if (::poll(&p, 1, 0) > 0) break;
+      auto e = server.receive_for(100ms);
+      if (!e || e->error != wire_error::none) continue;
+      message ack;
+      ack.header.kind = message_kind::ack;
+      ack.header.learner = e->msg.header.learner;
+      ack.header.incarnation = e->msg.header.incarnation;
+      ack.header.answers = e->from;
+      (void)server.try_send(e->from, ack);
+    }
+    write_line(report, std::to_string(server.accept_failures()) + " " + std::to_string(server.connections_shed()) +
+                           " " + std::to_string(server.listener_pauses()));
+    code = 0;
+  } catch (...) {
+  }
+  ::_exit(code);
+}
+
+/// Kills and reaps a child process on every way out of a test.
+struct child_process {
+  pid_t pid;
+  ~child_process() {
+    if (pid <= 0) return;
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, nullptr, 0);
+  }
+  /// The exit status once it exits by itself within `limit`, or -1.
+  int wait_for(std::chrono::milliseconds limit) {
+    for (const auto end = std::chrono::steady_clock::now() + limit; std::chrono::steady_clock::now() < end;) {
+      int status = 0;
+      if (::waitpid(pid, &status, WNOHANG) == pid) {
+        pid = 0;
+        return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      }
+      std::this_thread::sleep_for(10ms);
+    }
+    return -1;
+  }
+};
+
+/// Sends a join from `client` until an ack comes back within `limit`;
+/// returns the peer id the server saw it as, or 0.
+peer_id peer_seen_by_server(zeromq::client& client, std::chrono::milliseconds limit) {
+  for (const auto end = std::chrono::steady_clock::now() + limit; std::chrono::steady_clock::now() < end;) {
+    auto join = join_of(3);
+    (void)client.try_send(syncer_peer, join);
+    if (auto e = client.receive_for(100ms); e && int(e->msg.header.kind) == int(message_kind::ack))
+      return static_cast<peer_id>(e->msg.header.answers);
+  }
+  return 0;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(out_of_descriptors_the_server_sheds_new_connections_instead_of_spinning) {
+  int control[2], report[2];
+  BOOST_TEST_REQUIRE(::pipe2(control, O_CLOEXEC) == 0);
+  BOOST_TEST_REQUIRE(::pipe2(report, O_CLOEXEC) == 0);
+  child_process child{::fork()};
+  BOOST_TEST_REQUIRE(child.pid >= 0);
+  if (child.pid == 0) {
+    ::close(control[1]);
+    ::close(report[0]);
+    serve_with_few_descriptors(control[0], report[1]);
+  }
+  ::close(control[0]);
+  ::close(report[1]);
+  const std::string endpoint = read_line(report[0], 10s);
+  BOOST_TEST_REQUIRE(!endpoint.empty());
+  const int port = std::stoi(endpoint.substr(endpoint.rfind(':') + 1));
+
+  ::zmq::context_t context;
+  zeromq::socket_options fast;
+  fast.reconnect_interval = 20ms;
+  fast.reconnect_interval_max = 200ms;
+  fast.linger = 0ms;
+  zeromq::client established(context, endpoint, 3, 1, fast);
+  const peer_id before = peer_seen_by_server(established, 5s);
+  BOOST_TEST_REQUIRE(before != 0u);
+
+  // 40 connections against at most 9 free descriptors (8, and the one the
+  // child's count of its own descriptors held): most cannot be accepted.
+  // Those the server closes are opened again at once, so that new
+  // connections keep waiting on the listener for the whole measurement.
+  std::vector<int> raw;
+  for (int i = 0; i < 40; ++i) raw.push_back(connect_raw(port));
+  std::this_thread::sleep_for(300ms);
+  const double cpu_before = cpu_seconds(child.pid);
+  const auto start = std::chrono::steady_clock::now();
+  while (std::chrono::steady_clock::now() - start < 2s) {
+    for (auto& s : raw)
+      if (s < 0 || closed_by_peer(s)) {
+        if (s >= 0) ::close(s);
+        s = connect_raw(port);
+      }
+    std::this_thread::sleep_for(50ms);
+  }
+  const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double busy = (cpu_seconds(child.pid) - cpu_before) / wall;
+  BOOST_TEST_MESSAGE("server process CPU while out of descriptors: " << busy * 100 << " % of one core");
+  BOOST_TEST(cpu_before >= 0.0);
+  BOOST_TEST(busy < 0.25, "the server used " << busy * 100 << " % of a core");
+
+  // The connection made before keeps working, as the same peer.
+  BOOST_TEST(peer_seen_by_server(established, 5s) == before);
+
+  // Once the connections go, a new learner gets in.
+  for (int s : raw)
+    if (s >= 0) ::close(s);
+  zeromq::client late(context, endpoint, 4, 1, fast);
+  const peer_id newcomer = peer_seen_by_server(late, 10s);
+  BOOST_TEST(newcomer != 0u);
+  BOOST_TEST(newcomer != before);
+
+  ::close(control[1]);
+  std::istringstream counts(read_line(report[0], 10s));
+  std::uint64_t failures = 0, shed = 0, pauses = 99;
+  counts >> failures >> shed >> pauses;
+  BOOST_TEST(child.wait_for(10s) == 0);
+  ::close(report[0]);
+  BOOST_TEST(failures > 0u);
+  BOOST_TEST(shed >= 31u);  // at least 40 - 9 of the first round
+  BOOST_TEST(pauses == 0u);  // shedding never failed: no need to let libzmq wait
 }
 
 BOOST_AUTO_TEST_SUITE_END()
