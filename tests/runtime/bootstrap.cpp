@@ -141,10 +141,11 @@ BOOST_AUTO_TEST_CASE(only_the_chosen_learner_may_provide_it_and_only_if_it_is_we
   BOOST_TEST(boot.take_joins().size() == 1u);  // the chosen learner's join is held
 }
 
-BOOST_AUTO_TEST_CASE(a_poisoned_initial_state_is_refused) {
+BOOST_AUTO_TEST_CASE(a_poisoned_initial_state_is_refused_and_its_sender_not_asked_again) {
   inproc::hub hub;
   auto& service = hub.attach(syncer_peer);
-  auto& chosen = hub.attach(1);
+  auto& poisoner = hub.attach(1);
+  auto& honest = hub.attach(2);
   model_type model(6, 7);
   const auto& layout = model.layout();
   training_config one = config();
@@ -154,48 +155,103 @@ BOOST_AUTO_TEST_CASE(a_poisoned_initial_state_is_refused) {
   auto deliver = [&] {
     while (auto e = service.try_receive()) boot.handle(std::move(*e), now);
   };
-  auto send = [&](message m) { BOOST_TEST_REQUIRE(!chosen.try_send(syncer_peer, m)); };
-  message j;
-  j.header.kind = message_kind::join;
-  j.header.learner = 1;
-  j.header.incarnation = 1;
-  j.header.layout = layout.fingerprint();
-  j.header.element_count = layout.size();
-  send(std::move(j));
-  deliver();
-  message l;
-  l.header.kind = message_kind::layout;
-  l.header.codec = codec_id::bytes;
-  l.header.learner = 1;
-  l.header.incarnation = 1;
-  const auto bytes = wire::encode_layout(layout);
-  l.header.element_count = bytes.size();
-  l.payload = byte_buffer(bytes.size());
-  std::copy(bytes.begin(), bytes.end(), l.payload.data());
-  send(std::move(l));
-  auto state = [&](T poison) {
+  auto send = [&](inproc::endpoint& from, message m) { BOOST_TEST_REQUIRE(!from.try_send(syncer_peer, m)); };
+  auto join = [&](std::uint32_t id) {
+    message m;
+    m.header.kind = message_kind::join;
+    m.header.learner = id;
+    m.header.incarnation = 1;
+    m.header.layout = layout.fingerprint();
+    m.header.element_count = layout.size();
+    return m;
+  };
+  auto layout_of = [&](std::uint32_t id) {
+    message m;
+    m.header.kind = message_kind::layout;
+    m.header.codec = codec_id::bytes;
+    m.header.learner = id;
+    m.header.incarnation = 1;
+    const auto bytes = wire::encode_layout(layout);
+    m.header.element_count = bytes.size();
+    m.payload = byte_buffer(bytes.size());
+    std::copy(bytes.begin(), bytes.end(), m.payload.data());
+    return m;
+  };
+  auto state = [&](std::uint32_t id, T fill, T poison) {
     message m;
     m.header.kind = message_kind::state;
     m.header.codec = codec_of<T>;
-    m.header.learner = 1;
+    m.header.learner = id;
     m.header.incarnation = 1;
     m.header.element_count = layout.size();
     m.payload = byte_buffer(layout.size() * sizeof(T));
     auto v = m.payload.as<T>();
-    std::fill(v.begin(), v.end(), T(0.5));
+    std::fill(v.begin(), v.end(), fill);
     v[3] = poison;
     return m;
   };
-  send(state(std::numeric_limits<T>::quiet_NaN()));
-  send(state(std::numeric_limits<T>::infinity()));
+  auto asked = [](inproc::endpoint& e) {
+    std::size_t n = 0;
+    while (auto m = e.try_receive()) n += (m->msg.header.flags & state_wanted) != 0;
+    return n;
+  };
+
+  send(poisoner, join(1));  // the first to join is asked for the model
   deliver();
-  BOOST_TEST(boot.refused() == 2u);
+  BOOST_TEST(asked(poisoner) == 1u);
+  send(poisoner, layout_of(1));
+  send(poisoner, state(1, T(0.5), std::numeric_limits<T>::quiet_NaN()));
+  deliver();
+  BOOST_TEST(boot.refused() == 1u);
   BOOST_TEST(!boot.ready());
-  send(state(T(2)));
+  send(poisoner, state(1, T(0.5), T(0.5)));  // too late: it is no longer asked
+  send(poisoner, join(1));                   // and rejoining first does not make it asked again
   deliver();
-  BOOST_TEST_REQUIRE(boot.ready());
-  BOOST_TEST(boot.initial()[3] == T(2));
-  BOOST_TEST(boot.initial()[0] == T(0.5));
+  BOOST_TEST(asked(poisoner) == 0u);
+  BOOST_TEST(boot.refused() == 2u);
+
+  send(honest, join(2));
+  deliver();
+  BOOST_TEST(asked(honest) == 1u);
+  send(honest, layout_of(2));
+  send(honest, state(2, T(2), std::numeric_limits<T>::infinity()));  // an infinity is refused as well
+  deliver();
+  BOOST_TEST(!boot.ready());
+  BOOST_TEST(boot.refused() == 3u);
+}
+
+BOOST_AUTO_TEST_CASE(a_silent_source_gives_way_to_a_learner_that_waits) {
+  inproc::hub hub;
+  auto& service = hub.attach(syncer_peer);
+  auto& silent = hub.attach(1);
+  auto& honest = hub.attach(2);
+  model_type model(6, 7);
+  const auto& layout = model.layout();
+  bootstrap<T, inproc::endpoint> boot(service, config(), std::nullopt, 10s);
+  time_point now{};
+  auto join = [&](inproc::endpoint& from, std::uint32_t id) {
+    message m;
+    m.header.kind = message_kind::join;
+    m.header.learner = id;
+    m.header.incarnation = 1;
+    m.header.layout = layout.fingerprint();
+    m.header.element_count = layout.size();
+    BOOST_TEST_REQUIRE(!from.try_send(syncer_peer, m));
+    while (auto e = service.try_receive()) boot.handle(std::move(*e), now);
+  };
+  auto asked = [](inproc::endpoint& e) {
+    std::size_t n = 0;
+    while (auto m = e.try_receive()) n += (m->msg.header.flags & state_wanted) != 0;
+    return n;
+  };
+  join(silent, 1);
+  join(honest, 2);
+  BOOST_TEST(asked(silent) == 1u);
+  BOOST_TEST(asked(honest) == 0u);
+  now += 11s;
+  join(silent, 1);  // the silent source rejoins first once its patience ran out
+  BOOST_TEST(asked(silent) == 0u);
+  BOOST_TEST(asked(honest) == 1u);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

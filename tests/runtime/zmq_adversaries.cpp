@@ -18,9 +18,8 @@
 // parameters to the bit (checked first): the clean run's spread is zero.
 // Attacks whose messages are all refused must therefore leave the global
 // bit-identical to the clean run. The one attack whose contributions are
-// merged (clipped), case 1, does not stay close to it: see the suite
-// `runtime_zmq_adversaries_known_issues` at the end, which holds the checks
-// that fail with the library as it is (disabled; run them by name).
+// merged (clipped), case 1, is held to a bound instead: it may cost at most
+// 1 % of what training achieves.
 #include <boost/test/unit_test.hpp>
 
 #include <pthread.h>
@@ -581,6 +580,9 @@ std::map<std::string, std::size_t> log_categories(const std::vector<std::string>
 
 }  // namespace
 
+/// Bad contributions in a row before a learner is quarantined (the default).
+const std::uint64_t quarantine_after = screening_options{}.quarantine_after;
+
 BOOST_AUTO_TEST_SUITE(runtime_zmq_adversaries)
 
 // The reference for every case. Lock-step with τ = 0 makes the honest run
@@ -610,33 +612,32 @@ BOOST_AUTO_TEST_CASE(clean_runs_are_deterministic_and_learn) {
 }
 
 // Case 1. The huge contributions arrive once the fragment has a history of
-// honest outer-gradient norms (from step 100: 10 rounds). Each is clipped to
-// `clip_factor` (8) x the lower median norm, merged at half scale (equal
-// token weights), and counts as a strike; after `quarantine_after` (8) in a
-// row the learner is quarantined and everything else it sends is refused.
-//
-// What this does NOT show: that the global stays close to the clean run's.
-// It does not (see `known_issue_huge_contributions_cost_most_of_the_training`
-// below): the eight clipped pushes, integrated by the outer Nesterov
-// momentum, move the global ~100 median honest updates away (the loss goes
-// from 0.10 to ~400 and is still 0.27, ~3100x the clean run's, when the
-// honest learner has finished). Here only what holds is asserted: finite,
-// counted, bounded to eight merged pushes, and still better than the
-// untrained model.
+// honest outer-gradient norms (from step 100: 10 rounds). Each is an outlier
+// (beyond `clip_factor` x the lower median norm) and is cut to the median
+// norm, merged at half scale (equal token weights), and counts as a strike;
+// after `quarantine_after` (3) in a row the learner is quarantined and
+// everything else it sends is refused. The attack may cost at most 1 % of
+// what training achieves: final loss <= clean + 0.01 x (initial − clean)
+// [bound 0.0078; measured 5.0e-4 against the clean run's 8.9e-5. With
+// outliers cut to 8x the median instead of to the median, and quarantine
+// after 8, the eight pushes, integrated by the outer Nesterov momentum, left
+// the loss at 0.27 — this test's first version found it].
 BOOST_AUTO_TEST_CASE(finite_but_huge_contributions_are_clipped_then_quarantined) {
   const auto [o, sent] = huge_values_run(100);
   check_served(o, 10);
   check_costs(o);
   BOOST_TEST(all_finite(o.global));
-  BOOST_TEST(sent > 8u);
-  BOOST_TEST(o.metrics.contributions_clipped == 8u);  // each push, and no honest one
+  BOOST_TEST(sent > quarantine_after);
+  BOOST_TEST(o.metrics.contributions_clipped == quarantine_after);  // each push, and no honest one
   BOOST_TEST(o.metrics.weights_clipped == 0u);        // equal tokens: nothing to cut
   BOOST_TEST(o.metrics.rounds_dropped == 0u);         // clipped, the results are finite
   BOOST_TEST(o.metrics.quarantines == 1u);
-  BOOST_TEST(o.metrics.rejected_for(reject_reason::quarantined) == sent - 8);
-  BOOST_TEST(o.metrics.contributions_merged == inner_steps / period + 8);
-  BOOST_TEST(o.metrics.rejected_total() == sent - 8);
-  BOOST_TEST(o.loss < evaluation_loss(initial_parameters()));
+  BOOST_TEST(o.metrics.rejected_for(reject_reason::quarantined) == sent - quarantine_after);
+  BOOST_TEST(o.metrics.contributions_merged == inner_steps / period + quarantine_after);
+  BOOST_TEST(o.metrics.rejected_total() == sent - quarantine_after);
+  const auto& clean = clean_run();
+  const double initial = evaluation_loss(initial_parameters());
+  BOOST_TEST(o.loss <= clean.loss + 0.01 * (initial - clean.loss));
 }
 
 // Case 2a. 200 learners join (distinct ids, over 8 connections) and never
@@ -780,10 +781,10 @@ BOOST_AUTO_TEST_CASE(overflowing_counters_are_refused) {
   check_costs(o);
   check_unchanged(o);
   BOOST_TEST(blocked_at == period);
-  BOOST_TEST(sent > 8u);
-  BOOST_TEST(o.metrics.rejected_for(reject_reason::bad_counts) == 8u);
+  BOOST_TEST(sent > quarantine_after);
+  BOOST_TEST(o.metrics.rejected_for(reject_reason::bad_counts) == quarantine_after);
   BOOST_TEST(o.metrics.quarantines == 1u);
-  BOOST_TEST(o.metrics.rejected_for(reject_reason::quarantined) == sent - 8);
+  BOOST_TEST(o.metrics.rejected_for(reject_reason::quarantined) == sent - quarantine_after);
   BOOST_TEST(o.metrics.rejected_total() == sent);
 }
 
@@ -1041,44 +1042,18 @@ BOOST_AUTO_TEST_CASE(log_flood_is_counted_not_written) {
 }
 
 
-BOOST_AUTO_TEST_SUITE_END()
-
-// Known issues. Each case checks what issue 8 asks for and fails with the
-// library as it is. They are disabled and in a suite of their own, which
-// CTest does not run; run one by naming it:
-//   diloco_tests --run_test=runtime_zmq_adversaries_known_issues/<case>
-BOOST_AUTO_TEST_SUITE(runtime_zmq_adversaries_known_issues)
-
-// Case 1, the bound the clean run sets. The attack may cost at most 1 % of
-// what training achieves: final loss ≤ clean + 0.01 × (initial − clean)
-// [bound 0.0078; measured 0.27, i.e. 35 % of the progress lost, ~3100x the
-// clean run's loss; peak ~400 against an initial 0.77]. Eight pushes clipped
-// to 8x the median honest norm, merged at half scale, are integrated by the
-// outer Nesterov momentum (η 0.7, μ 0.9) into a displacement of ~100 median
-// honest updates, which the honest learner has not undone 450 steps later.
-BOOST_AUTO_TEST_CASE(known_issue_huge_contributions_cost_most_of_the_training, *boost::unit_test::disabled()) {
-  const auto& clean = clean_run();
-  const auto [o, sent] = huge_values_run(100);
-  const double initial = evaluation_loss(initial_parameters());
-  BOOST_TEST(o.loss <= clean.loss + 0.01 * (initial - clean.loss));
-}
-
 // Case 1 before the clipping reference exists (fewer than `min_reference`
-// = 3 norms in the fragment's history and round; syncer.hpp:923): the attack
-// starts after the honest learner's first round. The huge contribution is
-// merged unclipped at scale 0.5 (the honest learner's expected weight is
-// known), and the outer step's result, ±0.7 × 1.9 × 1.5e38 ≈ ±2e38, is
-// finite, so it is published [revision 2: Θ[0] = −1.995e38]; the attacker's
-// next round is dropped (non_finite_result). The honest learner adopts
-// revision 2, its inner steps overflow, its contributions are refused
-// `non_finite`, and after 8 it is QUARANTINED: the attacker has locked it
-// out. Then the learner aborts: learner::poll checks error_ (learner.hpp:112)
-// before the receive loop (:115) in which the `quarantined` reject sets it
-// (:480), and returns `ready` (:145) without checking again, so step() calls
-// train_step, whose assert(joined() && !error_) (:151) fires. Run alone: it
-// ends in SIGABRT.
-BOOST_AUTO_TEST_CASE(known_issue_huge_contribution_before_the_clipping_reference, *boost::unit_test::disabled()) {
+// = 3 norms in the fragment's history and round): the attack starts after
+// the honest learner's first round. The huge contribution cannot be clipped
+// yet; the outer step's result, ±0.7 × 1.9 × 1.5e38 ≈ ±2e38, is finite, but
+// moves the fragment far beyond `max_update_ratio` × its norm, so the round
+// is dropped (update_too_large) instead of published. (The first version of
+// this test found it published, the honest learner's steps overflowing, and
+// the honest learner quarantined.)
+BOOST_AUTO_TEST_CASE(a_huge_contribution_before_the_clipping_reference_is_not_published) {
   const auto [o, sent] = huge_values_run(period);
+  BOOST_TEST(o.metrics.rounds_dropped >= 1u);
+  BOOST_TEST(o.metrics.quarantines == 1u);
   BOOST_TEST(!o.honest_error, o.honest_error.message());
   BOOST_TEST(o.honest_steps == inner_steps);
   BOOST_TEST(all_finite(o.global));
@@ -1086,14 +1061,11 @@ BOOST_AUTO_TEST_CASE(known_issue_huge_contribution_before_the_clipping_reference
 }
 
 // Case 4 with a persistent poisoner: it joins every millisecond and answers
-// every request for the model with a NaN state. bootstrap::on_join
-// (bootstrap.hpp) asks the chosen source again whenever its patience has
-// passed and the source's own join comes first — the poisoner's, nearly
-// always — so the honest learner (joining every 100 ms here, every second by
-// default) is almost never asked: no model within 8 s [asked the poisoner 27
-// times]. With the service's defaults (patience 10 s, join_retry 1 s) the
-// honest learner's chance per 10 s is about 1 in 1000.
-BOOST_AUTO_TEST_CASE(known_issue_persistent_poisoner_holds_the_bootstrap, *boost::unit_test::disabled()) {
+// every request for the model with a NaN state. A learner whose state was
+// refused is never asked again, so the honest learner (joining every 100 ms)
+// provides the model. (The first version of this test found the poisoner
+// asked 27 times in 8 s and the honest learner never.)
+BOOST_AUTO_TEST_CASE(a_persistent_poisoner_cannot_hold_the_bootstrap) {
   harness h(run_settings{.bootstrap = true});
   bool served = false;
   std::uint64_t asked = 0;
@@ -1129,19 +1101,18 @@ BOOST_AUTO_TEST_CASE(known_issue_persistent_poisoner_holds_the_bootstrap, *boost
   });
   BOOST_TEST_MESSAGE("persistent poisoner: serving within 8 s: " << served << "; poisoner asked " << asked << " times");
   BOOST_TEST(served);
+  BOOST_TEST(asked == 1u);
 }
 
 // Quorum 2: learner A contributes (its round waits for a second learner)
 // and leaves; learner B joins and heartbeats but never contributes. A stays
-// in the open round, so `poll` never forgets it, yet still returns its
-// forget deadline, gone_since + forget_after (syncer.hpp:286), which is then
-// in the past: `run_until` waits 0 and the syncer thread spins [≈ 100 % of a
-// core in the quiet window; 93 % of the run]. A's contribution reports a
-// 1 µs step time so that forget_after (10 half-lives of 20 periods of H
-// steps) is 2 ms; with real step times the spin starts later (H = 50 at
-// 100 ms per step: after 1000 s), and lasts as long as the round stays open.
-// (That B alone freezes every quorum-2 round is the quorum's definition.)
-BOOST_AUTO_TEST_CASE(known_issue_open_round_past_its_forget_deadline_spins, *boost::unit_test::disabled()) {
+// in the open round, so it cannot be forgotten past its forget deadline; the
+// syncer must not wake for that deadline (the first version of this test
+// found it returned by `poll` while already past: the syncer thread spun at
+// ~100 % of a core). A's contribution reports a 1 µs step time so that
+// forget_after (10 half-lives of 20 periods of H steps) is 2 ms. (That B
+// alone freezes every quorum-2 round is the quorum's definition.)
+BOOST_AUTO_TEST_CASE(an_open_round_past_its_forget_deadline_does_not_spin) {
   harness h(run_settings{.quorum = 2});
   const auto o = h.run([&](harness& x) {
     peer a(x.context(), x.endpoint()), b(x.context(), x.endpoint());

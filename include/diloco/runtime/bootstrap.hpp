@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <functional>
 #include <optional>
+#include <set>
 #include <span>
 #include <string>
 #include <utility>
@@ -32,9 +33,9 @@ namespace diloco {
 /// within `patience`, the next learner to join is asked instead. Everything
 /// it cannot use — another model's join, a layout or state from anyone but
 /// the chosen learner, a malformed layout or state, a state with a NaN or an
-/// infinity — is counted in `refused()` and changes nothing (a poisoned
-/// initial model is refused like a poisoned contribution; the chosen learner
-/// is asked again after `patience`, or the next one).
+/// infinity — is counted in `refused()`; a chosen learner that sent a
+/// malformed layout or a non-finite state is never asked again (its join
+/// is still handed to the syncer), and the next learner to join is asked.
 template <class T, class Transport>
 class bootstrap {
  public:
@@ -106,6 +107,13 @@ class bootstrap {
       refuse();
       return;
     }
+    // A learner whose layout or state was refused is not asked again (it
+    // would hold the bootstrap by rejoining first each time); nor is the
+    // chosen one once its patience ran out while another one waits.
+    if (refused_sources_.contains({h.learner, h.incarnation})) {
+      hold(std::move(e));
+      return;
+    }
     const bool chosen = from_source(e);
     if (!chosen && (!source_ || now - source_->asked > patience_)) {
       source_ = source{e.from, h.learner, h.incarnation, h.layout, h.element_count, now};
@@ -113,13 +121,43 @@ class bootstrap {
       received_ = 0;
       ask(h);
     } else if (chosen && now - source_->asked > patience_) {
-      source_->asked = now;  // our request or its answer was lost: ask again
-      ask(h);
+      // Nothing usable in time: ask another learner that is waiting, if
+      // one is (a silent source must not hold the bootstrap by rejoining
+      // first); otherwise this one again (our request may have been lost).
+      const auto other = std::find_if(joins_.begin(), joins_.end(), [&](const envelope& held) {
+        const auto& j = held.msg.header;
+        return j.learner != h.learner && !refused_sources_.contains({j.learner, j.incarnation});
+      });
+      if (other != joins_.end()) {
+        const auto& j = other->msg.header;
+        source_ = source{other->from, j.learner, j.incarnation, j.layout, j.element_count, now};
+        layout_.reset();
+        received_ = 0;
+        ask(j);
+      } else {
+        source_->asked = now;
+        ask(h);
+      }
     }
+    hold(std::move(e));
+  }
+
+  /// Keeps the latest join of each learner, to hand to the syncer.
+  void hold(envelope&& e) {
+    const auto& h = e.msg.header;
     std::erase_if(joins_, [&](const envelope& held) {
       return held.msg.header.learner == h.learner && held.msg.header.incarnation <= h.incarnation;
     });
     joins_.push_back(std::move(e));
+  }
+
+  /// The chosen learner sent something unusable: never ask it again.
+  bool refuse_source() {
+    if (source_) refused_sources_.insert({source_->learner, source_->incarnation});
+    source_.reset();
+    layout_.reset();
+    received_ = 0;
+    return refuse();
   }
 
   void ask(const message_header& join) {
@@ -133,7 +171,7 @@ class bootstrap {
     auto layout = wire::decode_layout(e.msg.payload.bytes(), max_elements_);
     if (!layout || layout->fingerprint() != source_->layout || layout->size() != source_->elements ||
         config_.fragments > layout->size())
-      return void(refuse());
+      return void(refuse_source());
     plan_ = fragment_plan::balanced(*layout, config_.fragments);
     initial_.assign(layout->size(), T(0));
     have_.assign(plan_.count(), false);
@@ -147,7 +185,7 @@ class bootstrap {
         h.element_count != plan_[h.fragment].size() || e.msg.payload.size() != h.element_count * sizeof(T))
       return void(refuse());
     const auto values = e.msg.payload.template as<const T>();
-    if (!std::all_of(values.begin(), values.end(), [](T v) { return std::isfinite(v); })) return void(refuse());
+    if (!std::all_of(values.begin(), values.end(), [](T v) { return std::isfinite(v); })) return void(refuse_source());
     plan_.scatter<T>(h.fragment, values, initial_);
     if (!have_[h.fragment]) ++received_;
     have_[h.fragment] = true;
@@ -165,6 +203,7 @@ class bootstrap {
   std::vector<bool> have_;
   std::size_t received_ = 0;
   std::vector<envelope> joins_;
+  std::set<std::pair<std::uint32_t, std::uint32_t>> refused_sources_;  ///< (learner, incarnation)
   std::uint64_t refused_ = 0;
 };
 

@@ -113,6 +113,7 @@ class learner {
     if (!wait_began_) wait_began_ = now;  // until `poll` says go, the learner waits
     flush_outbox();
     while (auto e = transport_.try_receive()) receive(std::move(*e), now);
+    if (error_) return false;  // what just arrived may have stopped it (superseded, quarantined)
     if (!welcomed_) {
       if (!next_join_ || now >= *next_join_) send_join(now);
       return false;

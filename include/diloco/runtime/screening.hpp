@@ -23,31 +23,40 @@ namespace diloco {
 /// Per round, before merging (norm clipping, after Sun et al. 2019, "Can you
 /// really backdoor federated learning?", arXiv 1911.07963, with a reference
 /// taken from the data instead of a fixed bound): a contribution whose L2 norm
-/// exceeds `clip_factor ×` the reference norm is scaled down to it, and a merge
-/// weight above `clip_factor ×` the reference weight is cut to it. The
-/// reference norm is the lower median of the round's norms together with the
-/// fragment's last `history` accepted (clipped) norms; the reference weight is
-/// the lower median of the live learners' expected weights. With fewer than
+/// exceeds `clip_factor ×` the reference norm is an outlier and is scaled
+/// down to the reference norm itself, and a merge weight beyond `clip_factor
+/// ×` the reference weight is cut to the reference weight. The reference norm
+/// is the lower median of the round's norms together with the fragment's last
+/// `history` published (clipped) norms; the reference weight is the lower
+/// median of the live learners' expected weights. With fewer than
 /// `min_reference` values there is no reference and nothing is clipped.
+/// Cutting an outlier to the median rather than to the bound means a learner
+/// that overflows pushes like a typical learner, not like `clip_factor` of
+/// them; no contribution pushes harder than `clip_factor` × the median.
 ///
 /// Per outer step (the syncer validates what it produces): the step runs
-/// against a copy of the fragment; a result with a NaN or an infinity, or
-/// (with `max_update_ratio` > 0) an update `‖Θ' − Θ‖₂ > max_update_ratio ·
-/// ‖Θ‖₂`, is not published: the fragment keeps its last good revision, the
-/// outer optimizer's state for it is reset (it absorbed the refused step), the
+/// against a copy of the fragment; a result with a NaN or an infinity, or an
+/// update `‖Θ' − Θ‖₂ > max_update_ratio · max(‖Θ‖₂, update_floor · √n)`, is
+/// not published: the fragment keeps its last good revision, the outer
+/// optimizer's state for it is reset (it absorbed the refused step), the
 /// round's contributions are counted as dropped and their learners told with
-/// a resync.
+/// a resync. The ratio bound guards the first rounds of a fragment, before
+/// there is a clipping reference; honest updates are far below it.
 ///
-/// A learner whose contributions are clipped or refused for their content
-/// (`non_finite`, `bad_counts`, `bad_size`, or part of a dropped round)
-/// `quarantine_after` times in a row is quarantined: everything it sends is
-/// refused as `quarantined` until it joins with a new incarnation.
+/// Each contribution clipped or refused for its content (`non_finite`,
+/// `bad_counts`, `bad_size`, or part of a dropped round) is a strike against
+/// its learner: 2 points, a clean contribution takes 1 off. At 2 ×
+/// `quarantine_after` points — `quarantine_after` bad contributions in a row,
+/// or more than one in three over a longer stretch — the learner is
+/// quarantined: everything it sends is refused as `quarantined` until it joins
+/// with a new incarnation.
 struct screening_options {
   double clip_factor = 8.0;              ///< c ≥ 1; 0 turns clipping off
-  std::uint32_t history = 32;            ///< accepted norms per fragment kept for the reference
+  std::uint32_t history = 32;            ///< published norms per fragment kept for the reference
   std::uint32_t min_reference = 3;       ///< values needed before anything is clipped
-  std::uint32_t quarantine_after = 8;    ///< consecutive strikes; 0: never quarantine
-  double max_update_ratio = 0.0;         ///< bound on ‖Θ' − Θ‖ / ‖Θ‖; 0: no bound
+  std::uint32_t quarantine_after = 3;    ///< bad contributions in a row; 0: never quarantine
+  double max_update_ratio = 100.0;       ///< bound on ‖Θ' − Θ‖ relative to the fragment; 0: no bound
+  double update_floor = 1e-2;            ///< RMS per element below which ‖Θ‖ counts as this much
   std::uint64_t max_tokens_per_step = std::uint64_t{1} << 24;  ///< largest batch a step may claim
 
   /// Throws `std::invalid_argument` naming the first bad setting.
@@ -56,6 +65,8 @@ struct screening_options {
       throw std::invalid_argument("diloco::screening_options: clip_factor must be 0 (off) or a finite value >= 1");
     if (min_reference == 0) throw std::invalid_argument("diloco::screening_options: min_reference must be at least 1");
     if (!(max_update_ratio >= 0.0)) throw std::invalid_argument("diloco::screening_options: max_update_ratio must be >= 0");
+    if (!(update_floor >= 0.0 && std::isfinite(update_floor)))
+      throw std::invalid_argument("diloco::screening_options: update_floor must be finite and >= 0");
     if (max_tokens_per_step == 0)
       throw std::invalid_argument("diloco::screening_options: max_tokens_per_step must be at least 1");
   }

@@ -283,7 +283,7 @@ class syncer {
     }
     for (const auto& [id, l] : learners_) {
       if (l.live) earliest(l.last_seen + options_.heartbeat_timeout);
-      if (l.gone_since) earliest(*l.gone_since + forget_after);
+      if (l.gone_since && !in_open_round(id)) earliest(*l.gone_since + forget_after);
     }
     if (auto line = log_limit_.summary(clock::now(), [](std::size_t c) { return category_name(c); }); !line.empty())
       options_.log(line);
@@ -752,15 +752,20 @@ class syncer {
       ++metrics_.updates_sent;
   }
 
-  /// One more strike against learner `id`; quarantines it at the limit.
+  /// A strike against learner `id`: its count goes up by 2 (a clean
+  /// contribution takes 1 off), and at 2 × `quarantine_after` it is
+  /// quarantined — after `quarantine_after` bad contributions in a row, or
+  /// more than one in three over a longer stretch.
   void strike(std::uint32_t id, learner_entry& l) {
     const auto limit = options_.screening.quarantine_after;
-    if (limit == 0 || l.quarantined || ++l.strikes < limit) return;
+    if (limit == 0 || l.quarantined) return;
+    l.strikes += 2;
+    if (l.strikes < 2 * limit) return;
     l.quarantined = true;
     ++metrics_.quarantines;
     log(log_category::membership, [&] {
-      return "learner " + std::to_string(id) + "/" + std::to_string(l.incarnation) + " quarantined after " +
-             std::to_string(l.strikes) + " contributions in a row were clipped or refused; refused until it rejoins";
+      return "learner " + std::to_string(id) + "/" + std::to_string(l.incarnation) +
+             " quarantined: too many of its contributions were clipped or refused; refused until it rejoins";
     });
   }
 
@@ -916,13 +921,20 @@ class syncer {
     return std::min(1.0, in_round / expected);
   }
 
-  /// `clip_factor ×` the lower median of `values`, or infinity when there are
-  /// fewer than `min_reference` of them or clipping is off.
-  double clip_bound(std::vector<double>& values) const {
+  /// The lower median of `values` (`reference`) and `clip_factor ×` it
+  /// (`outlier`, beyond which a value is cut to the reference); no outlier
+  /// bound (infinity) with fewer than `min_reference` values, a zero median
+  /// or clipping off.
+  struct clip_rule {
+    double reference = std::numeric_limits<double>::infinity();
+    double outlier = std::numeric_limits<double>::infinity();
+  };
+  clip_rule clip_reference(std::vector<double>& values) const {
     const auto& s = options_.screening;
-    if (s.clip_factor == 0.0 || values.size() < s.min_reference) return std::numeric_limits<double>::infinity();
+    if (s.clip_factor == 0.0 || values.size() < s.min_reference) return {};
     const double median = detail::lower_median(values);
-    return median > 0.0 ? s.clip_factor * median : std::numeric_limits<double>::infinity();
+    if (!(median > 0.0)) return {};
+    return {median, s.clip_factor * median};
   }
 
   void close_round(std::uint32_t p, time_point now) {
@@ -935,44 +947,51 @@ class syncer {
 
     // References for clipping: the lower medians of the round's norms with
     // the fragment's recent ones, and of the live learners' expected weights.
+    // An outlier (beyond clip_factor × the median) is cut to the median
+    // itself, not to the outlier bound: a learner that overflows then weighs
+    // like a typical one, and nothing pushes harder than clip_factor × it.
     scratch_.assign(f.norms.values().begin(), f.norms.values().end());
     for (const auto& c : f.round) scratch_.push_back(c.norm);
-    const double norm_bound = clip_bound(scratch_);
+    const clip_rule norms = clip_reference(scratch_);
     scratch_.clear();
     for (const auto& [id, l] : learners_) {
       if (contributed(f, id)) continue;
       if (l.live && !std::isnan(l.expected_weight[p])) scratch_.push_back(l.expected_weight[p]);
     }
     for (const auto& c : f.round) scratch_.push_back(c.period_weight);
-    const double weight_cap = clip_bound(scratch_);
+    const clip_rule weights = clip_reference(scratch_);
+    const double weight_cap = std::isfinite(weights.outlier) ? weights.outlier : weights.reference;
 
     // The contributors' (capped) period weights; a regular (not final)
     // contribution also updates the learner's expected weight.
     std::map<std::uint32_t, double> present;
     bool any_clipped = false;
+    clipped_norms_.clear();
     for (auto& c : f.round) {
       auto& l = learners_.at(c.learner);
       bool clipped = false;
-      if (c.norm > norm_bound) {
-        const T factor = T(norm_bound / c.norm);
+      double norm = c.norm;
+      if (c.norm > norms.outlier) {
+        const T factor = T(norms.reference / c.norm);
         for (T& v : c.payload.template as<T>()) v *= factor;
+        norm = norms.reference;
         ++metrics_.contributions_clipped;
         clipped = true;
       }
-      if (c.weight > weight_cap || c.period_weight > weight_cap) {
-        c.weight = std::min(c.weight, weight_cap);
-        c.period_weight = std::min(c.period_weight, weight_cap);
+      if (c.weight > weights.outlier || c.period_weight > weights.outlier) {
+        c.weight = std::min(c.weight, weights.reference);
+        c.period_weight = std::min(c.period_weight, weights.reference);
         ++metrics_.weights_clipped;
         clipped = true;
       }
-      f.norms.add(std::min(c.norm, norm_bound));
+      clipped_norms_.push_back(norm);
       present[c.learner] = c.period_weight;
       if (!c.final) l.expected_weight[p] = c.period_weight;
       if (clipped) {
         any_clipped = true;
         strike(c.learner, l);
       } else {
-        l.strikes = 0;
+        l.strikes -= std::min<std::uint32_t>(l.strikes, 1);
       }
     }
     if (any_clipped)
@@ -989,6 +1008,7 @@ class syncer {
     const std::span<T> delta(delta_.data(), f.global.size());
     merge_.merge(std::span<const weighted_delta<T>>(in), plan_[p].slices(), delta, scale);
     if (auto why = apply_outer_step(p, delta)) return drop_round(p, *why, now);
+    for (const double norm : clipped_norms_) f.norms.add(norm);  // only what was published
 
     ++f.revision;
     ++metrics_.outer_updates;
@@ -1049,7 +1069,8 @@ class syncer {
         change += d * d;
         size += double(before[i]) * double(before[i]);
       }
-      if (std::sqrt(change) > ratio * std::sqrt(size)) why = drop_reason::update_too_large;
+      const double floor = options_.screening.update_floor * options_.screening.update_floor * double(global.size());
+      if (std::sqrt(change) > ratio * std::sqrt(std::max(size, floor))) why = drop_reason::update_too_large;
     }
     if (why) {
       std::copy(before.begin(), before.end(), global.begin());
@@ -1106,6 +1127,7 @@ class syncer {
   std::vector<T> delta_;
   std::vector<T> backup_;         ///< a fragment's values before its outer step
   std::vector<double> scratch_;   ///< medians
+  std::vector<double> clipped_norms_;  ///< a closing round's norms after clipping
   std::map<std::uint32_t, learner_entry> learners_;
   buffer_pool pool_;
   detail::ema step_time_;
