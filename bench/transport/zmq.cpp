@@ -47,7 +47,7 @@ class zmq_link final : public endpoint_link<diloco::zeromq::client, diloco::zero
     if (curve) {
       const auto syncer = diloco::zeromq::generate_keypair();
       const auto learner = diloco::zeromq::generate_keypair();
-      server_keys = diloco::zeromq::server_security{syncer, {learner.public_key}};
+      server_keys = diloco::zeromq::server_security{syncer, {{learner.public_key, diloco::zeromq::learner_ids::any()}}};
       client_keys = diloco::zeromq::client_security{learner, syncer.public_key};
     }
     syncer_.emplace(syncer_context_, address, zmq_options(o), server_keys);

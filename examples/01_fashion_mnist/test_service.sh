@@ -23,7 +23,7 @@ run() {  # name, syncer extra args, learner extra args
   pids+=("$syncer_pid")
   local learners=()
   for id in 0 1; do
-    timeout 300 "$fashion" --role learner --endpoint "$endpoint" --learners 2 --learner-id "$id" --steps 120 $largs \
+    timeout 300 "$fashion" --role learner --endpoint "$endpoint" --learners 2 --learner-id "$id" --steps 120 ${largs//\{id\}/$id} \
       > "$work/$name.learner$id.json" 2> "$work/$name.learner$id.log" &
     learners+=($!)
     pids+=($!)
@@ -51,8 +51,10 @@ PY
 }
 
 run plaintext "" ""
-(cd "$work" && "$keygen" syncer > /dev/null && "$keygen" learner > /dev/null) || { echo "FAIL keygen"; exit 1; }
-run curve "--curve-secret $work/syncer.key --allow $work/learner.pub" \
-          "--curve-secret $work/learner.key --curve-peer $work/syncer.pub"
+# A key per learner, each bound to its own learner id.
+(cd "$work" && "$keygen" syncer > /dev/null && "$keygen" learner0 --learners 0 > /dev/null &&
+ "$keygen" learner1 --learners 1 > /dev/null) || { echo "FAIL keygen"; exit 1; }
+run curve "--curve-secret $work/syncer.key --allow $work/learner0.pub --allow $work/learner1.pub" \
+          "--curve-secret $work/learner{id}.key --curve-peer $work/syncer.pub"
 grep -q '"curve_admitted":[1-9]' "$work/curve.json" || { echo "FAIL curve: no learner was admitted"; failures=$((failures + 1)); }
 exit $((failures > 0))

@@ -379,7 +379,7 @@ outcome serve(const settings& s, const split& test_set, Outer outer, Merge merge
   };
   std::optional<zeromq::server_security> security;
   if (!s.curve_secret.empty())
-    security = zeromq::server_security{zeromq::load_keypair(s.curve_secret), {zeromq::load_public_key(s.curve_peer)}};
+    security = zeromq::server_security{zeromq::load_keypair(s.curve_secret), zeromq::load_allow_list(s.curve_peer)};
   else if (!zeromq::is_local_endpoint(s.endpoint) && !s.insecure)
     throw std::invalid_argument("refusing to serve " + s.endpoint +
                                 " without CURVE keys (--curve-secret, --curve-peer); pass --insecure to do it anyway");

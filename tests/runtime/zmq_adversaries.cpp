@@ -153,6 +153,27 @@ message contribution_of(std::uint32_t learner, std::uint32_t incarnation, std::u
 /// A scripted client: one DEALER connection (the library's client) that may
 /// speak for several learner ids, sending hand-made messages and counting
 /// what comes back.
+/// CURVE keys for the runs that use it: the syncer's, the honest learner's
+/// (bound to `honest_id`) and an intruder's (bound to learner 9 only).
+struct curve_keys {
+  zeromq::curve_keypair syncer = zeromq::generate_keypair();
+  zeromq::curve_keypair honest = zeromq::generate_keypair();
+  zeromq::curve_keypair intruder = zeromq::generate_keypair();
+  static constexpr std::uint32_t intruder_id = 9;
+
+  zeromq::server_security server() const {
+    return {syncer,
+            {{honest.public_key, zeromq::learner_ids().add(honest_id, honest_id)},
+             {intruder.public_key, zeromq::learner_ids().add(intruder_id, intruder_id)}}};
+  }
+  zeromq::client_security client(const zeromq::curve_keypair& own) const { return {own, syncer.public_key}; }
+};
+
+const curve_keys& keys() {
+  static const curve_keys k;
+  return k;
+}
+
 struct peer {
   zeromq::client socket;
   std::map<std::uint32_t, std::uint64_t> sequences;  ///< per learner id
@@ -161,6 +182,8 @@ struct peer {
   std::array<std::uint64_t, reject_reason_count + 1> rejects{};
 
   peer(::zmq::context_t& c, const std::string& endpoint) : socket(c, endpoint, 0, 0, quick_close()) {}
+  peer(::zmq::context_t& c, const std::string& endpoint, const zeromq::client_security& security)
+      : socket(c, endpoint, 0, 0, quick_close(), security) {}
 
   message next(message_kind kind, std::uint32_t id, std::uint32_t incarnation) {
     return make(kind, id, incarnation, ++sequences[id]);
@@ -256,6 +279,7 @@ struct run_settings {
   std::chrono::nanoseconds bootstrap_patience = 300ms;  ///< the service's default is 10 s
   std::uint64_t leaves_expected = 1;      ///< leaves the syncer must see before it is stopped
   std::chrono::milliseconds step_pause = default_step_pause;
+  bool curve = false;                     ///< CURVE with `keys()`: each key speaks for its own learner id only
 };
 
 struct round_record {
@@ -343,7 +367,9 @@ class harness {
     {
       ::zmq::context_t context;
       context_ = &context;
-      zeromq::server server(context, "tcp://127.0.0.1:*", quick_close());
+      std::optional<zeromq::server_security> security;
+      if (settings_.curve) security = keys().server();
+      zeromq::server server(context, "tcp://127.0.0.1:*", quick_close(), security);
       endpoint_ = server.endpoint();
       std::jthread syncer_thread([&](std::stop_token stop) { serve(server, stop); });
       clockid_t syncer_clock{};
@@ -427,7 +453,9 @@ class harness {
   void train(std::stop_token stop) {
     model_type model(features, model_seed);
     toy::teacher<T> data(features, data_seed);
-    zeromq::client socket(*context_, endpoint_, honest_id, honest_incarnation);  // lingers: the leave goes out
+    std::optional<zeromq::client_security> security;
+    if (settings_.curve) security = keys().client(keys().honest);
+    zeromq::client socket(*context_, endpoint_, honest_id, honest_incarnation, {}, security);  // lingers: the leave goes out
     auto options = learner_options{.id = honest_id, .incarnation = honest_incarnation}.with(test_timeouts());
     options.join_timeout = 20s;
     honest_learner l(model, socket, options, inner::adamw<T>({.learning_rate = 0.02}));
@@ -960,6 +988,50 @@ BOOST_AUTO_TEST_CASE(takeover_without_curve_is_told_to_the_displaced_learner) {
   BOOST_TEST(usurper_welcomes == 1u);
   BOOST_TEST(usurper_updates >= 1u);
   BOOST_TEST(all_finite(o.global));
+}
+
+// Case 5 with CURVE. An intruder holds a key on the allow-list, bound to
+// learner 9 only. It joins as 9 (welcomed: it owns that id), then claims the
+// honest learner in every way (c) and (b) did without CURVE — a join of the
+// next incarnation, its current one, a contribution, a leave: every message
+// naming the honest learner is refused as `unauthorized`, none displaces it,
+// and the run is the clean one to the bit.
+BOOST_AUTO_TEST_CASE(with_curve_a_key_speaks_only_for_its_own_learners) {
+  harness h(run_settings{.curve = true});
+  std::uint64_t claims = 0, intruder_welcomes = 0;
+  const auto o = h.run([&](harness& x) {
+    x.start_learner();
+    BOOST_TEST_REQUIRE(harness::wait_until([&] { return x.honest_steps() >= 50; }, 20s));
+    x.attack_began();
+    peer intruder(x.context(), x.endpoint(), keys().client(keys().intruder));
+    BOOST_TEST_REQUIRE(intruder.send(intruder.join(curve_keys::intruder_id, 1)));
+    BOOST_TEST_REQUIRE(harness::wait_until([&] { intruder.read(); return intruder.welcomes >= 1; }, 5s));
+    const std::vector<T> small(features + 1, T(0.01));
+    const auto end = steady::now() + 30s;
+    for (int i = 0; x.honest_steps() < 400 && !x.honest_done() && steady::now() < end; ++i) {
+      BOOST_TEST_REQUIRE(intruder.send(intruder.join(honest_id, honest_incarnation + 1 + i)));
+      BOOST_TEST_REQUIRE(intruder.send(intruder.join(honest_id, honest_incarnation)));
+      BOOST_TEST_REQUIRE(intruder.send(contribution_of(honest_id, honest_incarnation, ++intruder.sequences[honest_id],
+                                                       intruder.revision, 160, 10, 1000, small)));
+      BOOST_TEST_REQUIRE(intruder.send(intruder.next(message_kind::leave, honest_id, honest_incarnation + 1 + i)));
+      claims += 4;
+      intruder.read();
+      std::this_thread::sleep_for(20ms);
+    }
+    x.attack_ended();
+    intruder.read();
+    intruder_welcomes = intruder.welcomes;
+  });
+  report("impersonation with CURVE", o);
+  BOOST_TEST_MESSAGE("  " << claims << " messages claiming the honest learner, "
+                          << o.metrics.rejected_for(reject_reason::unauthorized) << " refused unauthorized");
+  check_served(o, 10);
+  check_costs(o);
+  check_unchanged(o);
+  BOOST_TEST(claims > 0u);
+  BOOST_TEST(o.metrics.rejected_for(reject_reason::unauthorized) == claims);
+  BOOST_TEST(o.metrics.rejoins == 0u);
+  BOOST_TEST(intruder_welcomes == 1u);  // as itself, learner 9
 }
 
 // Case 6. A stranger sends 30 000 messages while the honest learner trains:

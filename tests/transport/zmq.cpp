@@ -334,7 +334,7 @@ BOOST_AUTO_TEST_CASE(curve_admits_allowed_learners_only) {
   const auto syncer_keys = zeromq::generate_keypair();
   const auto allowed_keys = zeromq::generate_keypair();
   const auto stranger_keys = zeromq::generate_keypair();
-  zeromq::server server(context, "tcp://127.0.0.1:*", {}, zeromq::server_security{syncer_keys, {allowed_keys.public_key}});
+  zeromq::server server(context, "tcp://127.0.0.1:*", {}, zeromq::server_security{syncer_keys, {{allowed_keys.public_key, zeromq::learner_ids::any()}}});
 
   zeromq::client allowed(context, server.endpoint(), 1, 1, {}, zeromq::client_security{allowed_keys, syncer_keys.public_key});
   send_within(allowed, syncer_peer, join_of(1));

@@ -66,7 +66,9 @@ and, when it stops, prints its counters as one JSON line.
   --layout FILE             accept only this layout: lines "name size [dense|embedding]"
   --learners N              stop once N learners have left and none is live (0: until SIGINT/SIGTERM)
   --curve-secret FILE       the syncer's CURVE key pair (diloco_keygen); needs --allow
-  --allow FILE              learners' public keys, one "public-key = ..." per file line
+  --allow FILE              learners' public keys (repeatable): each "public-key = KEY" line followed
+                            by "learners = IDS", the learner ids that key may speak for ("0-3,7",
+                            or "*" for any); diloco_keygen NAME --learners IDS writes such a file
   --insecure                allow binding a non-loopback address without CURVE
   --save FILE               write the final global parameters (raw little-endian f32)
   --metrics FILE            also write the final counters (the JSON line) to FILE
@@ -105,7 +107,8 @@ struct settings {
   double outer_lr = 0.7, outer_momentum = 0.9;
   std::uint32_t delay = 4;
   std::string merge = "tokens";
-  std::string layout_file, curve_secret, allow_file, save_file, metrics_file, checkpoint_dir, trace_file;
+  std::string layout_file, curve_secret, save_file, metrics_file, checkpoint_dir, trace_file;
+  std::vector<std::string> allow_files;
   double durability_seconds = 0;  ///< 0: before every published update
   std::uint64_t learners = 0;
   bool insecure = false, quiet = false;
@@ -154,7 +157,7 @@ settings parse(int argc, char** argv) {
     else if (opt == "--layout") s.layout_file = v;
     else if (opt == "--learners") s.learners = number<std::uint64_t>(opt, v);
     else if (opt == "--curve-secret") s.curve_secret = v;
-    else if (opt == "--allow") s.allow_file = v;
+    else if (opt == "--allow") s.allow_files.push_back(v);
     else if (opt == "--save") s.save_file = v;
     else if (opt == "--metrics") s.metrics_file = v;
     else if (opt == "--checkpoint-dir") s.checkpoint_dir = v;
@@ -167,7 +170,7 @@ settings parse(int argc, char** argv) {
     throw usage_error("unknown outer optimizer '" + s.outer + "' (nesterov, sgd, delayed-nesterov or adamw)");
   if (s.merge != "tokens" && s.merge != "average" && s.merge != "rda")
     throw usage_error("unknown merge rule '" + s.merge + "' (tokens, average or rda)");
-  if (s.curve_secret.empty() != s.allow_file.empty())
+  if (s.curve_secret.empty() != s.allow_files.empty())
     throw usage_error("--curve-secret and --allow go together");
   if (!(s.durability_seconds >= 0)) throw usage_error("--durability takes 'update' or a number of seconds");
   return s;
@@ -399,7 +402,12 @@ int main(int argc, char** argv) {
     std::optional<diloco::zeromq::server_security> security;
     if (!s.curve_secret.empty()) {
       security = diloco::zeromq::server_security{diloco::zeromq::load_keypair(s.curve_secret), {}};
-      security->allowed.push_back(diloco::zeromq::load_public_key(s.allow_file));
+      for (const auto& file : s.allow_files)
+        for (auto& entry : diloco::zeromq::load_allow_list(file)) {
+          log("CURVE: key " + entry.public_key.substr(0, 8) + "... from " + file + " may speak for learners " +
+              entry.learners.to_string());
+          security->allowed.push_back(std::move(entry));
+        }
       log("CURVE on: " + std::to_string(security->allowed.size()) + " learner key(s) allowed");
     } else if (!diloco::zeromq::is_local_endpoint(s.endpoint) && !s.insecure) {
       throw usage_error("refusing to bind " + s.endpoint +

@@ -472,12 +472,6 @@ struct allowed_key {
   learner_ids learners;
 
   allowed_key(std::string key, learner_ids ids) : public_key(std::move(key)), learners(std::move(ids)) {}
-
-  /// Transitional, for callers written before keys were bound to learner
-  /// ids: the key may speak for any learner, as every key could then. To be
-  /// removed once diloco_syncer, the fashion_mnist example and
-  /// bench/transport use `load_allow_list` or the constructor above.
-  allowed_key(std::string key) : public_key(std::move(key)), learners(learner_ids::any()) {}
 };
 
 /// Reads an allow-list: one or more entries, each a line
