@@ -488,12 +488,19 @@ class Learner:
 
     def on_reject(self, header):
         reason = REASONS[header["reason"]] if header["reason"] < len(REASONS) else "reason %d" % header["reason"]
-        if header["answers"] not in self.outstanding:
-            # Not about a contribution (protocol.md, "Identity refusals"): a
-            # notice that another connection claimed this learner, or a
-            # refusal of a join or heartbeat; this client only reports it.
-            log("message %d refused: %s" % (header["answers"], reason))
+        if reason in ("unknown_learner", "wrong_peer", "dead_incarnation", "peer_conflict", "quarantined"):
+            # A refusal of who this learner is (protocol.md, "Validation"):
+            # act as the table there says.
             self.stats["notices"] = self.stats.get("notices", 0) + 1
+            log("message %d refused: %s" % (header["answers"], reason))
+            if reason in ("unknown_learner", "wrong_peer") and self.welcomed:
+                self.send_join()  # forgotten, or our connection changed
+            elif reason == "dead_incarnation" and not self.welcomed and header["revision"] >= self.incarnation:
+                self.incarnation = header["revision"] + 1  # a restart that did not know its incarnation
+                log("taking incarnation %d" % self.incarnation)
+                self.send_join()
+            elif reason in ("dead_incarnation", "quarantined"):
+                raise SystemExit("learner %d: %s by the syncer; stopping" % (self.learner_id, reason))
             return
         self.stats["rejects"] += 1
         self.stats["reject_reasons"][reason] = self.stats["reject_reasons"].get(reason, 0) + 1
