@@ -22,6 +22,36 @@ using learner_type = learner<model_type, inner::adamw<T>, inproc::endpoint>;
 
 training_config config() { return {.fragments = 2, .sync_period = 4, .overlap = 1, .mixing = 0.0, .lock_step = false}; }
 
+message join_message(std::uint32_t id, std::uint64_t fingerprint, std::uint64_t elements) {
+  message m;
+  m.header.kind = message_kind::join;
+  m.header.learner = id;
+  m.header.incarnation = 1;
+  m.header.layout = fingerprint;
+  m.header.element_count = elements;
+  return m;
+}
+
+message layout_message(std::uint32_t id, const parameter_layout& l) {
+  message m;
+  m.header.kind = message_kind::layout;
+  m.header.codec = codec_id::bytes;
+  m.header.learner = id;
+  m.header.incarnation = 1;
+  const auto bytes = wire::encode_layout(l);
+  m.header.element_count = bytes.size();
+  m.payload = byte_buffer(bytes.size());
+  std::copy(bytes.begin(), bytes.end(), m.payload.data());
+  return m;
+}
+
+/// Requests for the model (`state_wanted` welcomes) waiting at `e`.
+std::size_t state_requests(inproc::endpoint& e) {
+  std::size_t n = 0;
+  while (auto m = e.try_receive()) n += (m->msg.header.flags & state_wanted) != 0;
+  return n;
+}
+
 }  // namespace
 
 BOOST_AUTO_TEST_SUITE(runtime_bootstrap)
@@ -84,27 +114,7 @@ BOOST_AUTO_TEST_CASE(only_the_chosen_learner_may_provide_it_and_only_if_it_is_we
   auto deliver = [&] {
     while (auto e = service.try_receive()) boot.handle(std::move(*e), now);
   };
-  auto join = [&](std::uint32_t id, std::uint64_t layout) {
-    message m;
-    m.header.kind = message_kind::join;
-    m.header.learner = id;
-    m.header.incarnation = 1;
-    m.header.layout = layout;
-    m.header.element_count = model.layout().size();
-    return m;
-  };
-  auto layout_message = [&](std::uint32_t id, const parameter_layout& l) {
-    message m;
-    m.header.kind = message_kind::layout;
-    m.header.codec = codec_id::bytes;
-    m.header.learner = id;
-    m.header.incarnation = 1;
-    const auto bytes = wire::encode_layout(l);
-    m.header.element_count = bytes.size();
-    m.payload = byte_buffer(bytes.size());
-    std::copy(bytes.begin(), bytes.end(), m.payload.data());
-    return m;
-  };
+  auto join = [&](std::uint32_t id, std::uint64_t layout) { return join_message(id, layout, model.layout().size()); };
 
   auto stranger = join(2, expected.fingerprint() ^ 1);  // another model
   (void)other.try_send(syncer_peer, stranger);
@@ -156,27 +166,8 @@ BOOST_AUTO_TEST_CASE(a_poisoned_initial_state_is_refused_and_its_sender_not_aske
     while (auto e = service.try_receive()) boot.handle(std::move(*e), now);
   };
   auto send = [&](inproc::endpoint& from, message m) { BOOST_TEST_REQUIRE(!from.try_send(syncer_peer, m)); };
-  auto join = [&](std::uint32_t id) {
-    message m;
-    m.header.kind = message_kind::join;
-    m.header.learner = id;
-    m.header.incarnation = 1;
-    m.header.layout = layout.fingerprint();
-    m.header.element_count = layout.size();
-    return m;
-  };
-  auto layout_of = [&](std::uint32_t id) {
-    message m;
-    m.header.kind = message_kind::layout;
-    m.header.codec = codec_id::bytes;
-    m.header.learner = id;
-    m.header.incarnation = 1;
-    const auto bytes = wire::encode_layout(layout);
-    m.header.element_count = bytes.size();
-    m.payload = byte_buffer(bytes.size());
-    std::copy(bytes.begin(), bytes.end(), m.payload.data());
-    return m;
-  };
+  auto join = [&](std::uint32_t id) { return join_message(id, layout.fingerprint(), layout.size()); };
+  auto layout_of = [&](std::uint32_t id) { return layout_message(id, layout); };
   auto state = [&](std::uint32_t id, T fill, T poison) {
     message m;
     m.header.kind = message_kind::state;
@@ -190,11 +181,7 @@ BOOST_AUTO_TEST_CASE(a_poisoned_initial_state_is_refused_and_its_sender_not_aske
     v[3] = poison;
     return m;
   };
-  auto asked = [](inproc::endpoint& e) {
-    std::size_t n = 0;
-    while (auto m = e.try_receive()) n += (m->msg.header.flags & state_wanted) != 0;
-    return n;
-  };
+  const auto asked = state_requests;
 
   send(poisoner, join(1));  // the first to join is asked for the model
   deliver();
@@ -230,20 +217,11 @@ BOOST_AUTO_TEST_CASE(a_silent_source_gives_way_to_a_learner_that_waits) {
   bootstrap<T, inproc::endpoint> boot(service, config(), std::nullopt, 10s);
   time_point now{};
   auto join = [&](inproc::endpoint& from, std::uint32_t id) {
-    message m;
-    m.header.kind = message_kind::join;
-    m.header.learner = id;
-    m.header.incarnation = 1;
-    m.header.layout = layout.fingerprint();
-    m.header.element_count = layout.size();
+    message m = join_message(id, layout.fingerprint(), layout.size());
     BOOST_TEST_REQUIRE(!from.try_send(syncer_peer, m));
     while (auto e = service.try_receive()) boot.handle(std::move(*e), now);
   };
-  auto asked = [](inproc::endpoint& e) {
-    std::size_t n = 0;
-    while (auto m = e.try_receive()) n += (m->msg.header.flags & state_wanted) != 0;
-    return n;
-  };
+  const auto asked = state_requests;
   join(silent, 1);
   join(honest, 2);
   BOOST_TEST(asked(silent) == 1u);

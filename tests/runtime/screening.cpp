@@ -199,11 +199,7 @@ BOOST_FIXTURE_TEST_CASE(learners_that_left_fade_out_of_partial_rounds, fixture) 
   join_all(s, 4);
   contribute_zero_once(s, 4);
   for (std::uint32_t i : {2u, 3u}) {
-    message m;
-    m.header.kind = message_kind::leave;
-    m.header.learner = i;
-    m.header.incarnation = 1;
-    send(i, std::move(m));
+    send(i, leave(i));
   }
   deliver(s);
   now += 10s;
@@ -237,11 +233,7 @@ BOOST_FIXTURE_TEST_CASE(departed_learners_free_their_places, fixture) {
   test_syncer s(layout, initial, syncer_end, o);
   join_all(s, 3);
   for (std::uint32_t i = 0; i < 3; ++i) {
-    message m;
-    m.header.kind = message_kind::leave;
-    m.header.learner = i;
-    m.header.incarnation = 1;
-    send(i, std::move(m));
+    send(i, leave(i));
     deliver(s);
     now += 1s;
   }

@@ -116,11 +116,7 @@ BOOST_FIXTURE_TEST_CASE(partial_rounds_are_scaled_by_the_expected_weight_of_all_
     join_all(s, 4);
     contribute_zero_once(s, 4);
     for (std::uint32_t i : {2u, 3u}) {
-      message m;
-      m.header.kind = message_kind::leave;
-      m.header.learner = i;
-      m.header.incarnation = 1;
-      send(i, std::move(m));
+      send(i, leave(i));
     }
     deliver(s);
     send(0, contribution(0, {4, 4, 4, 4, 4, 4}, 4));
@@ -327,11 +323,7 @@ BOOST_FIXTURE_TEST_CASE(a_leave_closes_the_round_it_was_blocking, fixture) {
   send(0, contribution(0, {2, 2, 2, 2, 2, 2}));
   deliver(s);
   BOOST_TEST(s.revision(0) == 0u);
-  message leave;
-  leave.header.kind = message_kind::leave;
-  leave.header.learner = 1;
-  leave.header.incarnation = 1;
-  send(1, std::move(leave));
+  send(1, leave(1));
   deliver(s);
   BOOST_TEST(s.revision(0) == 1u);
 }

@@ -94,6 +94,14 @@ struct fixture {
     return m;
   }
 
+  static message leave(std::uint32_t id, std::uint32_t incarnation = 1) {
+    message m;
+    m.header.kind = message_kind::leave;
+    m.header.learner = id;
+    m.header.incarnation = incarnation;
+    return m;
+  }
+
   message heartbeat(std::uint32_t id, std::chrono::nanoseconds step_time = 0ns) {
     message m;
     m.header.kind = message_kind::heartbeat;
