@@ -267,6 +267,14 @@ BOOST_FIXTURE_TEST_CASE(a_learner_that_joins_again_from_a_new_peer_moves_there, 
   ends[0]->close();  // its old connection is gone
   send(3, join(0));  // learner 0, same incarnation, from endpoint 3 (a TCP reconnect)
   deliver(s);
+  // Gone is confirmed by a second failed send at least 100 ms later: the
+  // learner's next join retry (one second later) moves it.
+  BOOST_TEST(s.metrics().reconnects == 0u);
+  BOOST_TEST(s.metrics().rejected_for(reject_reason::peer_conflict) == 1u);
+  inbox(3);
+  now += 1s;
+  send(3, join(0));
+  deliver(s);
   BOOST_TEST(s.metrics().reconnects == 1u);
   const auto again = inbox(3);  // welcomed again there, with the full state
   BOOST_TEST_REQUIRE(again.size() == 2u);

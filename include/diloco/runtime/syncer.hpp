@@ -488,6 +488,7 @@ class syncer {
     std::uint32_t strikes = 0;  ///< consecutive contributions clipped or refused for their content
     time_point last_seen{};
     std::optional<time_point> gone_since;  ///< when it left or was declared dead
+    std::optional<time_point> unreachable_since;  ///< a send to its connection failed (a claim is pending)
     /// Per fragment: the weight a full period (H steps) of this learner's work
     /// would have, at the tokens per step of its last regular contribution;
     /// NaN until then.
@@ -519,6 +520,10 @@ class syncer {
     std::map<std::tuple<std::uint32_t, std::uint32_t, std::uint64_t>, std::uint64_t> seen;
     detail::value_ring norms;  ///< recent accepted (clipped) outer-gradient norms
   };
+
+  /// How long a learner's connection must stay unreachable before a second
+  /// connection may take its place.
+  static constexpr std::chrono::milliseconds confirm_gone{100};
 
   /// Log lines are rate-limited per category: one per refusal reason, then these.
   enum class log_category : std::size_t { liveness = reject_reason_count, membership, rounds, undecodable, count_ };
@@ -678,8 +683,18 @@ class syncer {
         // A second connection for a live learner. The learner's own reconnect
         // (its old connection is gone) takes over; anyone else is refused and
         // the learner on the first connection is told, until that one is
-        // gone or declared dead.
-        if (transport_reachable(l.peer, h)) return reject_sender(reject_reason::peer_conflict, from, h);
+        // gone or declared dead. "Gone" takes two failed sends at least
+        // `confirm_gone` apart: libzmq can refuse one send to a live
+        // connection whose queue is just draining (EHOSTUNREACH); the learner
+        // retries its join every `join_retry` anyway.
+        if (transport_reachable(l.peer, h)) {
+          l.unreachable_since.reset();
+          return reject_sender(reject_reason::peer_conflict, from, h);
+        }
+        if (!l.unreachable_since || now - *l.unreachable_since < confirm_gone) {
+          if (!l.unreachable_since) l.unreachable_since = now;
+          return reject_sender(reject_reason::peer_conflict, from, h);
+        }
         ++metrics_.reconnects;
         log(log_category::membership,
             [&] { return "learner " + std::to_string(h.learner) + " reconnected from a new peer"; });
@@ -700,6 +715,7 @@ class syncer {
     auto& l = it->second;
     l.peer = from;
     l.bound = true;
+    l.unreachable_since.reset();
     l.incarnation = h.incarnation;
     l.left = false;
     l.live = true;
