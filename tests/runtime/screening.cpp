@@ -272,6 +272,31 @@ BOOST_FIXTURE_TEST_CASE(an_old_incarnation_is_told_which_one_is_current, fixture
   BOOST_TEST(told[0].header.revision == 3u);     // the current incarnation
 }
 
+BOOST_FIXTURE_TEST_CASE(an_absurd_step_time_cannot_stretch_departures_for_ever, fixture) {
+  // Learners report their step times; one reports 2^62 ns (146 years). The
+  // period used for fading departed learners is held at 1 h at most, so a
+  // learner that left is forgotten after 10 half-lives of 20 periods: 200 h
+  // (found by the fuzzer as an overflow of the deadline's arithmetic).
+  test_syncer s(layout, initial, syncer_end, options(1));
+  join_all(s, 2);
+  send(0, heartbeat(0, std::chrono::nanoseconds(std::int64_t{1} << 62)));
+  send(1, leave(1));
+  deliver(s);
+  const auto next = s.poll(now);
+  BOOST_TEST_REQUIRE(next.has_value());
+  BOOST_TEST(std::chrono::duration<double>(*next - now).count() <= 10.0);  // learner 0's heartbeat deadline
+  now += std::chrono::hours(199);
+  send(0, heartbeat(0));
+  deliver(s);
+  s.poll(now);
+  BOOST_TEST(s.known_learners() == 2u);
+  now += std::chrono::hours(2);
+  send(0, heartbeat(0));
+  deliver(s);
+  s.poll(now);
+  BOOST_TEST(s.known_learners() == 1u);
+}
+
 BOOST_FIXTURE_TEST_CASE(initial_parameters_must_be_finite, fixture) {
   auto poisoned = initial;
   poisoned[4] = std::numeric_limits<double>::quiet_NaN();

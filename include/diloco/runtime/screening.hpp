@@ -22,12 +22,16 @@ namespace diloco {
 ///
 /// Per round, before merging (norm clipping, after Sun et al. 2019, "Can you
 /// really backdoor federated learning?", arXiv 1911.07963, with a reference
-/// taken from the data instead of a fixed bound): a contribution whose L2 norm
-/// exceeds `clip_factor ×` the reference norm is an outlier and is scaled
-/// down to the reference norm itself, and a merge weight beyond `clip_factor
-/// ×` the reference weight is cut to the reference weight. The reference norm
-/// is the lower median of the round's norms together with the fragment's last
-/// `history` published (clipped) norms; the reference weight is the lower
+/// taken from the data instead of a fixed bound): a contribution's **pace**
+/// is its L2 norm per `min(steps, H)^(3/4)` — between the `∝ steps` growth of
+/// a consistent gradient and the `∝ √steps` of noise, so that a contribution
+/// cut short after a few steps by an adoption is not an outlier against full
+/// periods (nor they against it). A contribution whose pace exceeds
+/// `clip_factor ×` the reference pace is an outlier and is scaled down to the
+/// reference pace itself, and a merge weight beyond `clip_factor ×` the
+/// reference weight is cut to the reference weight. The reference pace is the
+/// lower median of the round's paces together with the fragment's last
+/// `history` published (clipped) ones; the reference weight is the lower
 /// median of the live learners' expected weights. With fewer than
 /// `min_reference` values there is no reference and nothing is clipped.
 /// Cutting an outlier to the median rather than to the bound means a learner
@@ -92,10 +96,10 @@ struct membership_options {
   double forget_after = 10.0;
 
   void check() const {
-    if (!(absent_half_life > 0.0 && std::isfinite(absent_half_life)))
-      throw std::invalid_argument("diloco::membership_options: absent_half_life must be a positive number of periods");
-    if (!(forget_after > 0.0 && std::isfinite(forget_after)))
-      throw std::invalid_argument("diloco::membership_options: forget_after must be a positive number of half-lives");
+    if (!(absent_half_life > 0.0 && absent_half_life <= 1e4))
+      throw std::invalid_argument("diloco::membership_options: absent_half_life must be in (0, 10000] periods");
+    if (!(forget_after > 0.0 && forget_after <= 64.0))
+      throw std::invalid_argument("diloco::membership_options: forget_after must be in (0, 64] half-lives");
   }
 };
 

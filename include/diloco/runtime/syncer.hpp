@@ -190,7 +190,7 @@ class syncer {
     for (std::uint32_t p = 0; p < c.fragments; ++p) {
       fragments_[p].global.resize(plan_[p].size());
       plan_.gather<T>(p, initial, fragments_[p].global);
-      fragments_[p].norms = detail::value_ring(options_.screening.history);
+      fragments_[p].paces = detail::value_ring(options_.screening.history);
     }
     std::size_t largest = 0;
     for (const auto& f : plan_.fragments()) largest = std::max(largest, f.size());
@@ -503,6 +503,7 @@ class syncer {
     double weight;         ///< the merge weight of this contribution's own work
     double period_weight;  ///< the weight of a full period at its tokens per step
     double norm;           ///< ‖Δ‖₂ as it arrived
+    double pace;           ///< `norm` per step^(3/4) of its work (steps capped at H): what clipping compares
     bool final;
     time_point arrived;
     byte_buffer payload;
@@ -518,7 +519,7 @@ class syncer {
     /// Idempotency keys (learner, incarnation, base revision) not yet stale,
     /// with the sequence number of the contribution accepted under each.
     std::map<std::tuple<std::uint32_t, std::uint32_t, std::uint64_t>, std::uint64_t> seen;
-    detail::value_ring norms;  ///< recent accepted (clipped) outer-gradient norms
+    detail::value_ring paces;  ///< recent published (clipped) paces: outer-gradient norms per step^(3/4)
   };
 
   /// How long a learner's connection must stay unreachable before a second
@@ -791,6 +792,15 @@ class syncer {
     strike(h.learner, l);
   }
 
+  /// How an outer gradient's norm grows with the steps behind it: between
+  /// `steps` (a consistent gradient) and `√steps` (noise), so `steps^(3/4)`,
+  /// with steps capped at H (claiming more buys nothing). Comparing norms
+  /// per this, a contribution cut short by an adoption after a few steps is
+  /// no outlier against full periods, nor they against it.
+  double work_scale(std::uint64_t steps) const {
+    return std::pow(double(std::min<std::uint64_t>(steps, options_.training.sync_period)), 0.75);
+  }
+
   void on_contribution(std::uint32_t id, message&& m, time_point now) {
     const auto& h = m.header;
     auto& l = learners_.at(id);
@@ -845,8 +855,9 @@ class syncer {
     send_ack(l, h);
     ++metrics_.contributions_pending;
     if (f.round.empty()) f.opened = now;
-    f.round.push_back(contribution_entry{id, h.incarnation, h.sequence, h.base_revision, weight, period_weight,
-                                         std::sqrt(squared), (h.flags & final_contribution) != 0, now,
+    const double norm = std::sqrt(squared);
+    f.round.push_back(contribution_entry{id, h.incarnation, h.sequence, h.base_revision, weight, period_weight, norm,
+                                         norm / work_scale(h.steps), (h.flags & final_contribution) != 0, now,
                                          std::move(m.payload)});
     advance_round(h.fragment, now);
   }
@@ -885,12 +896,13 @@ class syncer {
   }
 
   /// `membership.absent_half_life` periods of H steps at ξ_step (one
-  /// heartbeat timeout per period while no step time is known).
+  /// heartbeat timeout per period while no step time is known). Step times
+  /// are what learners report, so the period is held within [1 ms, 1 h].
   std::chrono::duration<double> half_life() const {
-    const std::chrono::duration<double> period =
-        step_time_.known() ? std::chrono::duration<double>(1e-9 * step_time_.value() * options_.training.sync_period)
-                           : std::chrono::duration<double>(options_.heartbeat_timeout);
-    return period * options_.membership.absent_half_life;
+    const double period = step_time_.known()
+                              ? 1e-9 * step_time_.value() * options_.training.sync_period
+                              : std::chrono::duration<double>(options_.heartbeat_timeout).count();
+    return std::chrono::duration<double>(std::clamp(period, 1e-3, 3600.0) * options_.membership.absent_half_life);
   }
 
   /// How much an absent learner still counts: 1 while live, halving every
@@ -961,14 +973,14 @@ class syncer {
       return std::tie(a.learner, a.sequence) < std::tie(b.learner, b.sequence);
     });
 
-    // References for clipping: the lower medians of the round's norms with
+    // References for clipping: the lower medians of the round's paces with
     // the fragment's recent ones, and of the live learners' expected weights.
     // An outlier (beyond clip_factor × the median) is cut to the median
     // itself, not to the outlier bound: a learner that overflows then weighs
     // like a typical one, and nothing pushes harder than clip_factor × it.
-    scratch_.assign(f.norms.values().begin(), f.norms.values().end());
-    for (const auto& c : f.round) scratch_.push_back(c.norm);
-    const clip_rule norms = clip_reference(scratch_);
+    scratch_.assign(f.paces.values().begin(), f.paces.values().end());
+    for (const auto& c : f.round) scratch_.push_back(c.pace);
+    const clip_rule paces = clip_reference(scratch_);
     scratch_.clear();
     for (const auto& [id, l] : learners_) {
       if (contributed(f, id)) continue;
@@ -982,15 +994,15 @@ class syncer {
     // contribution also updates the learner's expected weight.
     std::map<std::uint32_t, double> present;
     bool any_clipped = false;
-    clipped_norms_.clear();
+    clipped_paces_.clear();
     for (auto& c : f.round) {
       auto& l = learners_.at(c.learner);
       bool clipped = false;
-      double norm = c.norm;
-      if (c.norm > norms.outlier) {
-        const T factor = T(norms.reference / c.norm);
+      double pace = c.pace;
+      if (c.pace > paces.outlier) {
+        const T factor = T(paces.reference / c.pace);
         for (T& v : c.payload.template as<T>()) v *= factor;
-        norm = norms.reference;
+        pace = paces.reference;
         ++metrics_.contributions_clipped;
         clipped = true;
       }
@@ -1000,7 +1012,7 @@ class syncer {
         ++metrics_.weights_clipped;
         clipped = true;
       }
-      clipped_norms_.push_back(norm);
+      clipped_paces_.push_back(pace);
       present[c.learner] = c.period_weight;
       if (!c.final) l.expected_weight[p] = c.period_weight;
       if (clipped) {
@@ -1024,7 +1036,7 @@ class syncer {
     const std::span<T> delta(delta_.data(), f.global.size());
     merge_.merge(std::span<const weighted_delta<T>>(in), plan_[p].slices(), delta, scale);
     if (auto why = apply_outer_step(p, delta)) return drop_round(p, *why, now);
-    for (const double norm : clipped_norms_) f.norms.add(norm);  // only what was published
+    for (const double pace : clipped_paces_) f.paces.add(pace);  // only what was published
 
     ++f.revision;
     ++metrics_.outer_updates;
@@ -1143,7 +1155,7 @@ class syncer {
   std::vector<T> delta_;
   std::vector<T> backup_;         ///< a fragment's values before its outer step
   std::vector<double> scratch_;   ///< medians
-  std::vector<double> clipped_norms_;  ///< a closing round's norms after clipping
+  std::vector<double> clipped_paces_;  ///< a closing round's paces after clipping
   std::map<std::uint32_t, learner_entry> learners_;
   buffer_pool pool_;
   detail::ema step_time_;
