@@ -20,7 +20,7 @@
 
 #include <diloco/diloco.hpp>
 #include <diloco/metrics/trace.hpp>
-#include <diloco/transport/zmq.hpp>
+#include <diloco/transport/zeromq.hpp>
 
 #include "idx.hpp"
 #include "mlp.hpp"

@@ -31,11 +31,11 @@
 #include "diloco/merge/robust.hpp"
 
 #include "diloco/transport/inproc.hpp"
-#include "diloco/transport/simulated.hpp"
+#include "diloco/sim/network.hpp"
 
 #include "diloco/metrics/counters.hpp"
 #include "diloco/runtime/bootstrap.hpp"
 #include "diloco/runtime/learner.hpp"
 #include "diloco/runtime/presets.hpp"
-#include "diloco/runtime/simulation.hpp"
+#include "diloco/sim/run.hpp"
 #include "diloco/runtime/syncer.hpp"

@@ -9,7 +9,7 @@
 #include <stdexcept>
 #include <string>
 
-#include <diloco/transport/zmq.hpp>
+#include <diloco/transport/zeromq.hpp>
 
 namespace {
 

@@ -21,7 +21,7 @@
 #include <diloco/diloco.hpp>
 #include <diloco/metrics/trace.hpp>
 #include <diloco/runtime/checkpoint.hpp>
-#include <diloco/transport/zmq.hpp>
+#include <diloco/transport/zeromq.hpp>
 
 #include "log_sink.hpp"
 

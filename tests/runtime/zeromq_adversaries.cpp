@@ -1,4 +1,4 @@
-// ctest-labels: zmq slow
+// ctest-labels: zeromq slow
 // ctest-timeout: 300
 // One bad peer against a syncer over real ZeroMQ TCP loopback sockets, while
 // an honest learner — the real `diloco::learner` on the toy linear
@@ -43,7 +43,7 @@
 
 #include <diloco/diloco.hpp>
 #include <diloco/runtime/bootstrap.hpp>
-#include <diloco/transport/zmq.hpp>
+#include <diloco/transport/zeromq.hpp>
 
 #include "support/toy_model.hpp"
 
@@ -611,7 +611,7 @@ std::map<std::string, std::size_t> log_categories(const std::vector<std::string>
 /// Bad contributions in a row before a learner is quarantined (the default).
 const std::uint64_t quarantine_after = screening_options{}.quarantine_after;
 
-BOOST_AUTO_TEST_SUITE(runtime_zmq_adversaries)
+BOOST_AUTO_TEST_SUITE(runtime_zeromq_adversaries)
 
 // The reference for every case. Lock-step with τ = 0 makes the honest run
 // independent of timing: two clean runs end with the same parameters to the

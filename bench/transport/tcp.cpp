@@ -1,7 +1,7 @@
 // diloco::tcp (standalone Asio): a server and a client on 127.0.0.1, each with
 // its own I/O thread. Headers and payloads are written with one gathered
 // write from where they are; payloads are read straight into pooled buffers.
-#include <diloco/transport/asio.hpp>
+#include <diloco/transport/tcp.hpp>
 
 #include "endpoint_link.hpp"
 

@@ -1,4 +1,4 @@
-// ctest-labels: unit zmq
+// ctest-labels: unit zeromq
 // A syncer over real ZeroMQ TCP sockets under attack: truncated frames, a
 // wrong magic, a wrong version, a bad checksum, an oversized element count,
 // an unknown learner, a replayed contribution and one from a dead
@@ -13,7 +13,7 @@
 #include <vector>
 
 #include <diloco/diloco.hpp>
-#include <diloco/transport/zmq.hpp>
+#include <diloco/transport/zeromq.hpp>
 
 namespace {
 
@@ -171,7 +171,7 @@ outcome run(bool attack) {
 
 }  // namespace
 
-BOOST_AUTO_TEST_SUITE(runtime_zmq_hostile)
+BOOST_AUTO_TEST_SUITE(runtime_zeromq_hostile)
 
 BOOST_AUTO_TEST_CASE(bad_messages_are_refused_for_their_own_reasons_and_change_nothing) {
   const auto clean = run(false);

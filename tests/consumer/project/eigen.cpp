@@ -1,6 +1,7 @@
-// A program that uses diloco the way a downstream project does: the umbrella
-// header, the Eigen adapter, a layout, a fragment plan and one outer Nesterov
-// step, checked against values computed by hand. Exits non-zero on a mismatch.
+// A program that uses diloco the way a downstream project with an Eigen model
+// does: the umbrella header and the Eigen adapter (component `eigen`), a
+// layout, a fragment plan and one outer Nesterov step, checked against values
+// computed by hand. Exits non-zero on a mismatch.
 #include <diloco/adapters/eigen.hpp>
 #include <diloco/diloco.hpp>
 

@@ -1,6 +1,6 @@
 // A simulated network with a virtual clock: per-link latency, bandwidth,
 // jitter and seeded loss, so a multi-learner run is deterministic and
-// reproducible in a unit test. `sim::run` (runtime/simulation.hpp) drives it.
+// reproducible in a unit test. `sim::run` (sim/run.hpp) drives it.
 #pragma once
 
 #include <chrono>

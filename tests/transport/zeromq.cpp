@@ -1,4 +1,4 @@
-// ctest-labels: unit zmq
+// ctest-labels: unit zeromq
 // The ZeroMQ transport over real sockets: inproc, ipc and tcp on an
 // ephemeral loopback port. Every wait is bounded.
 #include <boost/test/unit_test.hpp>
@@ -22,7 +22,7 @@
 #include <thread>
 #include <vector>
 
-#include <diloco/transport/zmq.hpp>
+#include <diloco/transport/zeromq.hpp>
 
 namespace {
 
@@ -96,7 +96,7 @@ void round_trip(const std::string& address) {
 
 }  // namespace
 
-BOOST_AUTO_TEST_SUITE(transport_zmq)
+BOOST_AUTO_TEST_SUITE(transport_zeromq)
 
 BOOST_AUTO_TEST_CASE(round_trip_over_inproc) { round_trip("inproc://diloco-test"); }
 

@@ -1,4 +1,4 @@
-// ctest-labels: unit asio
+// ctest-labels: unit tcp
 // The TCP transport over real loopback sockets on ephemeral ports: framing,
 // order, limits, refusal of malformed streams, reconnection, backpressure, and
 // a syncer served with Asio timers training two learners. Every wait is
@@ -25,7 +25,7 @@
 #include <diloco/runtime/learner.hpp>
 #include <diloco/runtime/presets.hpp>
 #include <diloco/runtime/syncer.hpp>
-#include <diloco/transport/asio.hpp>
+#include <diloco/transport/tcp.hpp>
 
 #include "support/toy_model.hpp"
 
@@ -164,7 +164,7 @@ double thread_cpu_seconds() {
 
 }  // namespace
 
-BOOST_AUTO_TEST_SUITE(transport_asio)
+BOOST_AUTO_TEST_SUITE(transport_tcp)
 
 BOOST_AUTO_TEST_CASE(a_join_and_an_update_make_the_round_trip) {
   tcp::server server(loopback, 0);

@@ -65,7 +65,7 @@ outcome run(std::uint64_t network_seed) {
 
 }  // namespace
 
-BOOST_AUTO_TEST_SUITE(runtime_simulation)
+BOOST_AUTO_TEST_SUITE(sim_run)
 
 BOOST_AUTO_TEST_CASE(global_model_advances_while_a_learner_is_stalled) {
   const auto out = run(11);

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "diloco/runtime/config.hpp"
-#include "diloco/transport/simulated.hpp"
+#include "diloco/sim/network.hpp"
 
 namespace diloco::sim {
 

@@ -1,5 +1,5 @@
 // ctest-labels: unit
-#include "diloco/transport/simulated.hpp"
+#include "diloco/sim/network.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -80,7 +80,7 @@ std::vector<delivery> lossy_jittery_run(std::uint64_t seed) {
 
 }  // namespace
 
-BOOST_AUTO_TEST_SUITE(transport_simulated)
+BOOST_AUTO_TEST_SUITE(sim_network)
 
 BOOST_AUTO_TEST_CASE(arrival_is_latency_plus_serialization_back_to_back) {
   // Link 1 → 2: 5 ms latency, 10^6 bytes/s.

@@ -8,7 +8,7 @@
 #include <filesystem>
 #include <optional>
 
-#include <diloco/transport/zmq.hpp>
+#include <diloco/transport/zeromq.hpp>
 
 #include "endpoint_link.hpp"
 
