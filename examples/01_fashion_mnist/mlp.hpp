@@ -11,7 +11,7 @@
 
 #include <diloco/adapters/eigen.hpp>
 #include <diloco/concepts/model.hpp>
-#include <diloco/detail/random.hpp>
+#include <diloco/random.hpp>
 
 namespace fashion {
 
@@ -34,7 +34,7 @@ class mlp {
       weights_.push_back(store_.add("layer" + std::to_string(l) + ".weight", widths_[l + 1], widths_[l]));
       biases_.push_back(store_.add("layer" + std::to_string(l) + ".bias", widths_[l + 1], 1));
     }
-    diloco::detail::splitmix64 rng(seed);
+    diloco::splitmix64 rng(seed);
     for (std::size_t l = 0; l < weights_.size(); ++l) {
       auto w = store_.param(weights_[l]);
       const double bound = std::sqrt(6.0 / widths_[l]);

@@ -120,7 +120,7 @@ class shard_sampler {
  public:
   shard_sampler(const split& data, std::uint32_t learners, std::uint32_t index, std::uint64_t seed)
       : data_(&data), rng_(seed * 1'000'003 + index + 17) {
-    diloco::detail::splitmix64 global(seed);
+    diloco::splitmix64 global(seed);
     std::vector<std::uint32_t> all(data.count);
     for (std::uint32_t i = 0; i < data.count; ++i) all[i] = i;
     shuffle(all, global);
@@ -145,12 +145,12 @@ class shard_sampler {
   }
 
  private:
-  static void shuffle(std::vector<std::uint32_t>& v, diloco::detail::splitmix64& rng) {
+  static void shuffle(std::vector<std::uint32_t>& v, diloco::splitmix64& rng) {
     for (std::size_t i = v.size(); i > 1; --i) std::swap(v[i - 1], v[rng.below(i)]);
   }
 
   const split* data_;
-  diloco::detail::splitmix64 rng_;
+  diloco::splitmix64 rng_;
   std::vector<std::uint32_t> shard_;
   std::size_t pos_ = 0;
 };

@@ -17,7 +17,7 @@
 
 namespace {
 
-using diloco::detail::corrupt_state;
+using diloco::corrupt_state;
 using diloco::inner::adamw;
 using diloco::inner::adamw_options;
 using diloco::test::check_close;
@@ -202,10 +202,10 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(wrong_tag_or_version_throws_and_leaves_the_optimiz
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(moments_of_different_sizes_are_corrupt, T, scalar_types) {
   std::stringstream in;
-  diloco::detail::write_tag(in, "ADMW", 1);
-  diloco::detail::write_pod<std::uint64_t>(in, 2);
-  diloco::detail::write_array(in, std::vector<T>{T(0.1), T(0.2)});
-  diloco::detail::write_array(in, std::vector<T>{T(0.1), T(0.2), T(0.3)});
+  diloco::serial::write_tag(in, "ADMW", 1);
+  diloco::serial::write_pod<std::uint64_t>(in, 2);
+  diloco::serial::write_array(in, std::vector<T>{T(0.1), T(0.2)});
+  diloco::serial::write_array(in, std::vector<T>{T(0.1), T(0.2), T(0.3)});
   const auto before = trained<T>(options_a, 2, 50);
   auto opt = before;
   BOOST_CHECK_THROW(opt.load(in), corrupt_state);

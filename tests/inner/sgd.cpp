@@ -19,7 +19,7 @@
 
 namespace {
 
-using diloco::detail::corrupt_state;
+using diloco::corrupt_state;
 using diloco::inner::sgd;
 using diloco::inner::sgd_options;
 using diloco::test::check_close;
@@ -234,9 +234,9 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(wrong_tag_or_version_throws_and_leaves_the_optimiz
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(implausible_array_length_throws, T, scalar_types) {
   std::stringstream in;
-  diloco::detail::write_tag(in, "SGD1", 1);
-  diloco::detail::write_pod<std::uint64_t>(in, 3);
-  diloco::detail::write_pod<std::uint64_t>(in, diloco::detail::max_state_elements + 1);
+  diloco::serial::write_tag(in, "SGD1", 1);
+  diloco::serial::write_pod<std::uint64_t>(in, 3);
+  diloco::serial::write_pod<std::uint64_t>(in, diloco::serial::max_state_elements + 1);
   const auto before = trained<T>(with_momentum, 2, 50);
   auto opt = before;
   BOOST_CHECK_THROW(opt.load(in), corrupt_state);
@@ -255,7 +255,7 @@ constexpr bool sanitized = false;
 constexpr bool sanitized = false;
 #endif
 
-// Regression: `detail::read_array` allocated the announced length before it
+// Regression: `serial::read_array` allocated the announced length before it
 // read a byte, so a truncated block announcing up to `max_state_elements`
 // (2^40) elements threw `std::bad_alloc` instead of `corrupt_state` (or, where
 // memory is overcommitted, zero-filled terabytes). The address space is capped
@@ -266,9 +266,9 @@ BOOST_AUTO_TEST_CASE(truncated_state_announcing_a_huge_array_throws_corrupt_stat
     return;
   }
   std::stringstream in;
-  diloco::detail::write_tag(in, "SGD1", 1);
-  diloco::detail::write_pod<std::uint64_t>(in, 3);
-  diloco::detail::write_pod<std::uint64_t>(in, diloco::detail::max_state_elements);  // and no elements
+  diloco::serial::write_tag(in, "SGD1", 1);
+  diloco::serial::write_pod<std::uint64_t>(in, 3);
+  diloco::serial::write_pod<std::uint64_t>(in, diloco::serial::max_state_elements);  // and no elements
 
   rlimit saved{};
   BOOST_TEST_REQUIRE(getrlimit(RLIMIT_AS, &saved) == 0);

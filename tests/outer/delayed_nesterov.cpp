@@ -17,7 +17,7 @@
 
 namespace {
 
-using diloco::detail::corrupt_state;
+using diloco::corrupt_state;
 using diloco::outer::delayed_nesterov;
 using diloco::outer::delayed_nesterov_options;
 using diloco::test::check_close;
@@ -205,17 +205,17 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(bad_blocks_throw_and_leave_the_optimizer_unchanged
 
   // One fragment whose momentum and buffer differ in size.
   std::stringstream mismatched;
-  diloco::detail::write_tag(mismatched, "DNST", 1);
-  diloco::detail::write_pod<std::uint64_t>(mismatched, 1);
-  diloco::detail::write_pod<std::uint64_t>(mismatched, 2);
-  diloco::detail::write_array(mismatched, std::vector<T>{T(1), T(2)});
-  diloco::detail::write_array(mismatched, std::vector<T>{T(1), T(2), T(3)});
+  diloco::serial::write_tag(mismatched, "DNST", 1);
+  diloco::serial::write_pod<std::uint64_t>(mismatched, 1);
+  diloco::serial::write_pod<std::uint64_t>(mismatched, 2);
+  diloco::serial::write_array(mismatched, std::vector<T>{T(1), T(2)});
+  diloco::serial::write_array(mismatched, std::vector<T>{T(1), T(2), T(3)});
   BOOST_CHECK_THROW(opt.load(mismatched), corrupt_state);
   check_same_steps(opt, before, 4);
 
   std::stringstream many_fragments;
-  diloco::detail::write_tag(many_fragments, "DNST", 1);
-  diloco::detail::write_pod<std::uint64_t>(many_fragments, (std::uint64_t{1} << 24) + 1);
+  diloco::serial::write_tag(many_fragments, "DNST", 1);
+  diloco::serial::write_pod<std::uint64_t>(many_fragments, (std::uint64_t{1} << 24) + 1);
   BOOST_CHECK_THROW(opt.load(many_fragments), corrupt_state);
   check_same_steps(opt, before, 4);
 }

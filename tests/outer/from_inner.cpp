@@ -19,7 +19,7 @@
 
 namespace {
 
-using diloco::detail::corrupt_state;
+using diloco::corrupt_state;
 using diloco::inner::adamw;
 using diloco::inner::adamw_options;
 using diloco::outer::from_inner;
@@ -171,17 +171,17 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(bad_blocks_throw_and_leave_the_optimizer_unchanged
   check_same_steps(opt, before);
 
   std::stringstream bad_flag;
-  diloco::detail::write_tag(bad_flag, "FINR", 1);
-  diloco::detail::write_pod<std::uint64_t>(bad_flag, 1);
-  diloco::detail::write_pod<std::uint8_t>(bad_flag, 2);
+  diloco::serial::write_tag(bad_flag, "FINR", 1);
+  diloco::serial::write_pod<std::uint64_t>(bad_flag, 1);
+  diloco::serial::write_pod<std::uint8_t>(bad_flag, 2);
   BOOST_CHECK_THROW(opt.load(bad_flag), corrupt_state);
   check_same_steps(opt, before);
 
   // A present slot that holds an SGD block instead of an AdamW one.
   std::stringstream wrong_inner;
-  diloco::detail::write_tag(wrong_inner, "FINR", 1);
-  diloco::detail::write_pod<std::uint64_t>(wrong_inner, 1);
-  diloco::detail::write_pod<std::uint8_t>(wrong_inner, 1);
+  diloco::serial::write_tag(wrong_inner, "FINR", 1);
+  diloco::serial::write_pod<std::uint64_t>(wrong_inner, 1);
+  diloco::serial::write_pod<std::uint8_t>(wrong_inner, 1);
   diloco::inner::sgd<T>{}.save(wrong_inner);
   BOOST_CHECK_THROW(opt.load(wrong_inner), corrupt_state);
   check_same_steps(opt, before);

@@ -17,7 +17,7 @@
 
 namespace {
 
-using diloco::detail::corrupt_state;
+using diloco::corrupt_state;
 using diloco::outer::nesterov;
 using diloco::outer::nesterov_options;
 using diloco::test::check_close;
@@ -187,14 +187,14 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(bad_blocks_throw_and_leave_the_optimizer_unchanged
   check_same_state(opt, before);
 
   std::stringstream many_fragments;
-  diloco::detail::write_tag(many_fragments, "NSTV", 1);
-  diloco::detail::write_pod<std::uint64_t>(many_fragments, std::uint64_t{1} << 40);
+  diloco::serial::write_tag(many_fragments, "NSTV", 1);
+  diloco::serial::write_pod<std::uint64_t>(many_fragments, std::uint64_t{1} << 40);
   BOOST_CHECK_THROW(opt.load(many_fragments), corrupt_state);
   check_same_state(opt, before);
 
   std::stringstream future;
-  diloco::detail::write_tag(future, "NSTV", 2);
-  diloco::detail::write_pod<std::uint64_t>(future, 0);
+  diloco::serial::write_tag(future, "NSTV", 2);
+  diloco::serial::write_pod<std::uint64_t>(future, 0);
   BOOST_CHECK_THROW(opt.load(future), corrupt_state);
   check_same_state(opt, before);
 }

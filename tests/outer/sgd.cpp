@@ -14,7 +14,7 @@
 
 namespace {
 
-using diloco::detail::corrupt_state;
+using diloco::corrupt_state;
 using diloco::outer::sgd;
 using diloco::test::check_close;
 using diloco::test::scalar_types;

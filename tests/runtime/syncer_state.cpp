@@ -185,7 +185,7 @@ BOOST_FIXTURE_TEST_CASE(truncated_or_foreign_state_is_refused_and_changes_nothin
   const auto before = saved(b);
   for (std::size_t n = 0; n < state.size(); ++n) {
     std::istringstream in(state.substr(0, n));
-    BOOST_CHECK_THROW(b.load(in), detail::corrupt_state);
+    BOOST_CHECK_THROW(b.load(in), corrupt_state);
     BOOST_TEST_REQUIRE(saved(b) == before, "changed by a state cut at " << n << " bytes");
   }
 
@@ -195,14 +195,14 @@ BOOST_FIXTURE_TEST_CASE(truncated_or_foreign_state_is_refused_and_changes_nothin
   inproc::hub h2;
   state_syncer c(other, std::vector<T>(6, 0.0), h2.attach(syncer_peer), options());
   std::istringstream in(state);
-  BOOST_CHECK_THROW(c.load(in), detail::corrupt_state);
+  BOOST_CHECK_THROW(c.load(in), corrupt_state);
 
   auto three = options();
   three.training.fragments = 3;
   inproc::hub h3;
   state_syncer d(layout, std::vector<T>(6, 0.0), h3.attach(syncer_peer), three);
   std::istringstream in3(state);
-  BOOST_CHECK_THROW(d.load(in3), detail::corrupt_state);
+  BOOST_CHECK_THROW(d.load(in3), corrupt_state);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -1048,7 +1048,7 @@ BOOST_AUTO_TEST_CASE(log_flood_is_counted_not_written) {
     BOOST_TEST_REQUIRE(harness::wait_until([&] { return x.honest_steps() >= 100; }, 20s));
     x.attack_began();
     raw_dealer stranger(x.context(), x.endpoint());
-    detail::splitmix64 rng(7);
+    splitmix64 rng(7);
     const std::vector<T> small(features + 1, T(0.01));
     const auto heartbeat = wire::encode_header(make(message_kind::heartbeat, 4242, 1, 1).header, {});
     std::vector<std::byte> junk(143);

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include <diloco/concepts/model.hpp>
-#include <diloco/detail/random.hpp>
+#include <diloco/random.hpp>
 #include <diloco/params/layout.hpp>
 
 namespace toy {
@@ -30,7 +30,7 @@ class linear_regression {
     layout_.add("bias", 1);
     params_.resize(features + 1);
     grads_.resize(features + 1);
-    diloco::detail::splitmix64 rng(seed);
+    diloco::splitmix64 rng(seed);
     for (auto& p : params_) p = T(rng.uniform() - 0.5);
   }
 
@@ -87,7 +87,7 @@ class teacher {
 
  private:
   std::size_t features_;
-  diloco::detail::splitmix64 rng_;
+  diloco::splitmix64 rng_;
 };
 
 static_assert(diloco::model<linear_regression<float>>);

@@ -5,7 +5,7 @@
 #include <string_view>
 #include <vector>
 
-#include <diloco/detail/random.hpp>
+#include <diloco/random.hpp>
 #include <diloco/transport/crc32c.hpp>
 
 namespace {
@@ -38,7 +38,7 @@ BOOST_AUTO_TEST_CASE(check_value) {
 }
 
 BOOST_AUTO_TEST_CASE(matches_the_bitwise_definition_at_every_length_and_alignment) {
-  diloco::detail::splitmix64 rng(5);
+  diloco::splitmix64 rng(5);
   // Up to past three blocks of 8192 bytes and a few blocks of 256, where the
   // SSE4.2 path switches between its three-stream loops and one stream.
   std::vector<std::byte> data(3 * 8192 + 3 * 256 + 64 + 16);

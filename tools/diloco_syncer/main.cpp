@@ -235,7 +235,7 @@ template <class Syncer>
 std::string checkpoint_body(const Syncer& sync) {
   std::ostringstream out;
   const auto description = diloco::wire::encode_layout(sync.layout());
-  diloco::detail::write_pod<std::uint64_t>(out, description.size());
+  diloco::serial::write_pod<std::uint64_t>(out, description.size());
   out.write(reinterpret_cast<const char*>(description.data()), static_cast<std::streamsize>(description.size()));
   sync.save(out);
   return out.str();

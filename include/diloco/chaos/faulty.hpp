@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "diloco/concepts/transport.hpp"
-#include "diloco/detail/random.hpp"
+#include "diloco/random.hpp"
 #include "diloco/runtime/config.hpp"
 #include "diloco/transport/message.hpp"
 
@@ -184,7 +184,7 @@ class faulty {
   Inner& inner_;
   fault_plan plan_;
   std::function<time_point()> clock_;
-  detail::splitmix64 rng_;
+  splitmix64 rng_;
   std::deque<held> ready_;  ///< by release time, then arrival order
   std::map<peer_id, time_point> last_release_;
   std::uint64_t order_ = 0;

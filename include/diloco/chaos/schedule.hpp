@@ -13,7 +13,7 @@
 #include <tuple>
 #include <vector>
 
-#include "diloco/detail/random.hpp"
+#include "diloco/random.hpp"
 
 namespace diloco::chaos {
 
@@ -117,9 +117,9 @@ inline schedule make_schedule(const schedule_options& o) {
   o.check();
   schedule s;
   const double last_start = o.duration_seconds - o.quiet_end_seconds - o.recovery_seconds;
-  const std::uint64_t base = detail::splitmix64(o.seed).next();
+  const std::uint64_t base = splitmix64(o.seed).next();
   for (std::uint32_t learner = 0; learner < o.learners; ++learner) {
-    detail::splitmix64 rng(detail::splitmix64(base ^ learner).next());
+    splitmix64 rng(splitmix64(base ^ learner).next());
     double up_since = o.quiet_start_seconds;
     for (;;) {
       const double gap = -o.mtbf_seconds * std::log1p(-rng.uniform());

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "diloco/detail/config.hpp"
-#include "diloco/detail/serialize.hpp"
+#include "diloco/serialize.hpp"
 
 namespace diloco::inner {
 
@@ -93,19 +93,19 @@ class adamw {
   }
 
   void save(std::ostream& out) const {
-    detail::write_tag(out, "ADMW", 1);
-    detail::write_pod(out, steps_);
-    detail::write_array(out, m_);
-    detail::write_array(out, v_);
+    serial::write_tag(out, "ADMW", 1);
+    serial::write_pod(out, steps_);
+    serial::write_array(out, m_);
+    serial::write_array(out, v_);
   }
 
-  /// Throws `detail::corrupt_state` on a bad block; the state is unchanged then.
+  /// Throws `corrupt_state` on a bad block; the state is unchanged then.
   void load(std::istream& in) {
-    detail::expect_tag(in, "ADMW", 1);
-    const auto steps = detail::read_pod<std::uint64_t>(in, "adamw steps");
-    auto m = detail::read_array<T>(in, detail::max_state_elements, "adamw first moment");
-    auto v = detail::read_array<T>(in, detail::max_state_elements, "adamw second moment");
-    if (m.size() != v.size()) throw detail::corrupt_state("diloco: adamw moments differ in size");
+    serial::expect_tag(in, "ADMW", 1);
+    const auto steps = serial::read_pod<std::uint64_t>(in, "adamw steps");
+    auto m = serial::read_array<T>(in, serial::max_state_elements, "adamw first moment");
+    auto v = serial::read_array<T>(in, serial::max_state_elements, "adamw second moment");
+    if (m.size() != v.size()) throw corrupt_state("diloco: adamw moments differ in size");
     steps_ = steps;
     m_ = std::move(m);
     v_ = std::move(v);

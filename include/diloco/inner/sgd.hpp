@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "diloco/detail/config.hpp"
-#include "diloco/detail/serialize.hpp"
+#include "diloco/serialize.hpp"
 
 namespace diloco::inner {
 
@@ -83,16 +83,16 @@ class sgd {
   }
 
   void save(std::ostream& out) const {
-    detail::write_tag(out, "SGD1", 1);
-    detail::write_pod(out, steps_);
-    detail::write_array(out, buffer_);
+    serial::write_tag(out, "SGD1", 1);
+    serial::write_pod(out, steps_);
+    serial::write_array(out, buffer_);
   }
 
-  /// Throws `detail::corrupt_state` on a bad block; the state is unchanged then.
+  /// Throws `corrupt_state` on a bad block; the state is unchanged then.
   void load(std::istream& in) {
-    detail::expect_tag(in, "SGD1", 1);
-    const auto steps = detail::read_pod<std::uint64_t>(in, "sgd steps");
-    auto buffer = detail::read_array<T>(in, detail::max_state_elements, "sgd momentum");
+    serial::expect_tag(in, "SGD1", 1);
+    const auto steps = serial::read_pod<std::uint64_t>(in, "sgd steps");
+    auto buffer = serial::read_array<T>(in, serial::max_state_elements, "sgd momentum");
     steps_ = steps;
     buffer_ = std::move(buffer);
   }

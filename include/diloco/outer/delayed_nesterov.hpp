@@ -86,11 +86,11 @@ class delayed_nesterov {
   options_type& options() noexcept { return options_; }
 
   void save(std::ostream& out) const {
-    diloco::detail::write_tag(out, "DNST", 1);
+    diloco::serial::write_tag(out, "DNST", 1);
     state_.save(out);
   }
   void load(std::istream& in) {
-    diloco::detail::expect_tag(in, "DNST", 1);
+    diloco::serial::expect_tag(in, "DNST", 1);
     state_.load(in);
   }
 
@@ -99,15 +99,15 @@ class delayed_nesterov {
     std::vector<T> m, b;
     std::uint64_t count = 0;
     void save(std::ostream& out) const {
-      diloco::detail::write_pod(out, count);
-      diloco::detail::write_array(out, m);
-      diloco::detail::write_array(out, b);
+      diloco::serial::write_pod(out, count);
+      diloco::serial::write_array(out, m);
+      diloco::serial::write_array(out, b);
     }
     void load(std::istream& in) {
-      count = diloco::detail::read_pod<std::uint64_t>(in, "delayed nesterov count");
-      m = diloco::detail::read_array<T>(in, diloco::detail::max_state_elements, "delayed nesterov momentum");
-      b = diloco::detail::read_array<T>(in, diloco::detail::max_state_elements, "delayed nesterov buffer");
-      if (m.size() != b.size()) throw diloco::detail::corrupt_state("diloco: delayed nesterov buffers differ");
+      count = diloco::serial::read_pod<std::uint64_t>(in, "delayed nesterov count");
+      m = diloco::serial::read_array<T>(in, diloco::serial::max_state_elements, "delayed nesterov momentum");
+      b = diloco::serial::read_array<T>(in, diloco::serial::max_state_elements, "delayed nesterov buffer");
+      if (m.size() != b.size()) throw diloco::corrupt_state("diloco: delayed nesterov buffers differ");
     }
   };
 

@@ -44,11 +44,11 @@ class from_inner {
   options_type& options() noexcept { return options_; }
 
   void save(std::ostream& out) const {
-    diloco::detail::write_tag(out, "FINR", 1);
+    diloco::serial::write_tag(out, "FINR", 1);
     states_.save(out);
   }
   void load(std::istream& in) {
-    diloco::detail::expect_tag(in, "FINR", 1);
+    diloco::serial::expect_tag(in, "FINR", 1);
     states_.load(in);
   }
 
@@ -56,12 +56,12 @@ class from_inner {
   struct slot_state {
     std::optional<Inner> inner;
     void save(std::ostream& out) const {
-      diloco::detail::write_pod<std::uint8_t>(out, inner ? 1 : 0);
+      diloco::serial::write_pod<std::uint8_t>(out, inner ? 1 : 0);
       if (inner) inner->save(out);
     }
     void load(std::istream& in) {
-      const auto present = diloco::detail::read_pod<std::uint8_t>(in, "inner presence");
-      if (present > 1) throw diloco::detail::corrupt_state("diloco: bad inner presence flag");
+      const auto present = diloco::serial::read_pod<std::uint8_t>(in, "inner presence");
+      if (present > 1) throw diloco::corrupt_state("diloco: bad inner presence flag");
       if (present) {
         Inner loaded{};
         loaded.load(in);

@@ -66,11 +66,11 @@ class nesterov {
   }
 
   void save(std::ostream& out) const {
-    diloco::detail::write_tag(out, "NSTV", 1);
+    diloco::serial::write_tag(out, "NSTV", 1);
     momentum_.save(out);
   }
   void load(std::istream& in) {
-    diloco::detail::expect_tag(in, "NSTV", 1);
+    diloco::serial::expect_tag(in, "NSTV", 1);
     momentum_.load(in);
   }
 

@@ -10,7 +10,7 @@
 #include <stdexcept>
 
 #include "diloco/detail/config.hpp"
-#include "diloco/detail/serialize.hpp"
+#include "diloco/serialize.hpp"
 
 namespace diloco::outer {
 
@@ -46,8 +46,8 @@ class sgd {
   void reset(std::uint32_t /*fragment*/) noexcept {}
 
   options_type& options() noexcept { return options_; }
-  void save(std::ostream& out) const { diloco::detail::write_tag(out, "OSGD", 1); }
-  void load(std::istream& in) { diloco::detail::expect_tag(in, "OSGD", 1); }
+  void save(std::ostream& out) const { diloco::serial::write_tag(out, "OSGD", 1); }
+  void load(std::istream& in) { diloco::serial::expect_tag(in, "OSGD", 1); }
 
  private:
   options_type options_;

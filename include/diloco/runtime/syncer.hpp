@@ -30,7 +30,7 @@
 #include "diloco/detail/ema.hpp"
 #include "diloco/detail/log_limiter.hpp"
 #include "diloco/error.hpp"
-#include "diloco/detail/serialize.hpp"
+#include "diloco/serialize.hpp"
 #include "diloco/metrics/counters.hpp"
 #include "diloco/metrics/events.hpp"
 #include "diloco/params/fragments.hpp"
@@ -356,86 +356,86 @@ class syncer {
   /// `contributions_lost`. Cost: one pass over the parameters and the
   /// optimizer state.
   void save(std::ostream& out) const {
-    detail::write_tag(out, "SYNC", 3);
-    detail::write_pod<std::uint64_t>(out, layout_.fingerprint());
-    detail::write_pod<std::uint64_t>(out, layout_.size());
+    serial::write_tag(out, "SYNC", 3);
+    serial::write_pod<std::uint64_t>(out, layout_.fingerprint());
+    serial::write_pod<std::uint64_t>(out, layout_.size());
     const auto& c = options_.training;
-    detail::write_pod(out, c.fragments);
+    serial::write_pod(out, c.fragments);
     for (const auto& f : fragments_) {
-      detail::write_pod(out, f.revision);
-      detail::write_array(out, f.global);
-      detail::write_pod<std::uint64_t>(out, f.seen.size());
+      serial::write_pod(out, f.revision);
+      serial::write_array(out, f.global);
+      serial::write_pod<std::uint64_t>(out, f.seen.size());
       for (const auto& [key, sequence] : f.seen) {
         const auto& [learner, incarnation, base] = key;
-        detail::write_pod(out, learner);
-        detail::write_pod(out, incarnation);
-        detail::write_pod(out, base);
-        detail::write_pod(out, sequence);
+        serial::write_pod(out, learner);
+        serial::write_pod(out, incarnation);
+        serial::write_pod(out, base);
+        serial::write_pod(out, sequence);
       }
     }
-    detail::write_pod<std::uint64_t>(out, learners_.size());
+    serial::write_pod<std::uint64_t>(out, learners_.size());
     for (const auto& [id, l] : learners_) {
-      detail::write_pod(out, id);
-      detail::write_pod(out, l.incarnation);
-      detail::write_pod<std::uint8_t>(out, std::uint8_t((l.left ? 1 : 0) | (l.quarantined ? 2 : 0)));
-      detail::write_pod(out, l.strikes);
-      detail::write_array(out, l.expected_weight);
+      serial::write_pod(out, id);
+      serial::write_pod(out, l.incarnation);
+      serial::write_pod<std::uint8_t>(out, std::uint8_t((l.left ? 1 : 0) | (l.quarantined ? 2 : 0)));
+      serial::write_pod(out, l.strikes);
+      serial::write_array(out, l.expected_weight);
     }
-    detail::write_pod(out, metrics_);
+    serial::write_pod(out, metrics_);
     outer_.save(out);
   }
 
   /// Restores what `save` wrote, for the same layout and fragment count.
-  /// All or nothing: throws `detail::corrupt_state` (naming what is wrong) and
+  /// All or nothing: throws `corrupt_state` (naming what is wrong) and
   /// leaves the syncer unchanged on a truncated, corrupt or foreign state, or
   /// one whose parameters are not all finite. Every restored learner starts
   /// as not live: it is welcomed again when it rejoins (learners do so by
   /// themselves when their contributions go unanswered).
   void load(std::istream& in) {
-    detail::expect_tag(in, "SYNC", 3);
-    if (detail::read_pod<std::uint64_t>(in, "layout fingerprint") != layout_.fingerprint() ||
-        detail::read_pod<std::uint64_t>(in, "parameter count") != layout_.size())
-      throw detail::corrupt_state("diloco: the checkpoint is of another model");
-    if (detail::read_pod<std::uint32_t>(in, "fragment count") != fragments_.size())
-      throw detail::corrupt_state("diloco: the checkpoint has another fragment count");
+    serial::expect_tag(in, "SYNC", 3);
+    if (serial::read_pod<std::uint64_t>(in, "layout fingerprint") != layout_.fingerprint() ||
+        serial::read_pod<std::uint64_t>(in, "parameter count") != layout_.size())
+      throw corrupt_state("diloco: the checkpoint is of another model");
+    if (serial::read_pod<std::uint32_t>(in, "fragment count") != fragments_.size())
+      throw corrupt_state("diloco: the checkpoint has another fragment count");
     std::vector<fragment_state> fragments(fragments_.size());
     for (std::size_t p = 0; p < fragments.size(); ++p) {
       auto& f = fragments[p];
-      f.revision = detail::read_pod<std::uint64_t>(in, "revision");
-      f.global = detail::read_array<T>(in, fragments_[p].global.size(), "global fragment");
+      f.revision = serial::read_pod<std::uint64_t>(in, "revision");
+      f.global = serial::read_array<T>(in, fragments_[p].global.size(), "global fragment");
       if (f.global.size() != fragments_[p].global.size())
-        throw detail::corrupt_state("diloco: a checkpointed fragment has the wrong size");
+        throw corrupt_state("diloco: a checkpointed fragment has the wrong size");
       if (!std::all_of(f.global.begin(), f.global.end(), [](T v) { return std::isfinite(v); }))
-        throw detail::corrupt_state("diloco: a checkpointed fragment is not finite");
-      const auto keys = detail::read_pod<std::uint64_t>(in, "idempotency key count");
-      if (keys > (std::uint64_t{1} << 32)) throw detail::corrupt_state("diloco: implausible idempotency key count");
+        throw corrupt_state("diloco: a checkpointed fragment is not finite");
+      const auto keys = serial::read_pod<std::uint64_t>(in, "idempotency key count");
+      if (keys > (std::uint64_t{1} << 32)) throw corrupt_state("diloco: implausible idempotency key count");
       for (std::uint64_t k = 0; k < keys; ++k) {
-        const auto learner = detail::read_pod<std::uint32_t>(in, "key learner");
-        const auto incarnation = detail::read_pod<std::uint32_t>(in, "key incarnation");
-        const auto base = detail::read_pod<std::uint64_t>(in, "key base revision");
-        const auto sequence = detail::read_pod<std::uint64_t>(in, "key sequence");
+        const auto learner = serial::read_pod<std::uint32_t>(in, "key learner");
+        const auto incarnation = serial::read_pod<std::uint32_t>(in, "key incarnation");
+        const auto base = serial::read_pod<std::uint64_t>(in, "key base revision");
+        const auto sequence = serial::read_pod<std::uint64_t>(in, "key sequence");
         f.seen.emplace(std::make_tuple(learner, incarnation, base), sequence);
       }
     }
     std::map<std::uint32_t, learner_entry> learners;
-    const auto count = detail::read_pod<std::uint64_t>(in, "learner count");
-    if (count > options_.max_learners) throw detail::corrupt_state("diloco: more learners than max_learners");
+    const auto count = serial::read_pod<std::uint64_t>(in, "learner count");
+    if (count > options_.max_learners) throw corrupt_state("diloco: more learners than max_learners");
     for (std::uint64_t i = 0; i < count; ++i) {
-      const auto id = detail::read_pod<std::uint32_t>(in, "learner id");
+      const auto id = serial::read_pod<std::uint32_t>(in, "learner id");
       auto& l = learners[id];
-      l.incarnation = detail::read_pod<std::uint32_t>(in, "learner incarnation");
-      const auto flags = detail::read_pod<std::uint8_t>(in, "learner flags");
-      if (flags > 3) throw detail::corrupt_state("diloco: bad learner flags");
+      l.incarnation = serial::read_pod<std::uint32_t>(in, "learner incarnation");
+      const auto flags = serial::read_pod<std::uint8_t>(in, "learner flags");
+      if (flags > 3) throw corrupt_state("diloco: bad learner flags");
       l.left = (flags & 1) != 0;
       l.quarantined = (flags & 2) != 0;
-      l.strikes = detail::read_pod<std::uint32_t>(in, "learner strikes");
+      l.strikes = serial::read_pod<std::uint32_t>(in, "learner strikes");
       l.live = false;
       l.bound = false;
-      l.expected_weight = detail::read_array<double>(in, fragments_.size(), "expected weights");
+      l.expected_weight = serial::read_array<double>(in, fragments_.size(), "expected weights");
       if (l.expected_weight.size() != fragments_.size())
-        throw detail::corrupt_state("diloco: expected weights of the wrong size");
+        throw corrupt_state("diloco: expected weights of the wrong size");
     }
-    auto metrics = detail::read_pod<syncer_metrics>(in, "counters");
+    auto metrics = serial::read_pod<syncer_metrics>(in, "counters");
     // Last, because it is all or nothing by itself (the OuterOptimizer
     // contract): once it succeeds nothing below can fail.
     outer_.load(in);

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "diloco/concepts/transport.hpp"
-#include "diloco/detail/random.hpp"
+#include "diloco/random.hpp"
 #include "diloco/error.hpp"
 #include "diloco/transport/message.hpp"
 
@@ -145,7 +145,7 @@ class network {
     return {};
   }
 
-  detail::splitmix64 rng_;
+  splitmix64 rng_;
   link_options default_link_;
   time_point now_{};
   std::uint64_t order_ = 0;

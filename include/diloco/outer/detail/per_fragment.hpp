@@ -7,7 +7,7 @@
 #include <ostream>
 #include <vector>
 
-#include "diloco/detail/serialize.hpp"
+#include "diloco/serialize.hpp"
 
 namespace diloco::outer::detail {
 
@@ -33,14 +33,14 @@ class per_fragment {
   }
 
   void save(std::ostream& out) const {
-    diloco::detail::write_pod<std::uint64_t>(out, states_.size());
+    diloco::serial::write_pod<std::uint64_t>(out, states_.size());
     for (const auto& s : states_) s.save(out);
   }
 
   /// All or nothing: on a corrupt block the current states are kept.
   void load(std::istream& in) {
-    const auto n = diloco::detail::read_pod<std::uint64_t>(in, "fragment count");
-    if (n > (std::uint64_t{1} << 24)) throw diloco::detail::corrupt_state("diloco: implausible fragment count");
+    const auto n = diloco::serial::read_pod<std::uint64_t>(in, "fragment count");
+    if (n > (std::uint64_t{1} << 24)) throw diloco::corrupt_state("diloco: implausible fragment count");
     std::vector<State> loaded(static_cast<std::size_t>(n));
     for (auto& s : loaded) s.load(in);
     states_ = std::move(loaded);
@@ -60,9 +60,9 @@ struct buffer_state {
     assert(values.size() == n && "fragment size changed between outer steps");
     return values;
   }
-  void save(std::ostream& out) const { diloco::detail::write_array(out, values); }
+  void save(std::ostream& out) const { diloco::serial::write_array(out, values); }
   void load(std::istream& in) {
-    values = diloco::detail::read_array<T>(in, diloco::detail::max_state_elements, "outer optimizer buffer");
+    values = diloco::serial::read_array<T>(in, diloco::serial::max_state_elements, "outer optimizer buffer");
   }
 };
 

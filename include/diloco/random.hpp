@@ -1,10 +1,10 @@
-// A small, fully specified pseudo-random generator, so simulated runs give the
-// same numbers with every standard library.
+// A small, fully specified pseudo-random generator, so simulated runs, fault
+// schedules and examples give the same numbers with every standard library.
 #pragma once
 
 #include <cstdint>
 
-namespace diloco::detail {
+namespace diloco {
 
 /// SplitMix64 (Steele, Lea & Flood 2014; constants as in Vigna's reference).
 class splitmix64 {
@@ -31,4 +31,4 @@ class splitmix64 {
   std::uint64_t state_;
 };
 
-}  // namespace diloco::detail
+}  // namespace diloco

@@ -1,5 +1,7 @@
-// Binary (de)serialization helpers for optimizer state: little-endian PODs and
-// length-prefixed arrays, with every read bounds-checked.
+// Binary (de)serialization of saved state (optimizers, the syncer, a
+// checkpoint): little-endian PODs, length-prefixed arrays and versioned tags,
+// with every read bounds-checked. Public, so that a user's own outer optimizer
+// or model state can be saved the same way.
 #pragma once
 
 #include <algorithm>
@@ -14,15 +16,19 @@
 #include <type_traits>
 #include <vector>
 
-namespace diloco::detail {
-
-static_assert(std::endian::native == std::endian::little,
-              "diloco's state files are little-endian; big-endian hosts are not supported yet");
+namespace diloco {
 
 /// Thrown when serialized state is truncated or inconsistent.
 struct corrupt_state : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
+
+}  // namespace diloco
+
+namespace diloco::serial {
+
+static_assert(std::endian::native == std::endian::little,
+              "diloco's state files are little-endian; big-endian hosts are not supported yet");
 
 template <class T>
   requires std::is_trivially_copyable_v<T>
@@ -84,4 +90,4 @@ inline void expect_tag(std::istream& in, const char (&tag)[5], std::uint32_t ver
 
 inline constexpr std::uint64_t max_state_elements = std::uint64_t{1} << 40;
 
-}  // namespace diloco::detail
+}  // namespace diloco::serial
