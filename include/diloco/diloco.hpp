@@ -2,8 +2,9 @@
 // (DiLoCo, Streaming DiLoCo, Decoupled DiLoCo) as a header-only C++20 library.
 //
 // This umbrella header pulls in the core and the in-process and simulated
-// transports; it needs only the standard library. Network transports, CUDA
-// kernels and framework adapters are opt-in headers with their own targets.
+// transports; it needs only the standard library. The network transports
+// (transport/zeromq.hpp, transport/tcp.hpp) and the Eigen adapter
+// (adapters/eigen.hpp) are opt-in headers with CMake components of their own.
 #pragma once
 
 #include "diloco/version.hpp"

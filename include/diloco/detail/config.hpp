@@ -1,9 +1,11 @@
-// Portability macros shared by the host and CUDA code paths.
+// DILOCO_HOST_DEVICE: marks the element-wise functions of the optimizers.
 #pragma once
 
-/// Marks element-wise functions that run on the host and, under nvcc, on the
-/// device too, so the CPU path and the CUDA kernels share one definition of the
-/// math (as Eigen's EIGEN_DEVICE_FUNC does).
+/// Marks element-wise functions (an optimizer's per-element update) so that,
+/// compiled by nvcc, they are `__host__ __device__` and a device kernel can call
+/// the same definition of the math as the CPU loop, as Eigen's
+/// EIGEN_DEVICE_FUNC does. diloco has no device kernels yet; under a host
+/// compiler the macro is empty.
 #if defined(__CUDACC__)
 #define DILOCO_HOST_DEVICE __host__ __device__
 #else

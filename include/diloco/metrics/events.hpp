@@ -1,6 +1,6 @@
 // What learners and the syncer report as it happens, for goodput and
-// downtime accounting (DESIGN 2.8) and for checking the guarantees of
-// DESIGN 2.7 after a run: every contribution sent, its verdict, every
+// downtime accounting and for checking after a run that nothing accepted was
+// lost (docs/chaos.md): every contribution sent, its verdict, every
 // revision adopted or merged, every wait. Delivered through the
 // `on_event`/`on_contribution` hooks of the options; `metrics/trace.hpp`
 // writes them as JSON lines.
