@@ -15,7 +15,7 @@
 #include <thread>
 #include <vector>
 
-#include <diloco/transport/loopback.hpp>
+#include <diloco_tools/loopback.hpp>
 
 #include "trainer.hpp"
 
@@ -96,7 +96,7 @@ inline std::string last_line(const std::string& text) {
 
 inline int launch_all(int argc, char** argv, const settings& s) {
   const std::string endpoint =
-      s.endpoint.empty() ? "tcp://127.0.0.1:" + std::to_string(diloco::free_loopback_port()) : s.endpoint;
+      s.endpoint.empty() ? "tcp://127.0.0.1:" + std::to_string(diloco_tools::free_loopback_port()) : s.endpoint;
   std::vector<std::string> common{argv[0]};
   for (int i = 1; i < argc; ++i) {
     const std::string_view a = argv[i];

@@ -16,8 +16,8 @@
 #include <string_view>
 #include <vector>
 
-#include <diloco/chaos/runner.hpp>
-#include <diloco/transport/loopback.hpp>
+#include "runner.hpp"
+#include <diloco_tools/loopback.hpp>
 
 #include "report.hpp"
 #include "timeline.hpp"
@@ -97,7 +97,7 @@ int report(const std::filesystem::path& dir, double bound, const std::string& ti
 }  // namespace
 
 int main(int argc, char** argv) {
-  namespace chaos = diloco::chaos;
+  namespace chaos = diloco_chaos;
   chaos::schedule_options plan;
   plan.quiet_start_seconds = plan.quiet_end_seconds = 10;
   std::filesystem::path out, report_only;
@@ -158,7 +158,7 @@ int main(int argc, char** argv) {
     std::filesystem::create_directories(out);
     const auto events = out / "events.jsonl";
     std::filesystem::remove(events);
-    const std::string endpoint = "tcp://127.0.0.1:" + std::to_string(diloco::free_loopback_port());
+    const std::string endpoint = "tcp://127.0.0.1:" + std::to_string(diloco_tools::free_loopback_port());
     const double stop_at =
         std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count() +
         plan.duration_seconds;

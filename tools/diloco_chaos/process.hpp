@@ -22,7 +22,7 @@
 #include <utility>
 #include <vector>
 
-namespace diloco::chaos {
+namespace diloco_chaos {
 
 /// What to start: `argv[0]` is looked up in `PATH` unless it contains a '/'.
 /// The child inherits the environment and stdin.
@@ -58,10 +58,10 @@ class child_process {
   /// `std::system_error` naming the program when it cannot be started (no
   /// such program, not executable, an output file that cannot be opened).
   static child_process spawn(const process_spec& spec) {
-    if (spec.argv.empty()) throw std::invalid_argument("diloco::chaos::child_process: argv is empty");
+    if (spec.argv.empty()) throw std::invalid_argument("diloco_chaos::child_process: argv is empty");
     const std::string& program = spec.argv.front();
     auto fail = [&](int error) {
-      std::string what = "diloco::chaos::child_process: cannot start '" + program + "'";
+      std::string what = "diloco_chaos::child_process: cannot start '" + program + "'";
       if (!spec.stdout_path.empty()) what += " (stdout to '" + spec.stdout_path.string() + "')";
       if (!spec.stderr_path.empty()) what += " (stderr to '" + spec.stderr_path.string() + "')";
       throw std::system_error(error, std::generic_category(), what);
@@ -124,7 +124,7 @@ class child_process {
     // WNOWAIT keeps the leader a zombie, so its group id stays reserved while
     // the rest of the group is killed.
     while (::waitid(P_PID, static_cast<id_t>(pid_), &info, WEXITED | WNOHANG | WNOWAIT) != 0)
-      if (errno != EINTR) throw std::system_error(errno, std::generic_category(), "diloco::chaos::child_process: waitid");
+      if (errno != EINTR) throw std::system_error(errno, std::generic_category(), "diloco_chaos::child_process: waitid");
     if (info.si_pid == 0) return std::nullopt;
     ::kill(-pid_, SIGKILL);
     return reap();
@@ -188,7 +188,7 @@ class child_process {
   exit_status reap() {
     int raw = 0;
     while (::waitpid(pid_, &raw, 0) < 0)
-      if (errno != EINTR) throw std::system_error(errno, std::generic_category(), "diloco::chaos::child_process: waitpid");
+      if (errno != EINTR) throw std::system_error(errno, std::generic_category(), "diloco_chaos::child_process: waitpid");
     status_ = WIFEXITED(raw) ? exit_status{true, WEXITSTATUS(raw), 0} : exit_status{false, 0, WTERMSIG(raw)};
     return *status_;
   }
@@ -206,4 +206,4 @@ class child_process {
   std::optional<exit_status> status_;
 };
 
-}  // namespace diloco::chaos
+}  // namespace diloco_chaos

@@ -18,11 +18,12 @@
 #include <thread>
 #include <vector>
 
-#include "diloco/chaos/process.hpp"
-#include "diloco/chaos/schedule.hpp"
-#include "diloco/metrics/trace.hpp"
+#include <diloco/metrics/trace.hpp>
 
-namespace diloco::chaos {
+#include "process.hpp"
+#include "schedule.hpp"
+
+namespace diloco_chaos {
 
 /// What to run and how it fails. Times in seconds from the start of the run.
 struct runner_options {
@@ -51,7 +52,7 @@ struct runner_result {
 
 /// Runs the whole schedule; returns when every process has ended. Blocks for
 /// about `duration_seconds` plus the drain. Throws if a process cannot start.
-inline runner_result run(const runner_options& o, trace_writer& trace) {
+inline runner_result run(const runner_options& o, diloco::trace_writer& trace) {
   using steady = std::chrono::steady_clock;
   const auto begin = steady::now();
   auto at = [&](double s) { return begin + std::chrono::duration_cast<steady::duration>(std::chrono::duration<double>(s)); };
@@ -201,4 +202,4 @@ inline runner_result run(const runner_options& o, trace_writer& trace) {
   return result;
 }
 
-}  // namespace diloco::chaos
+}  // namespace diloco_chaos

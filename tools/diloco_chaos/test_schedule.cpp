@@ -13,11 +13,11 @@
 #include <string>
 #include <vector>
 
-#include <diloco/chaos/schedule.hpp>
+#include "schedule.hpp"
 
 namespace {
 
-using namespace diloco::chaos;
+using namespace diloco_chaos;
 
 std::vector<fault> faults_of(const schedule& s, std::uint32_t learner) {
   std::vector<fault> out;

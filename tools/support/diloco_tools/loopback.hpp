@@ -1,6 +1,7 @@
 // A free TCP port on the loopback interface, for programs that start a
 // syncer and its learners on one machine and must tell the learners the
-// port before the syncer binds it (a launcher, the chaos runner). POSIX.
+// port before the syncer binds it (the example's launcher, diloco_chaos).
+// POSIX; tool code, not part of the installed library.
 #pragma once
 
 #include <netinet/in.h>
@@ -12,7 +13,7 @@
 #include <stdexcept>
 #include <string>
 
-namespace diloco {
+namespace diloco_tools {
 
 /// A port on 127.0.0.1 that nobody listens on now: the kernel picks it for a
 /// socket bound to port 0, which is then closed. Another process may take it
@@ -20,7 +21,7 @@ namespace diloco {
 /// Throws `std::runtime_error` if no socket can be made.
 inline int free_loopback_port() {
   const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) throw std::runtime_error(std::string("diloco: no socket for a free port: ") + std::strerror(errno));
+  if (fd < 0) throw std::runtime_error(std::string("diloco_tools: no socket for a free port: ") + std::strerror(errno));
   sockaddr_in address{};
   address.sin_family = AF_INET;
   address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
@@ -29,8 +30,8 @@ inline int free_loopback_port() {
                   ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0;
   const int error = errno;
   ::close(fd);
-  if (!ok) throw std::runtime_error(std::string("diloco: cannot find a free loopback port: ") + std::strerror(error));
+  if (!ok) throw std::runtime_error(std::string("diloco_tools: cannot find a free loopback port: ") + std::strerror(error));
   return ntohs(address.sin_port);
 }
 
-}  // namespace diloco
+}  // namespace diloco_tools

@@ -13,9 +13,9 @@
 #include <tuple>
 #include <vector>
 
-#include "diloco/random.hpp"
+#include <diloco/random.hpp>
 
-namespace diloco::chaos {
+namespace diloco_chaos {
 
 enum class fault_kind {
   kill,   ///< SIGKILL, then a restart `recovery_seconds` later
@@ -60,7 +60,7 @@ struct schedule_options {
   /// ([quiet_start, duration − quiet_end − syncer_recovery]) or while the
   /// syncer is still down from the previous one.
   void check() const {
-    auto fail = [](const std::string& why) { throw std::invalid_argument("diloco::chaos::schedule_options: " + why); };
+    auto fail = [](const std::string& why) { throw std::invalid_argument("diloco_chaos::schedule_options: " + why); };
     auto number = [](double v) {
       char b[32];
       std::snprintf(b, sizeof b, "%g", v);
@@ -117,9 +117,9 @@ inline schedule make_schedule(const schedule_options& o) {
   o.check();
   schedule s;
   const double last_start = o.duration_seconds - o.quiet_end_seconds - o.recovery_seconds;
-  const std::uint64_t base = splitmix64(o.seed).next();
+  const std::uint64_t base = diloco::splitmix64(o.seed).next();
   for (std::uint32_t learner = 0; learner < o.learners; ++learner) {
-    splitmix64 rng(splitmix64(base ^ learner).next());
+    diloco::splitmix64 rng(diloco::splitmix64(base ^ learner).next());
     double up_since = o.quiet_start_seconds;
     for (;;) {
       const double gap = -o.mtbf_seconds * std::log1p(-rng.uniform());
@@ -168,4 +168,4 @@ inline std::string to_string(const syncer_fault& f) {
   return b;
 }
 
-}  // namespace diloco::chaos
+}  // namespace diloco_chaos

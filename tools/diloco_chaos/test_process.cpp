@@ -18,15 +18,15 @@
 #include <string>
 #include <thread>
 
-#include <diloco/chaos/process.hpp>
+#include "process.hpp"
 
 namespace {
 
 using namespace std::chrono_literals;
 namespace fs = std::filesystem;
-using diloco::chaos::child_process;
-using diloco::chaos::exit_status;
-using diloco::chaos::process_spec;
+using diloco_chaos::child_process;
+using diloco_chaos::exit_status;
+using diloco_chaos::process_spec;
 
 struct scratch {
   fs::path dir = fs::temp_directory_path() / ("diloco-process-" + std::to_string(::getpid()) + "-" +
