@@ -10,41 +10,29 @@
 #include <string>
 
 #include <diloco/transport/zeromq.hpp>
-
-namespace {
-
-constexpr const char* usage =
-    "usage: diloco_keygen NAME [--learners IDS]\n\n"
-    "Writes NAME.key (the key pair; keep it secret) and NAME.pub (the public key, to give to the other side).\n\n"
-    "  --learners IDS   a learner's key: write 'learners = IDS' into NAME.pub, the learner ids the key may\n"
-    "                   speak for: ids and ranges like 0-3,7, or '*' for any learner. The syncer's --allow\n"
-    "                   file needs this line after every key.\n";
-
-}  // namespace
+#include <diloco_tools/cli.hpp>
 
 int main(int argc, char** argv) {
-  std::string name;
+  std::string name, ids;
+  CLI::App app{"Writes NAME.key (the key pair; keep it secret) and NAME.pub (the public key, to give to the other side).",
+               "diloco_keygen"};
+  app.add_option("NAME", name, "the key's name: the files are NAME.key and NAME.pub")->required();
+  const CLI::Option* learners_option =
+      app.add_option("--learners", ids,
+                     "a learner's key: write 'learners = IDS' into NAME.pub, the learner ids the key may speak for: "
+                     "ids and ranges like 0-3,7, or '*' for any learner. The syncer's --allow file needs this line "
+                     "after every key.")
+          ->type_name("IDS");
+  if (const auto status = diloco_tools::parse(app, argc, argv)) return *status;
+
   std::optional<diloco::zeromq::learner_ids> learners;
-  try {
-    for (int i = 1; i < argc; ++i) {
-      const std::string arg = argv[i];
-      if (arg == "-h" || arg == "--help") {
-        std::fputs(usage, stdout);
-        return 0;
-      }
-      if (arg == "--learners") {
-        if (i + 1 == argc) throw std::invalid_argument("--learners needs a value");
-        learners = diloco::zeromq::learner_ids::parse(argv[++i]);
-      } else if (arg.rfind("-", 0) == 0 || !name.empty()) {
-        throw std::invalid_argument("unexpected argument '" + arg + "'");
-      } else {
-        name = arg;
-      }
+  if (learners_option->count() > 0) {
+    try {
+      learners = diloco::zeromq::learner_ids::parse(ids);
+    } catch (const std::invalid_argument& e) {
+      std::fprintf(stderr, "diloco_keygen: --learners: %s\n", e.what());
+      return diloco_tools::bad_usage;
     }
-    if (name.empty()) throw std::invalid_argument("no NAME given");
-  } catch (const std::invalid_argument& e) {
-    std::fprintf(stderr, "diloco_keygen: %s\n\n%s", e.what(), usage);
-    return 2;
   }
   try {
     const auto keys = diloco::zeromq::generate_keypair();

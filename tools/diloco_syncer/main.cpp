@@ -6,11 +6,12 @@
 
 #include <unistd.h>
 
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <ctime>
 #include <fstream>
-#include <iostream>
+#include <optional>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -22,87 +23,22 @@
 #include <diloco/metrics/trace.hpp>
 #include <diloco/runtime/checkpoint.hpp>
 #include <diloco/transport/zeromq.hpp>
+#include <diloco_tools/cli.hpp>
+#include <diloco_tools/json.hpp>
+#include <nlohmann/json.hpp>
 
 #include "log_sink.hpp"
 
 namespace {
 
-constexpr const char* usage = R"(usage: diloco_syncer [options]
-
-Serves Decoupled DiLoCo learners over ZeroMQ. Logs one line per outer update
-and, when it stops, prints its counters as one JSON line.
-
-  --endpoint URL            tcp://HOST:PORT or ipc://PATH to bind (tcp://127.0.0.1:5555)
-  --fragments P             fragments of the model (4)
-  --H H                     inner steps between two sends of a fragment (50)
-  --overlap TAU             steps between a send and the use of its answer (H/10)
-  --alpha A                 mixing on adoption, 0 overwrites (0)
-  --lock-step               learners wait for each answer (synchronous DiLoCo)
-  --quorum K                distinct learners before a round may close (1)
-  --grace G                 grace-window factor gamma in [0, 1) (0.5)
-  --max-staleness S         refuse outer gradients more than S revisions old (16)
-  --heartbeat-timeout SEC   silence before a learner counts as dead (10)
-  --outer nesterov|sgd|delayed-nesterov|adamw
-                            outer optimizer (nesterov); adamw with --outer-lr as its learning
-                            rate is data parallelism's optimizer (learners: SGD, rate 1, H=1)
-  --outer-lr ETA            outer learning rate (0.7)
-  --outer-momentum MU       outer momentum (0.9)
-  --delay N                 delayed Nesterov: outer steps per momentum update (4)
-  --merge tokens|average|rda
-                            merge rule (tokens)
-  --partial-rounds all|live|full
-                            size of partial rounds (all)
-  --absent-half-life N      a departed learner's weight in partial rounds halves every N periods
-                            (H steps at the learners' mean step time) (20)
-  --forget-after N          a departed learner's table place is freed after N half-lives (10)
-  --max-learners N          learners kept track of at once (4096)
-  --clip C                  clip outer gradients and merge weights above C x the lower median
-                            of recent ones (8; 0: off)
-  --quarantine-after N      refuse a learner (until it rejoins) after N of its contributions in a
-                            row were clipped or refused for their content (8; 0: never)
-  --max-update-ratio R      do not publish an outer step that moves a fragment by more than
-                            R x its norm (0: no bound)
-  --max-tokens-per-step N   refuse contributions claiming more tokens per step (16777216)
-  --layout FILE             accept only this layout: lines "name size [dense|embedding]"
-  --learners N              stop once N learners have left and none is live (0: until SIGINT/SIGTERM)
-  --curve-secret FILE       the syncer's CURVE key pair (diloco_keygen); needs --allow
-  --allow FILE              learners' public keys (repeatable): each "public-key = KEY" line followed
-                            by "learners = IDS", the learner ids that key may speak for ("0-3,7",
-                            or "*" for any); diloco_keygen NAME --learners IDS writes such a file
-  --insecure                allow binding a non-loopback address without CURVE
-  --save FILE               write the final global parameters (raw little-endian f32)
-  --metrics FILE            also write the final counters (the JSON line) to FILE
-  --checkpoint-dir DIR      keep checkpoints there; on start, resume from the newest intact one
-  --durability update|SEC   checkpoint before every outer update is published (update), or
-                            every SEC seconds (default: update)
-  --trace FILE              append contributions and outer updates to FILE as JSON lines
-                            (docs/chaos.md)
-  --quiet                   no per-update lines
-  --help                    this text
-)";
-
+/// A command line that makes no sense, found after parsing (exit status 2).
 struct usage_error : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-template <class T>
-T number(std::string_view option, const std::string& text) {
-  std::istringstream in(text);
-  T value{};
-  if (!(in >> value) || !in.eof()) throw usage_error("bad value '" + text + "' for " + std::string(option));
-  return value;
-}
-
-std::chrono::nanoseconds seconds_option(std::string_view option, const std::string& text) {
-  const double v = number<double>(option, text);
-  if (!(v > 0) || v > 1e9) throw usage_error("bad value '" + text + "' for " + std::string(option) + " (seconds > 0)");
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::duration<double>(v));
-}
-
 struct settings {
   std::string endpoint = "tcp://127.0.0.1:5555";
   diloco::syncer_options options = diloco::presets::decoupled_diloco(50, 4, 1, 5);
-  bool overlap_given = false;
   std::string outer = "nesterov";
   double outer_lr = 0.7, outer_momentum = 0.9;
   std::uint32_t delay = 4;
@@ -114,66 +50,140 @@ struct settings {
   bool insecure = false, quiet = false;
 };
 
-settings parse(int argc, char** argv) {
-  settings s;
+/// Reads the command line into `s`: nothing when the service is to start,
+/// else the exit status (0 after --help, 2 for bad usage). Every number is
+/// checked against the range the syncer accepts, so that a bad one is refused
+/// here, naming its flag, rather than after the endpoint is bound.
+std::optional<int> parse(int argc, char** argv, settings& s) {
+  using diloco_tools::bound;
+  using diloco_tools::real_in;
   auto& o = s.options;
-  for (int i = 1; i < argc; ++i) {
-    const std::string_view opt = argv[i];
-    if (opt == "--help" || opt == "-h") {
-      std::fputs(usage, stdout);
-      std::exit(0);
-    }
-    if (opt == "--lock-step") { o.training.lock_step = true; continue; }
-    if (opt == "--insecure") { s.insecure = true; continue; }
-    if (opt == "--quiet") { s.quiet = true; continue; }
-    if (i + 1 >= argc) throw usage_error("missing value for " + std::string(opt));
-    const std::string v = argv[++i];
-    if (opt == "--endpoint") s.endpoint = v;
-    else if (opt == "--fragments") o.training.fragments = number<std::uint32_t>(opt, v);
-    else if (opt == "--H") o.training.sync_period = number<std::uint32_t>(opt, v);
-    else if (opt == "--overlap") o.training.overlap = number<std::uint32_t>(opt, v), s.overlap_given = true;
-    else if (opt == "--alpha") o.training.mixing = number<double>(opt, v);
-    else if (opt == "--quorum") o.quorum = number<std::uint32_t>(opt, v);
-    else if (opt == "--grace") o.grace_factor = number<double>(opt, v);
-    else if (opt == "--max-staleness") o.max_staleness = number<std::uint32_t>(opt, v);
-    else if (opt == "--heartbeat-timeout") o.heartbeat_timeout = seconds_option(opt, v);
-    else if (opt == "--outer") s.outer = v;
-    else if (opt == "--outer-lr") s.outer_lr = number<double>(opt, v);
-    else if (opt == "--outer-momentum") s.outer_momentum = number<double>(opt, v);
-    else if (opt == "--delay") s.delay = number<std::uint32_t>(opt, v);
-    else if (opt == "--merge") s.merge = v;
-    else if (opt == "--partial-rounds") {
-      if (v == "all") o.scaling = diloco::partial_rounds::all_share;
-      else if (v == "live") o.scaling = diloco::partial_rounds::live_share;
-      else if (v == "full") o.scaling = diloco::partial_rounds::full_step;
-      else throw usage_error("unknown partial-round rule '" + v + "' (all, live or full)");
-    } else if (opt == "--absent-half-life") o.membership.absent_half_life = number<double>(opt, v);
-    else if (opt == "--forget-after") o.membership.forget_after = number<double>(opt, v);
-    else if (opt == "--max-learners") o.max_learners = number<std::uint32_t>(opt, v);
-    else if (opt == "--clip") o.screening.clip_factor = number<double>(opt, v);
-    else if (opt == "--quarantine-after") o.screening.quarantine_after = number<std::uint32_t>(opt, v);
-    else if (opt == "--max-update-ratio") o.screening.max_update_ratio = number<double>(opt, v);
-    else if (opt == "--max-tokens-per-step") o.screening.max_tokens_per_step = number<std::uint64_t>(opt, v);
-    else if (opt == "--layout") s.layout_file = v;
-    else if (opt == "--learners") s.learners = number<std::uint64_t>(opt, v);
-    else if (opt == "--curve-secret") s.curve_secret = v;
-    else if (opt == "--allow") s.allow_files.push_back(v);
-    else if (opt == "--save") s.save_file = v;
-    else if (opt == "--metrics") s.metrics_file = v;
-    else if (opt == "--checkpoint-dir") s.checkpoint_dir = v;
-    else if (opt == "--trace") s.trace_file = v;
-    else if (opt == "--durability") s.durability_seconds = v == "update" ? 0.0 : number<double>(opt, v);
-    else throw usage_error("unknown option '" + std::string(opt) + "'");
+  auto& t = o.training;
+  CLI::App app{"Serves Decoupled DiLoCo learners over ZeroMQ. Logs one line per outer update\n"
+               "and, when it stops, prints its counters as one JSON line.",
+               "diloco_syncer"};
+  // A repeated option keeps its last value (--allow excepted), as it always did.
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  const auto whole = diloco_tools::whole_at_least(0), one_or_more = diloco_tools::whole_at_least(1);
+  const auto fraction = real_in(0, bound::closed, 1, bound::open);
+  const auto non_negative = diloco_tools::non_negative();
+  const CLI::Validator clip_factor(
+      [non_negative](std::string& text) {
+        std::string bad = non_negative(text);
+        if (bad.empty() && std::strtod(text.c_str(), nullptr) > 0 && std::strtod(text.c_str(), nullptr) < 1)
+          bad = "must be 0 (off) or at least 1, not " + text;
+        return bad;
+      },
+      "");
+  const CLI::Validator durability(
+      [non_negative](std::string& text) {
+        return text == "update" || non_negative(text).empty() ? std::string()
+                                                                : "takes 'update' or a number of seconds >= 0, not " + text;
+      },
+      "");
+  double heartbeat_s = std::chrono::duration<double>(o.heartbeat_timeout).count();
+  std::string partial = "all", durability_text = "update";
+
+  app.add_option("--endpoint", s.endpoint, "tcp://HOST:PORT or ipc://PATH to bind")->type_name("URL")
+      ->capture_default_str();
+  app.add_option("--fragments", t.fragments, "fragments of the model")->type_name("P")->check(one_or_more)
+      ->capture_default_str();
+  app.add_option("--H", t.sync_period, "inner steps between two sends of a fragment")->type_name("H")
+      ->check(one_or_more)->capture_default_str();
+  const CLI::Option* overlap =
+      app.add_option("--overlap", t.overlap, "steps between a send and the use of its answer (default: H/10)")
+          ->type_name("TAU")->check(whole);
+  app.add_option("--alpha", t.mixing, "mixing on adoption, in [0, 1); 0 overwrites")->type_name("A")->check(fraction)
+      ->capture_default_str();
+  app.add_flag("--lock-step", t.lock_step, "learners wait for each answer (synchronous DiLoCo)");
+  app.add_option("--quorum", o.quorum, "distinct learners before a round may close")->type_name("K")
+      ->check(one_or_more)->capture_default_str();
+  app.add_option("--grace", o.grace_factor, "grace-window factor gamma in [0, 1)")->type_name("G")->check(fraction)
+      ->capture_default_str();
+  app.add_option("--max-staleness", o.max_staleness, "refuse outer gradients more than S revisions old")
+      ->type_name("S")->check(whole)->capture_default_str();
+  const CLI::Option* heartbeat =
+      app.add_option("--heartbeat-timeout", heartbeat_s, "silence before a learner counts as dead, in (0, 1e9] s")
+          ->type_name("SEC")->check(real_in(0, bound::open, 1e9, bound::closed))->capture_default_str();
+  app.add_option("--outer", s.outer,
+                 "outer optimizer; adamw with --outer-lr as its learning rate is data parallelism's optimizer "
+                 "(learners: SGD, rate 1, H=1)")
+      ->type_name("nesterov|sgd|delayed-nesterov|adamw")
+      ->check(CLI::IsMember({"nesterov", "sgd", "delayed-nesterov", "adamw"}).description(""))->capture_default_str();
+  app.add_option("--outer-lr", s.outer_lr, "outer learning rate, >= 0")->type_name("ETA")->check(non_negative)
+      ->capture_default_str();
+  app.add_option("--outer-momentum", s.outer_momentum, "outer momentum, in [0, 1)")->type_name("MU")
+      ->check(fraction)->capture_default_str();
+  app.add_option("--delay", s.delay, "delayed Nesterov: outer steps per momentum update")->type_name("N")
+      ->check(one_or_more)->capture_default_str();
+  app.add_option("--merge", s.merge, "merge rule")->type_name("tokens|average|rda")
+      ->check(CLI::IsMember({"tokens", "average", "rda"}).description(""))->capture_default_str();
+  app.add_option("--partial-rounds", partial, "size of partial rounds")->type_name("all|live|full")
+      ->check(CLI::IsMember({"all", "live", "full"}).description(""))->capture_default_str();
+  app.add_option("--absent-half-life", o.membership.absent_half_life,
+                 "a departed learner's weight in partial rounds halves every N periods (H steps at the learners' "
+                 "mean step time), in (0, 10000]")
+      ->type_name("N")->check(real_in(0, bound::open, 10000, bound::closed))->capture_default_str();
+  app.add_option("--forget-after", o.membership.forget_after,
+                 "a departed learner's table place is freed after N half-lives, in (0, 64]")
+      ->type_name("N")->check(real_in(0, bound::open, 64, bound::closed))->capture_default_str();
+  app.add_option("--max-learners", o.max_learners, "learners kept track of at once")->type_name("N")
+      ->check(one_or_more)->capture_default_str();
+  app.add_option("--clip", o.screening.clip_factor,
+                 "clip outer gradients and merge weights above C x the lower median of recent ones (0: off, "
+                 "else >= 1)")
+      ->type_name("C")->check(clip_factor)->capture_default_str();
+  app.add_option("--quarantine-after", o.screening.quarantine_after,
+                 "refuse a learner (until it rejoins) after N of its contributions in a row were clipped or "
+                 "refused for their content (0: never)")
+      ->type_name("N")->check(whole)->capture_default_str();
+  app.add_option("--max-update-ratio", o.screening.max_update_ratio,
+                 "do not publish an outer step that moves a fragment by more than R x its norm (0: no bound)")
+      ->type_name("R")->check(non_negative)->capture_default_str();
+  app.add_option("--max-tokens-per-step", o.screening.max_tokens_per_step,
+                 "refuse contributions claiming more tokens per step")
+      ->type_name("N")->check(one_or_more)->capture_default_str();
+  app.add_option("--layout", s.layout_file, "accept only this layout: lines \"name size [dense|embedding]\"")
+      ->type_name("FILE");
+  app.add_option("--learners", s.learners, "stop once N learners have left and none is live (0: until SIGINT/SIGTERM)")
+      ->type_name("N")->check(whole)->capture_default_str();
+  app.add_option("--curve-secret", s.curve_secret, "the syncer's CURVE key pair (diloco_keygen); needs --allow")
+      ->type_name("FILE");
+  app.add_option("--allow", s.allow_files,
+                 "learners' public keys (repeatable): each \"public-key = KEY\" line followed by \"learners = IDS\", "
+                 "the learner ids that key may speak for (\"0-3,7\", or \"*\" for any); diloco_keygen NAME "
+                 "--learners IDS writes such a file")
+      ->type_name("FILE")->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  app.add_flag("--insecure", s.insecure, "allow binding a non-loopback address without CURVE");
+  app.add_option("--save", s.save_file, "write the final global parameters (raw little-endian f32)")
+      ->type_name("FILE");
+  app.add_option("--metrics", s.metrics_file, "also write the final counters (the JSON line) to FILE")
+      ->type_name("FILE");
+  app.add_option("--checkpoint-dir", s.checkpoint_dir, "keep checkpoints there; on start, resume from the newest "
+                                                        "intact one")
+      ->type_name("DIR");
+  app.add_option("--durability", durability_text,
+                 "checkpoint before every outer update is published (update), or every SEC seconds")
+      ->type_name("update|SEC")->check(durability)->capture_default_str();
+  app.add_option("--trace", s.trace_file, "append contributions and outer updates to FILE as JSON lines "
+                                          "(docs/chaos.md)")
+      ->type_name("FILE");
+  app.add_flag("--quiet", s.quiet, "no per-update lines");
+  if (const auto status = diloco_tools::parse(app, argc, argv)) return status;
+
+  if (overlap->count() == 0) t.overlap = t.sync_period / 10;
+  if (heartbeat->count() > 0)
+    o.heartbeat_timeout =
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::duration<double>(heartbeat_s));
+  o.scaling = partial == "live"   ? diloco::partial_rounds::live_share
+              : partial == "full" ? diloco::partial_rounds::full_step
+                                  : diloco::partial_rounds::all_share;
+  s.durability_seconds = durability_text == "update" ? 0.0 : std::strtod(durability_text.c_str(), nullptr);
+  if (s.curve_secret.empty() != s.allow_files.empty()) {
+    std::fprintf(stderr, "diloco_syncer: --curve-secret and --allow go together\n");
+    return diloco_tools::bad_usage;
   }
-  if (!s.overlap_given) o.training.overlap = o.training.sync_period / 10;
-  if (s.outer != "nesterov" && s.outer != "sgd" && s.outer != "delayed-nesterov" && s.outer != "adamw")
-    throw usage_error("unknown outer optimizer '" + s.outer + "' (nesterov, sgd, delayed-nesterov or adamw)");
-  if (s.merge != "tokens" && s.merge != "average" && s.merge != "rda")
-    throw usage_error("unknown merge rule '" + s.merge + "' (tokens, average or rda)");
-  if (s.curve_secret.empty() != s.allow_files.empty())
-    throw usage_error("--curve-secret and --allow go together");
-  if (!(s.durability_seconds >= 0)) throw usage_error("--durability takes 'update' or a number of seconds");
-  return s;
+  return std::nullopt;
 }
 
 std::string stamp() {
@@ -297,9 +307,10 @@ int serve(const settings& s, diloco::zeromq::server& server, start& from, diloco
     log("resumed at revisions " + revisions(sync) + "; learners rejoin by themselves");
   }
   if (trace) {
-    std::string fields = ",\"pid\":";
-    fields.append(std::to_string(::getpid())).append(",\"restored\":").append(from.state.empty() ? "false" : "true");
-    trace->write("syncer", "start", fields.append(",\"revisions\":[").append(revisions(sync)).append("]"));
+    std::vector<std::uint64_t> at;
+    for (std::uint32_t p = 0; p < sync.plan().count(); ++p) at.push_back(sync.revision(p));
+    const nlohmann::ordered_json fields = {{"pid", ::getpid()}, {"restored", !from.state.empty()}, {"revisions", at}};
+    trace->write("syncer", "start", diloco_tools::trace_fields(fields));
   }
   const auto started = std::chrono::steady_clock::now();
   for (auto& join : from.joins) sync.handle(std::move(join), diloco::clock::now());
@@ -322,31 +333,36 @@ int serve(const settings& s, diloco::zeromq::server& server, start& from, diloco
     out.write(reinterpret_cast<const char*>(params.data()), static_cast<std::streamsize>(params.size() * sizeof(float)));
     if (!out) log("error: cannot write " + s.save_file);
   }
-  std::ostringstream rejected;
+  // One JSON line, keys in a fixed order; "rejected" counts by reason, only the reasons that occurred.
+  nlohmann::ordered_json rejected = nlohmann::ordered_json::object();
   for (std::size_t r = 0; r < diloco::reject_reason_count; ++r)
-    if (m.rejected[r])
-      rejected << (rejected.tellp() > 0 ? "," : "") << '"' << diloco::to_string(static_cast<diloco::reject_reason>(r))
-               << "\":" << m.rejected[r];
-  char line[4096];  // 25 reasons at most: well under 4 KiB
-  std::snprintf(line, sizeof line,
-      "{\"outer_updates\":%llu,\"contributions_accepted\":%llu,\"contributions_merged\":%llu,"
-      "\"contributions_dropped\":%llu,\"rounds_dropped\":%llu,\"contributions_clipped\":%llu,\"weights_clipped\":%llu,"
-      "\"quarantines\":%llu,\"learners_forgotten\":%llu,\"log_lines_dropped\":%llu,\"rejected\":{%s},"
-      "\"joins\":%llu,\"rejoins\":%llu,\"reconnects\":%llu,\"leaves\":%llu,\"declared_dead\":%llu,\"revived\":%llu,"
-      "\"staleness_max\":%llu,\"curve_admitted\":%llu,\"curve_denied\":%llu,\"seconds\":%.3f}\n",
-      static_cast<unsigned long long>(m.outer_updates), static_cast<unsigned long long>(m.contributions_accepted),
-      static_cast<unsigned long long>(m.contributions_merged), static_cast<unsigned long long>(m.contributions_dropped),
-      static_cast<unsigned long long>(m.rounds_dropped), static_cast<unsigned long long>(m.contributions_clipped),
-      static_cast<unsigned long long>(m.weights_clipped), static_cast<unsigned long long>(m.quarantines),
-      static_cast<unsigned long long>(m.learners_forgotten), static_cast<unsigned long long>(sink().dropped()),
-      rejected.str().c_str(),
-      static_cast<unsigned long long>(m.joins), static_cast<unsigned long long>(m.rejoins),
-      static_cast<unsigned long long>(m.reconnects), static_cast<unsigned long long>(m.leaves), static_cast<unsigned long long>(m.declared_dead),
-      static_cast<unsigned long long>(m.revived),
-      static_cast<unsigned long long>(m.staleness_max), static_cast<unsigned long long>(server.admitted()),
-      static_cast<unsigned long long>(server.denied()),
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
-  std::fputs(line, stdout);
+    if (m.rejected[r]) rejected[std::string(diloco::to_string(static_cast<diloco::reject_reason>(r)))] = m.rejected[r];
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  const nlohmann::ordered_json counters = {
+      {"outer_updates", m.outer_updates},
+      {"contributions_accepted", m.contributions_accepted},
+      {"contributions_merged", m.contributions_merged},
+      {"contributions_dropped", m.contributions_dropped},
+      {"rounds_dropped", m.rounds_dropped},
+      {"contributions_clipped", m.contributions_clipped},
+      {"weights_clipped", m.weights_clipped},
+      {"quarantines", m.quarantines},
+      {"learners_forgotten", m.learners_forgotten},
+      {"log_lines_dropped", sink().dropped()},
+      {"rejected", rejected},
+      {"joins", m.joins},
+      {"rejoins", m.rejoins},
+      {"reconnects", m.reconnects},
+      {"leaves", m.leaves},
+      {"declared_dead", m.declared_dead},
+      {"revived", m.revived},
+      {"staleness_max", m.staleness_max},
+      {"curve_admitted", server.admitted()},
+      {"curve_denied", server.denied()},
+      {"seconds", std::round(seconds * 1000) / 1000},  // milliseconds are all a run's length needs
+  };
+  const std::string line = counters.dump() + '\n';
+  std::fputs(line.c_str(), stdout);
   if (!s.metrics_file.empty()) {
     std::ofstream out(s.metrics_file, std::ios::trunc);
     out << line;
@@ -376,12 +392,7 @@ int with_outer(const settings& s, diloco::zeromq::server& server, start& from, d
 
 int main(int argc, char** argv) {
   settings s;
-  try {
-    s = parse(argc, argv);
-  } catch (const usage_error& e) {
-    std::fprintf(stderr, "diloco_syncer: %s\n\n%s", e.what(), usage);
-    return 2;
-  }
+  if (const auto status = parse(argc, argv, s)) return *status;
 
   // SIGINT and SIGTERM stop the service cleanly (open rounds are merged):
   // blocked everywhere, awaited by one thread.
