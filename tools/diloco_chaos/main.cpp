@@ -6,32 +6,43 @@
 // examples/01_fashion_mnist/chaos.py shows how to call it; docs/chaos.md
 // describes the trace and the report.
 
-#include <cmath>
+#include <unistd.h>
+
+#include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <sstream>
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <system_error>
 #include <vector>
 
-#include "runner.hpp"
+#include <diloco_tools/cli.hpp>
 #include <diloco_tools/loopback.hpp>
+#include <nlohmann/json.hpp>
 
-#include "report.hpp"
-#include "timeline.hpp"
+#include "analyze.hpp"
+#include "process.hpp"
+#include "report_json.hpp"
+#include "runner.hpp"
 
 namespace {
 
-constexpr const char* usage = R"(usage: diloco_chaos --out DIR --learners M --duration SEC --syncer CMD --learner CMD [options]
-       diloco_chaos --report DIR [--downtime-bound SEC]
+namespace fs = std::filesystem;
 
-Starts the syncer command and M learner commands, injects faults on a seeded
+constexpr const char* description = R"(Starts the syncer command and M learner commands, injects faults on a seeded
 schedule, and writes DIR/events.jsonl (everything that happened), DIR/logs/
 (each process's output), DIR/report.json and DIR/timeline.png. Exit status 0
 when the run's invariants hold, 1 when one fails, 2 for bad usage.
 
+  diloco_chaos --out DIR --learners M --duration SEC --syncer CMD --learner CMD [options]
+  diloco_chaos --report DIR [--downtime-bound SEC] [--title TEXT]
+)";
+
+constexpr const char* placeholders = R"(
 Commands are split at spaces (no quoting); these words are replaced:
   {endpoint}     tcp://127.0.0.1:PORT, a free loopback port, the same for every restart
   {trace}        DIR/events.jsonl, which every process appends to
@@ -40,29 +51,8 @@ Commands are split at spaces (no quoting); these words are replaced:
   {stop_at}      learners: the wall time (s since the epoch) at which to finish
   {restart}      the syncer: 0, then 1, 2, ... after each kill
 
-  --mtbf SEC            mean up-time of a learner between faults (60)
-  --recovery SEC        how long a killed learner stays down or a paused one paused (10)
-  --pause-share P       share of faults that are SIGSTOP pauses rather than SIGKILLs (0.5)
-  --syncer-kill-at S,.. kill the syncer at these times (none)
-  --syncer-recovery SEC how long the syncer stays down (2)
-  --quiet-start SEC     no fault before (10); --quiet-end SEC: none in the last (10)
-  --no-faults           the same run without any fault (a baseline)
-  --seed N              seed of the fault schedule (1)
-  --downtime-bound SEC  a gap between outer updates longer than this is downtime (5)
-  --title TEXT          the timeline's title (words joined by '_' are shown with spaces)
+timeline.png is drawn by plot_timeline.py with matplotlib (Debian: python3-matplotlib).
 )";
-
-struct usage_error : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
-
-double seconds(std::string_view option, const std::string& text) {
-  std::istringstream in(text);
-  double v = 0;
-  if (!(in >> v) || !in.eof() || !std::isfinite(v) || v < 0)
-    throw usage_error("bad value '" + text + "' for " + std::string(option));
-  return v;
-}
 
 std::vector<std::string> words(const std::string& command) {
   std::istringstream in(command);
@@ -76,19 +66,62 @@ std::string replace_all(std::string s, std::string_view from, const std::string&
   return s;
 }
 
+/// plot_timeline.py: beside the sources in a build tree, else where `make install` put it (share/diloco/ next to
+/// the bin/ that holds this program). Throws if neither exists.
+fs::path plot_script() {
+  std::vector<fs::path> candidates{DILOCO_CHAOS_PLOT_SCRIPT};
+  std::error_code error;
+  if (const fs::path self = fs::read_symlink("/proc/self/exe", error); !error)
+    candidates.push_back(self.parent_path().parent_path() / DILOCO_CHAOS_INSTALLED_PLOT_SCRIPT);
+  std::string looked;
+  for (const fs::path& p : candidates) {
+    if (fs::exists(p)) return p;
+    looked += (looked.empty() ? "" : ", ") + p.string();
+  }
+  throw std::runtime_error("cannot find plot_timeline.py (looked for " + looked + ")");
+}
+
+/// Draws DIR/timeline.png from DIR/report.json with plot_timeline.py, run by the Python that CMake found with
+/// matplotlib (else python3 from PATH); the script explains itself on stderr when it fails. Throws saying why
+/// there is no picture.
+void plot(const fs::path& dir, const std::string& title) {
+  const std::string python = fs::exists(DILOCO_CHAOS_PYTHON) ? DILOCO_CHAOS_PYTHON : "python3";
+  const fs::path script = plot_script();
+  auto child = diloco_chaos::child_process::spawn(
+      {{python, script.string(), (dir / "report.json").string(), (dir / "timeline.png").string(), "--title", title}});
+  const auto status = child.wait_for(std::chrono::minutes(2));
+  if (!status) {
+    child.kill_and_reap();
+    throw std::runtime_error(script.string() + " took more than 2 minutes");
+  }
+  if (!status->exited || status->code != 0)
+    throw std::runtime_error(python + " " + script.string() + " ended with " + status->to_string());
+}
+
 /// Reads DIR/events.jsonl, writes DIR/report.json and DIR/timeline.png,
 /// prints the summary. Returns the exit status.
-int report(const std::filesystem::path& dir, double bound, const std::string& title) {
+int report(const fs::path& dir, double bound, const std::string& title) {
   const auto trace = diloco_chaos::read_trace(dir / "events.jsonl");
   const auto r = diloco_chaos::analyze(trace, {.downtime_bound_s = bound});
+  const std::string json = diloco_chaos::to_json(r);
   {
     std::ofstream out(dir / "report.json", std::ios::trunc);
-    out << diloco_chaos::to_json(r) << '\n';
+    out << json;
     if (!out) throw std::runtime_error("cannot write " + (dir / "report.json").string());
   }
-  diloco_chaos::render(diloco_chaos::to_timeline(r, title)).write_png(dir / "timeline.png");
-  std::cout << diloco_chaos::to_json(r) << '\n';
+  std::string plot_error;
+  try {
+    plot(dir, title);
+  } catch (const std::exception& e) {
+    plot_error = e.what();
+  }
+  std::cout << json;
   for (const auto& f : r.failures) std::cerr << "diloco_chaos: FAILED: " << f << '\n';
+  if (!plot_error.empty()) {
+    std::cerr << "diloco_chaos: error: no timeline.png: " << plot_error << "; the report is in "
+              << (dir / "report.json").string() << '\n';
+    return 1;
+  }
   std::cerr << "diloco_chaos: report in " << (dir / "report.json").string() << ", timeline in "
             << (dir / "timeline.png").string() << '\n';
   return r.ok ? 0 : 1;
@@ -98,66 +131,69 @@ int report(const std::filesystem::path& dir, double bound, const std::string& ti
 
 int main(int argc, char** argv) {
   namespace chaos = diloco_chaos;
+  using diloco_tools::bound;
   chaos::schedule_options plan;
   plan.quiet_start_seconds = plan.quiet_end_seconds = 10;
-  std::filesystem::path out, report_only;
-  std::string syncer, learner, title;
-  double bound = 5.0;
+  std::string out, report_only, syncer, learner, title;
+  double downtime_bound = 5.0;
   bool no_faults = false;
+
+  CLI::App app{description, "diloco_chaos"};
+  app.footer(placeholders);
+  // A repeated option keeps its last value (--syncer-kill-at adds up), as it always did.
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  const auto non_negative = diloco_tools::non_negative(), positive = diloco_tools::positive();
+  app.add_option("--out", out, "the run's directory")->type_name("DIR");
+  app.add_option("--report", report_only, "analyze DIR/events.jsonl again (no run)")->type_name("DIR");
+  app.add_option("--learners", plan.learners, "learner processes")->type_name("M")
+      ->check(diloco_tools::whole_at_least(1));
+  app.add_option("--duration", plan.duration_seconds, "length of the run")->type_name("SEC")->check(positive);
+  app.add_option("--syncer", syncer, "the syncer's command")->type_name("CMD");
+  app.add_option("--learner", learner, "a learner's command")->type_name("CMD");
+  app.add_option("--mtbf", plan.mtbf_seconds, "mean up-time of a learner between faults")->type_name("SEC")
+      ->check(positive)->capture_default_str();
+  app.add_option("--recovery", plan.recovery_seconds, "how long a killed learner stays down or a paused one paused")
+      ->type_name("SEC")->check(non_negative)->capture_default_str();
+  app.add_option("--pause-share", plan.pause_share, "share of faults that are SIGSTOP pauses rather than SIGKILLs")
+      ->type_name("P")->check(diloco_tools::real_in(0, bound::closed, 1, bound::closed))->capture_default_str();
+  app.add_option("--syncer-kill-at", plan.syncer_kills_at, "kill the syncer at these times (none)")
+      ->type_name("S,..")->delimiter(',')->check(non_negative)->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  app.add_option("--syncer-recovery", plan.syncer_recovery_seconds, "how long the syncer stays down")
+      ->type_name("SEC")->check(non_negative)->capture_default_str();
+  app.add_option("--quiet-start", plan.quiet_start_seconds, "no fault before")->type_name("SEC")
+      ->check(non_negative)->capture_default_str();
+  app.add_option("--quiet-end", plan.quiet_end_seconds, "no fault in the last")->type_name("SEC")
+      ->check(non_negative)->capture_default_str();
+  app.add_flag("--no-faults", no_faults, "the same run without any fault (a baseline)");
+  app.add_option("--seed", plan.seed, "seed of the fault schedule")->type_name("N")
+      ->check(diloco_tools::whole_at_least(0))->capture_default_str();
+  app.add_option("--downtime-bound", downtime_bound, "a gap between outer updates longer than this is downtime")
+      ->type_name("SEC")->check(non_negative)->capture_default_str();
+  app.add_option("--title", title, "the timeline's title (words joined by '_' are shown with spaces)")
+      ->type_name("TEXT");
+  if (const auto status = diloco_tools::parse(app, argc, argv)) return *status;
+  title = replace_all(title, "_", " ");
+
   try {
-    for (int i = 1; i < argc; ++i) {
-      const std::string_view opt = argv[i];
-      if (opt == "--help" || opt == "-h") {
-        std::fputs(usage, stdout);
-        return 0;
-      }
-      if (opt == "--no-faults") {
-        no_faults = true;
-        continue;
-      }
-      if (i + 1 >= argc) throw usage_error(std::string(opt) + " needs a value");
-      const std::string v = argv[++i];
-      if (opt == "--out") out = v;
-      else if (opt == "--report") report_only = v;
-      else if (opt == "--learners") plan.learners = static_cast<std::uint32_t>(seconds(opt, v));
-      else if (opt == "--duration") plan.duration_seconds = seconds(opt, v);
-      else if (opt == "--mtbf") plan.mtbf_seconds = seconds(opt, v);
-      else if (opt == "--recovery") plan.recovery_seconds = seconds(opt, v);
-      else if (opt == "--pause-share") plan.pause_share = seconds(opt, v);
-      else if (opt == "--syncer-recovery") plan.syncer_recovery_seconds = seconds(opt, v);
-      else if (opt == "--quiet-start") plan.quiet_start_seconds = seconds(opt, v);
-      else if (opt == "--quiet-end") plan.quiet_end_seconds = seconds(opt, v);
-      else if (opt == "--seed") plan.seed = static_cast<std::uint64_t>(seconds(opt, v));
-      else if (opt == "--downtime-bound") bound = seconds(opt, v);
-      else if (opt == "--title") title = replace_all(v, "_", " ");
-      else if (opt == "--syncer") syncer = v;
-      else if (opt == "--learner") learner = v;
-      else if (opt == "--syncer-kill-at") {
-        std::istringstream in(v);
-        for (std::string t; std::getline(in, t, ',');) plan.syncer_kills_at.push_back(seconds(opt, t));
-      } else {
-        throw usage_error("unknown option '" + std::string(opt) + "'");
-      }
+    if (!report_only.empty()) return report(report_only, downtime_bound, title.empty() ? report_only : title);
+    if (out.empty() || syncer.empty() || learner.empty()) {
+      std::fprintf(stderr, "diloco_chaos: --out, --syncer and --learner are required (diloco_chaos --help)\n");
+      return diloco_tools::bad_usage;
     }
-    if (!report_only.empty()) return report(report_only, bound, title.empty() ? report_only.string() : title);
-    if (out.empty() || syncer.empty() || learner.empty())
-      throw usage_error("--out, --syncer and --learner are required");
     plan.check();  // names the option that makes no sense
-  } catch (const usage_error& e) {
-    std::fprintf(stderr, "diloco_chaos: %s\n\n%s", e.what(), usage);
-    return 2;
   } catch (const std::invalid_argument& e) {
     std::fprintf(stderr, "diloco_chaos: %s\n", e.what());
-    return 2;
+    return diloco_tools::bad_usage;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "diloco_chaos: error: %s\n", e.what());
     return 1;
   }
 
   try {
-    std::filesystem::create_directories(out);
-    const auto events = out / "events.jsonl";
-    std::filesystem::remove(events);
+    const fs::path dir = out;
+    fs::create_directories(dir);
+    const auto events = dir / "events.jsonl";
+    fs::remove(events);
     const std::string endpoint = "tcp://127.0.0.1:" + std::to_string(diloco_tools::free_loopback_port());
     const double stop_at =
         std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count() +
@@ -165,7 +201,7 @@ int main(int argc, char** argv) {
     auto expand = [&](const std::string& command) {
       std::string c = replace_all(command, "{endpoint}", endpoint);
       c = replace_all(c, "{trace}", events.string());
-      c = replace_all(c, "{dir}", out.string());
+      c = replace_all(c, "{dir}", dir.string());
       char when[32];
       std::snprintf(when, sizeof when, "%.3f", stop_at);
       return replace_all(c, "{stop_at}", when);
@@ -181,13 +217,10 @@ int main(int argc, char** argv) {
     o.syncer_command = [&](std::uint32_t restart) {
       return words(replace_all(expand(syncer), "{restart}", std::to_string(restart)));
     };
-    o.log_dir = out / "logs";
-    {
-      std::ostringstream f;
-      f << ",\"mode\":\"" << (title.empty() ? out.filename().string() : title) << "\",\"seed\":" << plan.seed;
-      if (!no_faults) f << ",\"mtbf_s\":" << plan.mtbf_seconds << ",\"recovery_s\":" << plan.recovery_seconds;
-      o.begin_fields = f.str();
-    }
+    o.log_dir = dir / "logs";
+    const std::string name = title.empty() ? dir.filename().string() : title;
+    o.begin_fields = {{"mode", name}, {"seed", plan.seed}};
+    if (!no_faults) o.begin_fields.update({{"mtbf_s", plan.mtbf_seconds}, {"recovery_s", plan.recovery_seconds}});
     o.log = [](const std::string& line) { std::cerr << "diloco_chaos: " << line << '\n'; };
     const auto counts = chaos::count_faults(o.faults);
     std::cerr << "diloco_chaos: " << plan.learners << " learners for " << plan.duration_seconds << " s on " << endpoint
@@ -198,7 +231,7 @@ int main(int argc, char** argv) {
     std::cerr << "diloco_chaos: done: " << r.learner_kills << " learner kills, " << r.learner_pauses << " pauses, "
               << r.learner_restarts << " restarts, " << r.syncer_kills << " syncer kills; " << r.unexpected_exits
               << " unexpected exits, " << r.killed_at_end << " killed at the end\n";
-    const int status = report(out, bound, title.empty() ? out.filename().string() : title);
+    const int status = report(dir, downtime_bound, name);
     if (r.unexpected_exits || r.killed_at_end) {
       std::cerr << "diloco_chaos: FAILED: processes ended on their own or had to be killed at the end (see "
                 << o.log_dir.string() << ")\n";

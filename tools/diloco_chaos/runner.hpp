@@ -19,6 +19,8 @@
 #include <vector>
 
 #include <diloco/metrics/trace.hpp>
+#include <diloco_tools/json.hpp>
+#include <nlohmann/json.hpp>
 
 #include "process.hpp"
 #include "schedule.hpp"
@@ -39,7 +41,7 @@ struct runner_options {
   /// before they are killed, and the syncer to stop after SIGTERM.
   double drain_seconds = 30;
   double tick_seconds = 0.01;  ///< how often the runner looks at the schedule and its children
-  std::string begin_fields;    ///< more fields for the trace's "begin" line: empty, or `,"key":value...`
+  nlohmann::ordered_json begin_fields = nlohmann::ordered_json::object();  ///< more fields for the trace's "begin" line
   std::function<void(const std::string&)> log = [](const std::string&) {};
 };
 
@@ -54,6 +56,7 @@ struct runner_result {
 /// about `duration_seconds` plus the drain. Throws if a process cannot start.
 inline runner_result run(const runner_options& o, diloco::trace_writer& trace) {
   using steady = std::chrono::steady_clock;
+  using json = nlohmann::ordered_json;
   const auto begin = steady::now();
   auto at = [&](double s) { return begin + std::chrono::duration_cast<steady::duration>(std::chrono::duration<double>(s)); };
   auto elapsed = [&] { return std::chrono::duration<double>(steady::now() - begin).count(); };
@@ -62,7 +65,7 @@ inline runner_result run(const runner_options& o, diloco::trace_writer& trace) {
 
   struct member {
     std::string name;  ///< "learner 3", "syncer"
-    std::string fields;  ///< `"target":..., "learner":...` for trace lines
+    json fields;       ///< "target" and, for a learner, "learner": the first fields of its trace lines
     std::optional<child_process> process;
     std::uint32_t starts = 0;
     std::optional<double> restart_at;  ///< down: when it starts again
@@ -73,16 +76,21 @@ inline runner_result run(const runner_options& o, diloco::trace_writer& trace) {
     auto& m = members[i];
     const bool syncer = i == o.learners;
     m.name = syncer ? std::string("syncer") : std::string("learner ").append(std::to_string(i));
-    m.fields = syncer ? std::string(",\"target\":\"syncer\"")
-                      : std::string(",\"target\":\"learner\",\"learner\":").append(std::to_string(i));
+    m.fields = syncer ? json{{"target", "syncer"}} : json{{"target", "learner"}, {"learner", i}};
   }
-  auto record = [&](member& m, const char* ev, std::string extra = {}) {
-    std::string fields = m.fields;
-    if (m.process) fields.append(",\"pid\":").append(std::to_string(m.process->pid()));
-    trace.write("runner", ev, fields.append(extra));
+  auto record = [&](member& m, const char* ev, const json& extra = json::object()) {
+    json fields = m.fields;
+    if (m.process) fields["pid"] = m.process->pid();
+    std::string line = ev;
+    line.append(" ").append(m.name);
+    for (const auto& [key, field] : extra.items()) {
+      fields[key] = field;
+      line.append(" ").append(key).append("=").append(field.is_string() ? field.get<std::string>() : field.dump());
+    }
+    trace.write("runner", ev, diloco_tools::trace_fields(fields));
     char stamp[32];
     std::snprintf(stamp, sizeof stamp, "%8.3f s: ", elapsed());
-    o.log(std::string(stamp).append(ev).append(" ").append(m.name).append(extra));
+    o.log(stamp + line);
   };
   auto start = [&](std::uint32_t i) {
     auto& m = members[i];
@@ -95,11 +103,10 @@ inline runner_result run(const runner_options& o, diloco::trace_writer& trace) {
     m.resume_at.reset();
     m.restart_at.reset();
     if (n > 1 && !syncer) ++result.learner_restarts;
-    record(m, "spawn", syncer ? std::string() : std::string(",\"incarnation\":").append(std::to_string(n)));
+    record(m, "spawn", syncer ? json::object() : json{{"incarnation", n}});
   };
   auto reaped = [&](member& m, const exit_status& s) {
-    std::string extra = ",\"status\":\"";
-    record(m, "exit", extra.append(s.to_string()).append("\""));
+    record(m, "exit", {{"status", s.to_string()}});
     m.process.reset();
   };
   auto kill = [&](member& m) {
@@ -109,10 +116,9 @@ inline runner_result run(const runner_options& o, diloco::trace_writer& trace) {
   };
 
   {
-    std::string fields = ",\"learners\":";
-    fields.append(std::to_string(o.learners)).append(",\"duration_s\":").append(std::to_string(o.duration_seconds));
-    fields.append(o.begin_fields);
-    trace.write("runner", "begin", fields);
+    json fields = {{"learners", o.learners}, {"duration_s", o.duration_seconds}};
+    for (const auto& [key, field] : o.begin_fields.items()) fields[key] = field;
+    trace.write("runner", "begin", diloco_tools::trace_fields(fields));
   }
   start(o.learners);
   for (std::uint32_t i = 0; i < o.learners; ++i) start(i);
