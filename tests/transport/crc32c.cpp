@@ -49,9 +49,7 @@ BOOST_AUTO_TEST_CASE(matches_the_bitwise_definition_at_every_length_and_alignmen
       const std::span<const std::byte> s(data.data() + offset, n);
       BOOST_TEST(diloco::crc32c(s) == bitwise(s), "offset " << offset << ", length " << n);
       // The portable table path agrees too, whatever the host chose.
-      BOOST_TEST(~diloco::detail::crc32c_update_portable(0xFFFFFFFFu,
-                                                         reinterpret_cast<const unsigned char*>(s.data()), n) ==
-                 bitwise(s));
+      BOOST_TEST(diloco::crc32c_portable(s) == bitwise(s));
     }
 }
 

@@ -161,4 +161,11 @@ inline std::uint32_t crc32c(std::span<const std::byte> data, std::uint32_t previ
   return ~detail::crc32c_update_portable(crc, p, data.size());
 }
 
+/// CRC-32C of `data` on the table (slicing by 8) whatever the host: what
+/// `crc32c` computes where SSE4.2 is missing, and a second implementation to
+/// hold its result against. Slower than `crc32c` where SSE4.2 is present.
+inline std::uint32_t crc32c_portable(std::span<const std::byte> data, std::uint32_t previous = 0) noexcept {
+  return ~detail::crc32c_update_portable(~previous, reinterpret_cast<const unsigned char*>(data.data()), data.size());
+}
+
 }  // namespace diloco
