@@ -50,7 +50,7 @@ struct link_options {
   /// Bytes each side may queue (send queue, receive queue), as the transport
   /// counts them; ZeroMQ's high-water marks are this over `payload_bytes`.
   std::size_t queue_bytes = std::size_t{256} << 20;
-  /// ZeroMQ only: `socket_options::keep_large_blocks`.
+  /// ZeroMQ only: call `diloco::zeromq::keep_large_blocks()` (process-wide).
   bool zmq_keep_large_blocks = true;
 };
 

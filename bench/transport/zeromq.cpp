@@ -21,7 +21,6 @@ diloco::zeromq::socket_options zmq_options(const link_options& o) {
   diloco::zeromq::socket_options s;
   s.queue_bytes = o.queue_bytes;
   s.message_bytes = o.payload_bytes;
-  s.keep_large_blocks = o.zmq_keep_large_blocks;
   return s;
 }
 
@@ -42,6 +41,7 @@ class zmq_link final : public endpoint_link<diloco::zeromq::client, diloco::zero
     } else {
       fail("zmq: unknown scheme " + scheme);
     }
+    if (o.zmq_keep_large_blocks) diloco::zeromq::keep_large_blocks();
     std::optional<diloco::zeromq::server_security> server_keys;
     std::optional<diloco::zeromq::client_security> client_keys;
     if (curve) {

@@ -387,6 +387,7 @@ outcome serve(const settings& s, const split& test_set, Outer outer, Merge merge
     std::fprintf(stderr, "fashion_mnist syncer: no CURVE keys: %s\n",
                  zeromq::is_local_endpoint(s.endpoint) ? "serving this machine only"
                                                        : "--insecure: anyone who reaches the endpoint can join");
+  zeromq::keep_large_blocks();  // large fragments arrive without page faults (process-wide)
   ::zmq::context_t context;
   zeromq::server server(context, s.endpoint, {}, security);
   syncer<Outer, Merge, zeromq::server> sync(initial.layout(), initial.parameters(), server, options, outer, merge);
@@ -411,6 +412,7 @@ outcome learn(const settings& s, const split& train_set, Inner inner) {
   std::optional<zeromq::client_security> security;
   if (!s.curve_secret.empty())
     security = zeromq::client_security{zeromq::load_keypair(s.curve_secret), zeromq::load_public_key(s.curve_peer)};
+  zeromq::keep_large_blocks();  // large fragments arrive without page faults (process-wide)
   ::zmq::context_t context;
   // The socket lingers up to a second when it closes, so the final
   // contributions and the leave still go out.

@@ -37,6 +37,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -258,13 +259,22 @@ struct raw_dealer {
     return send({std::span<const std::byte>(header), m.payload.bytes()});
   }
 
-  /// Messages received (decoded by kind) without blocking.
+  /// Messages received without blocking, counted by kind: those that are a
+  /// header frame and the payload frame it announces, both intact
+  /// (docs/protocol.md, "Framing").
   std::map<message_kind, std::uint64_t> drain() {
     std::map<message_kind, std::uint64_t> kinds;
-    buffer_pool pool;
-    while (auto raw = zeromq::detail::receive_raw(socket, false)) {
-      const auto e = zeromq::detail::decode(raw->frames, syncer_peer, std::uint64_t{1} << 20, pool);
-      if (e.error == wire_error::none) ++kinds[e.msg.header.kind];
+    const auto bytes_of = [](const ::zmq::message_t& f) {
+      return std::span<const std::byte>(static_cast<const std::byte*>(f.data()), f.size());
+    };
+    for (;;) {
+      std::vector<::zmq::message_t> frames(1);
+      if (!socket.recv(frames.front(), ::zmq::recv_flags::dontwait)) break;
+      while (frames.back().more()) (void)socket.recv(frames.emplace_back(), ::zmq::recv_flags::none);
+      if (frames.size() > 2) continue;
+      const auto d = wire::decode_header(bytes_of(frames.front()), std::uint64_t{1} << 20);
+      const auto payload = frames.size() == 2 ? bytes_of(frames.back()) : std::span<const std::byte>();
+      if (d.error == wire_error::none && wire::check_payload(d, payload) == wire_error::none) ++kinds[d.header.kind];
     }
     return kinds;
   }

@@ -23,7 +23,7 @@ using T = double;
 using test_syncer = syncer<outer::sgd<T>, merge::average, zeromq::server>;
 
 constexpr std::size_t size = 5;
-constexpr std::uint64_t rounds = 6;
+constexpr std::uint64_t round_count = 6;
 
 /// A scripted learner: joins, then each round sends a known outer gradient
 /// against the revision it last received.
@@ -134,7 +134,7 @@ outcome run(bool attack) {
   scripted ghost(context, server.endpoint(), 0, 1);  // learner 0's dead first incarnation
   scripted nobody(context, server.endpoint(), 9, 1);  // never joined
 
-  for (std::uint64_t r = 0; r < rounds; ++r) {
+  for (std::uint64_t r = 0; r < round_count; ++r) {
     auto ca = a.contribution(r);
     auto cb = b.contribution(r);
     const auto replay = r > 0 ? copy_of(b.last) : message{};
@@ -165,7 +165,7 @@ outcome run(bool attack) {
     pump([&] { return s.revision(0) == r + 1 && a.revision == r + 1 && b.revision == r + 1; });
   }
   // Let every refusal of the last round arrive.
-  if (attack) pump([&] { return s.metrics().rejected_for(reject_reason::duplicate) == rounds - 1; });
+  if (attack) pump([&] { return s.metrics().rejected_for(reject_reason::duplicate) == round_count - 1; });
   return {s.parameters(), s.metrics()};
 }
 
@@ -182,17 +182,17 @@ BOOST_AUTO_TEST_CASE(bad_messages_are_refused_for_their_own_reasons_and_change_n
                       reject_reason::bad_checksum, reject_reason::oversized, reject_reason::unknown_learner,
                       reject_reason::dead_incarnation})
     BOOST_TEST(attacked.metrics.rejected_for(reason) == 1u, to_string(reason));
-  BOOST_TEST(attacked.metrics.rejected_for(reject_reason::duplicate) == rounds - 1);
-  BOOST_TEST(attacked.metrics.rejected_total() == 7u + (rounds - 1));
+  BOOST_TEST(attacked.metrics.rejected_for(reject_reason::duplicate) == round_count - 1);
+  BOOST_TEST(attacked.metrics.rejected_total() == 7u + (round_count - 1));
 
   // The same rounds were merged, to the bit.
-  BOOST_TEST(attacked.metrics.outer_updates == rounds);
+  BOOST_TEST(attacked.metrics.outer_updates == round_count);
   BOOST_TEST(attacked.metrics.contributions_merged == clean.metrics.contributions_merged);
   BOOST_TEST_REQUIRE(attacked.parameters.size() == clean.parameters.size());
   BOOST_TEST(std::memcmp(attacked.parameters.data(), clean.parameters.data(), clean.parameters.size() * sizeof(T)) == 0);
   // And they moved: Θ − Σ_r mean(Δ_a, Δ_b), Δ_i,r[k] = 0.01(i+1)(r+1) + 0.001k.
   double expected0 = 1.0;
-  for (std::uint64_t r = 0; r < rounds; ++r) expected0 -= (0.01 * 1 * double(r + 1) + 0.01 * 2 * double(r + 1)) / 2;
+  for (std::uint64_t r = 0; r < round_count; ++r) expected0 -= (0.01 * 1 * double(r + 1) + 0.01 * 2 * double(r + 1)) / 2;
   BOOST_TEST(clean.parameters[0] == expected0, boost::test_tools::tolerance(1e-12));
 }
 

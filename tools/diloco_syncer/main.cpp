@@ -430,6 +430,7 @@ int main(int argc, char** argv) {
     std::optional<diloco::parameter_layout> expected;
     if (!s.layout_file.empty()) expected = read_layout(s.layout_file);
 
+    diloco::zeromq::keep_large_blocks();  // large fragments arrive without page faults (process-wide)
     ::zmq::context_t context;
     diloco::zeromq::server server(context, s.endpoint, {}, security);
     log("listening on " + server.endpoint() + ", P=" + std::to_string(s.options.training.fragments) +

@@ -1,0 +1,94 @@
+// diloco::zeromq::client, a learner's ZeroMQ endpoint (a DEALER socket), with
+// optional CURVE.
+#pragma once
+
+#include <zmq.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <system_error>
+
+#include "diloco/concepts/transport.hpp"
+#include "diloco/error.hpp"
+#include "diloco/transport/buffer.hpp"
+#include "diloco/transport/message.hpp"
+#include "diloco/transport/zeromq/detail/framing.hpp"
+#include "diloco/transport/zeromq/detail/socket.hpp"
+#include "diloco/transport/zeromq/options.hpp"
+#include "diloco/transport/zeromq/security.hpp"
+
+namespace diloco::zeromq {
+
+/// A learner's endpoint: a DEALER socket connected to the syncer at
+/// `endpoint`, with `ZMQ_IMMEDIATE` (messages queue only on a live
+/// connection; before that `try_send` reports `errc::queue_full` and the
+/// learner keeps the message) and automatic reconnection. It sets no routing
+/// id: the syncer's ROUTER names every connection, so a reconnection is a
+/// new peer there. A blocking transport; use from one thread.
+class client {
+ public:
+  /// `learner` and `incarnation` are not used: the learner's messages carry
+  /// them, and the syncer's ROUTER names the connection itself.
+  client(::zmq::context_t& context, const std::string& endpoint, std::uint32_t /*learner*/,
+         std::uint32_t /*incarnation*/, socket_options options = {})
+      : options_(options), socket_(context, ::zmq::socket_type::dealer) {
+    connect(endpoint, nullptr);
+  }
+
+  /// With CURVE: the connection is encrypted and authenticated with the
+  /// learner's key pair against the syncer's public key.
+  client(::zmq::context_t& context, const std::string& endpoint, std::uint32_t /*learner*/,
+         std::uint32_t /*incarnation*/, socket_options options, const client_security& security)
+      : options_(options), socket_(context, ::zmq::socket_type::dealer) {
+    connect(endpoint, &security);
+  }
+
+  /// With CURVE if `security` holds keys.
+  client(::zmq::context_t& context, const std::string& endpoint, std::uint32_t /*learner*/,
+         std::uint32_t /*incarnation*/, socket_options options, const std::optional<client_security>& security)
+      : options_(options), socket_(context, ::zmq::socket_type::dealer) {
+    connect(endpoint, security ? &*security : nullptr);
+  }
+
+  ::zmq::socket_t& socket() noexcept { return socket_; }
+
+  /// Sends to the syncer (`to` must be `syncer_peer`).
+  std::error_code try_send(peer_id to, message& m) {
+    if (to != syncer_peer) return errc::unknown_peer;
+    return detail::send(socket_, nullptr, m);
+  }
+
+  std::optional<envelope> try_receive() {
+    auto raw = detail::receive_raw(socket_, false);
+    if (!raw) return std::nullopt;
+    return detail::decode(raw->frames, syncer_peer, options_.max_payload_bytes, pool_);
+  }
+
+  std::optional<envelope> receive_for(std::chrono::nanoseconds timeout) {
+    if (auto e = try_receive()) return e;
+    if (!detail::wait_readable(socket_, timeout)) return std::nullopt;
+    return try_receive();
+  }
+
+ private:
+  void connect(const std::string& endpoint, const client_security* security) {
+    detail::configure(socket_, options_);
+    if (security) {
+      socket_.set(::zmq::sockopt::curve_serverkey, security->server_key);
+      socket_.set(::zmq::sockopt::curve_publickey, security->keys.public_key);
+      socket_.set(::zmq::sockopt::curve_secretkey, security->keys.secret_key);
+    }
+    socket_.set(::zmq::sockopt::immediate, 1);
+    socket_.connect(endpoint);
+  }
+
+  socket_options options_;
+  ::zmq::socket_t socket_;
+  buffer_pool pool_;
+};
+
+static_assert(blocking_transport<client>);
+
+}  // namespace diloco::zeromq
