@@ -32,8 +32,7 @@ struct labels {
   std::vector<std::uint8_t> values;
 };
 
-namespace detail {
-
+/// A gzip file read to the byte, every failure an exception naming the file.
 class gz_file {
  public:
   explicit gz_file(const std::string& path) : path_(path), file_(gzopen(path.c_str(), "rb")) {
@@ -88,11 +87,9 @@ class gz_file {
   gzFile file_;
 };
 
-}  // namespace detail
-
 /// Loads an IDX3 unsigned-byte image file (`*-images-idx3-ubyte.gz`).
 inline images load_images(const std::string& path) {
-  detail::gz_file f(path);
+  gz_file f(path);
   const std::uint32_t magic = f.read_be32("the magic number");
   if (magic != 0x00000803)
     throw dataset_error(path + ": not an IDX image file (magic 0x" + [&] {
@@ -116,7 +113,7 @@ inline images load_images(const std::string& path) {
 /// Loads an IDX1 unsigned-byte label file (`*-labels-idx1-ubyte.gz`); every
 /// label must be below `classes`.
 inline labels load_labels(const std::string& path, unsigned classes) {
-  detail::gz_file f(path);
+  gz_file f(path);
   const std::uint32_t magic = f.read_be32("the magic number");
   if (magic != 0x00000801) throw dataset_error(path + ": not an IDX label file (expected magic 0x00000801)");
   const std::uint32_t count = f.read_be32("the label count");

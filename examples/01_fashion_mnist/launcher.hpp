@@ -15,6 +15,7 @@
 #include <thread>
 #include <vector>
 
+#include <nlohmann/json.hpp>
 #include <diloco_tools/loopback.hpp>
 
 #include "trainer.hpp"
@@ -23,7 +24,8 @@ extern char** environ;
 
 namespace fashion {
 
-namespace detail {
+/// Starting, reading and waiting for the processes of `--role all`.
+namespace process {
 
 struct child {
   pid_t pid = -1;
@@ -92,19 +94,26 @@ inline std::string last_line(const std::string& text) {
   return text.substr(begin == std::string::npos ? 0 : begin + 1, end - (begin == std::string::npos ? 0 : begin + 1) + 1);
 }
 
-}  // namespace detail
+}  // namespace process
 
 inline int launch_all(int argc, char** argv, const settings& s) {
   const std::string endpoint =
       s.endpoint.empty() ? "tcp://127.0.0.1:" + std::to_string(diloco_tools::free_loopback_port()) : s.endpoint;
   std::vector<std::string> common{argv[0]};
+  // Every option but the ones each process gets its own value of, in both
+  // spellings: "--role all" and "--role=all".
   for (int i = 1; i < argc; ++i) {
     const std::string_view a = argv[i];
-    if (a == "--role" || a == "--endpoint" || a == "--learner-id") {
-      ++i;
-      continue;
+    bool own = false;
+    for (const std::string_view flag : {"--role", "--endpoint", "--learner-id"}) {
+      if (a == flag) {
+        own = true;
+        ++i;
+      } else if (a.starts_with(flag) && a.substr(flag.size()).starts_with("=")) {
+        own = true;
+      }
     }
-    common.emplace_back(a);
+    if (!own) common.emplace_back(a);
   }
   std::fprintf(stderr, "fashion_mnist: starting 1 syncer and %u learner processes on %s\n", s.learners, endpoint.c_str());
 
@@ -113,44 +122,44 @@ inline int launch_all(int argc, char** argv, const settings& s) {
     args.insert(args.end(), extra);
     return args;
   };
-  const auto syncer = detail::spawn(with({"--role", "syncer", "--endpoint", endpoint}));
-  std::vector<detail::child> learners;
+  const auto syncer = process::spawn(with({"--role", "syncer", "--endpoint", endpoint}));
+  std::vector<process::child> learners;
   for (std::uint32_t i = 0; i < s.learners; ++i)
-    learners.push_back(detail::spawn(
+    learners.push_back(process::spawn(
         with({"--role", "learner", "--endpoint", endpoint, "--learner-id", std::to_string(i), "--progress", "0"})));
 
   bool failed = false;
   std::uint64_t inner_steps = 0;
   for (std::uint32_t i = 0; i < s.learners; ++i) {
-    const std::string out = detail::drain(learners[i].out);
-    const int status = detail::reap(learners[i].pid, std::chrono::seconds(10));
-    const auto line = detail::last_line(out);
-    const auto at = line.find("\"inner_steps\":");
-    if (status != 0 || at == std::string::npos) {
+    const std::string out = process::drain(learners[i].out);
+    const int status = process::reap(learners[i].pid, std::chrono::seconds(10));
+    const auto line = nlohmann::json::parse(process::last_line(out), nullptr, /*allow_exceptions=*/false);
+    if (status != 0 || !line.is_object() || !line.contains("inner_steps") || !line["inner_steps"].is_number_unsigned()) {
       std::fprintf(stderr, "fashion_mnist: learner %u failed (exit status %d)\n", i, status);
       failed = true;
       continue;
     }
-    inner_steps += std::stoull(line.substr(at + 14));
+    inner_steps += line["inner_steps"].get<std::uint64_t>();
   }
   // With every learner gone the syncer stops by itself; do not wait forever.
   std::string result;
   {
-    std::thread reader([&] { result = detail::drain(syncer.out); });
-    const int status = detail::reap(syncer.pid, failed ? std::chrono::seconds(1) : std::chrono::seconds(120));
+    std::thread reader([&] { result = process::drain(syncer.out); });
+    const int status = process::reap(syncer.pid, failed ? std::chrono::seconds(1) : std::chrono::seconds(120));
     reader.join();
     if (status != 0) {
       std::fprintf(stderr, "fashion_mnist: the syncer failed (exit status %d)\n", status);
       return 1;
     }
   }
-  auto line = detail::last_line(result);
-  const std::string key = "\"inner_steps\":";
-  if (const auto at = line.find(key); at != std::string::npos) {
-    const auto end = line.find(',', at);
-    line.replace(at + key.size(), end - at - key.size(), std::to_string(inner_steps));
+  // The syncer's result line, with the inner steps the learners counted.
+  auto line = nlohmann::ordered_json::parse(process::last_line(result), nullptr, /*allow_exceptions=*/false);
+  if (!line.is_object()) {
+    std::fprintf(stderr, "fashion_mnist: the syncer printed no result line\n");
+    return 1;
   }
-  std::printf("%s\n", line.c_str());
+  line["inner_steps"] = inner_steps;
+  std::printf("%s\n", line.dump().c_str());
   return failed ? 1 : 0;
 }
 

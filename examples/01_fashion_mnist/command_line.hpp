@@ -1,0 +1,292 @@
+// fashion_mnist's command line, read with CLI11 into `fashion::settings`.
+// Every number is checked against the values its option takes, and a bad one
+// is refused with a message that names the option, the value and what it
+// takes; settings that contradict each other are refused after the parse.
+#pragma once
+
+#include <charconv>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <limits>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "trainer.hpp"
+
+namespace fashion {
+
+/// What `fashion_mnist` was asked to do.
+struct command {
+  settings run;
+  bool launch_all = false;    ///< `--role all`: start 1 syncer and M learner processes
+  std::string evaluate_file;  ///< `--evaluate FILE`: only evaluate the parameters in FILE
+};
+
+/// The values a numeric option takes: `min` to `max`, either end included
+/// unless `open_min` / `open_max` says otherwise. Floating-point values must
+/// also be finite (NaN is in no interval).
+template <class T>
+struct interval {
+  T min = std::numeric_limits<T>::lowest();
+  T max = std::numeric_limits<T>::max();
+  bool open_min = false;
+  bool open_max = false;
+
+  bool contains(T v) const { return (open_min ? v > min : v >= min) && (open_max ? v < max : v <= max); }
+
+  /// For error messages: "a whole number from 1 to 1024", "a number in [0, 1)".
+  std::string words() const {
+    std::ostringstream out;
+    if constexpr (std::is_integral_v<T>) {
+      out << "a whole number";
+      if (max == std::numeric_limits<T>::max()) out << " >= " << +min;
+      else out << " from " << +min << " to " << +max;
+    } else if (max == std::numeric_limits<T>::max()) {
+      out << "a number " << (open_min ? "> " : ">= ") << min;
+    } else {
+      out << "a number in " << (open_min ? '(' : '[') << min << ", " << max << (open_max ? ')' : ']');
+    }
+    return out.str();
+  }
+};
+
+/// `text` as a T in `values`; anything else (not a number, trailing
+/// characters, a sign on an unsigned option, out of range) is refused with
+/// "bad value 'TEXT' for FLAG (what it takes)".
+template <class T>
+T parse_number(const std::string& flag, std::string_view text, const interval<T>& values) {
+  T v{};
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (text.empty() || ec != std::errc{} || end != text.data() + text.size() || !values.contains(v))
+    throw CLI::ValidationError("bad value '" + std::string(text) + "' for " + flag + " (" + values.words() + ")");
+  return v;
+}
+
+/// `v` as an option's help shows a default.
+inline std::string shown(double v) {
+  std::ostringstream out;
+  out << v;
+  return out.str();
+}
+
+inline std::vector<std::string_view> split_list(std::string_view text, char separator) {
+  std::vector<std::string_view> parts;
+  for (std::size_t at = 0;;) {
+    const auto next = text.find(separator, at);
+    parts.push_back(text.substr(at, next == std::string_view::npos ? std::string_view::npos : next - at));
+    if (next == std::string_view::npos) return parts;
+    at = next + 1;
+  }
+}
+
+/// `flag VALUE` read as a T in `values` into `into`.
+template <class T>
+CLI::Option* add_number(CLI::App& app, const std::string& flag, T& into, interval<T> values, const std::string& help,
+                        const std::string& type_name) {
+  return app
+      .add_option_function<std::string>(
+          flag, [flag, &into, values](const std::string& text) { into = parse_number(flag, text, values); }, help)
+      ->type_name(type_name);
+}
+
+/// `flag NAME` with NAME one of `choices`, stored into `into`; anything else
+/// is refused with "unknown WHAT 'NAME' (a, b or c)".
+template <class T>
+CLI::Option* add_choice(CLI::App& app, const std::string& flag, T& into,
+                        std::vector<std::pair<std::string, T>> choices, const std::string& what, const std::string& help) {
+  std::string names, type_name;
+  for (std::size_t i = 0; i < choices.size(); ++i) {
+    names += (i == 0 ? "" : i + 1 == choices.size() ? " or " : ", ") + choices[i].first;
+    type_name += (i == 0 ? "" : "|") + choices[i].first;
+  }
+  return app
+      .add_option_function<std::string>(
+          flag,
+          [&into, choices, what, names](const std::string& text) {
+            for (const auto& [name, value] : choices)
+              if (text == name) {
+                into = value;
+                return;
+              }
+            throw CLI::ValidationError("unknown " + what + " '" + text + "' (" + names + ")");
+          },
+          help)
+      ->type_name(type_name);
+}
+
+/// Refuses settings that contradict each other; fills in the defaults that
+/// depend on the mode.
+inline void check(command& c, std::optional<std::uint32_t> fragments) {
+  settings& s = c.run;
+  auto refuse = [](const std::string& why) { throw CLI::ValidationError(why); };
+  if (!s.speeds.empty() && s.speeds.size() != s.learners)
+    refuse("--speeds needs one value per learner (" + std::to_string(s.learners) + ")");
+  if (s.stall && s.stall->learner >= s.learners) refuse("--stall names a learner that does not exist");
+  if (s.leave && s.leave->count >= s.learners) refuse("--leave needs fewer leavers than learners");
+  s.fragments = fragments.value_or(s.run_mode == mode::decoupled ? 4u : 1u);
+  if (s.overlap && *s.overlap >= s.sync_period) refuse("--overlap must be smaller than --H");
+  if (s.screening.clip_factor != 0.0 && s.screening.clip_factor < 1.0) refuse("--clip must be 0 (off) or at least 1");
+  if (s.part != role::in_process && s.endpoint.empty()) refuse("--role syncer and --role learner need --endpoint");
+  if (s.part == role::learner && s.learner_id >= s.learners) refuse("--learner-id must be below --learners");
+  if (s.curve_secret.empty() != s.curve_peer.empty()) refuse("--curve-secret and --curve-peer go together");
+}
+
+/// Reads the command line into `c`. Returns nothing to go on, or the exit
+/// status to end with: 0 after `--help` (the options on stdout), 2 for a bad
+/// command line (the reason on stderr).
+inline std::optional<int> parse_command_line(int argc, char** argv, command& c) {
+  CLI::App app("Trains a 784-256-256-10 MLP on Fashion-MNIST with M learners and prints one JSON line with the test "
+               "accuracy of the final global model.",
+               "fashion_mnist");
+  app.get_formatter()->column_width(34);
+  // Repeated options: the last one counts (`--role all` appends to the
+  // command line it passes on).
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  app.allow_extras();  // to name an unknown option in our own words below
+
+  settings& s = c.run;
+  std::optional<std::uint32_t> fragments;
+  using u32 = std::uint32_t;
+  using u64 = std::uint64_t;
+  constexpr double real_max = std::numeric_limits<double>::max();
+
+  add_choice(app, "--mode", s.run_mode, {{"dp", mode::data_parallel}, {"diloco", mode::diloco}, {"decoupled", mode::decoupled}},
+             "mode", "data parallel, DiLoCo or Decoupled DiLoCo (decoupled)");
+  add_number<u32>(app, "--learners", s.learners, {1, 1024}, "learner units (4)", "M");
+  add_number<u64>(app, "--steps", s.steps, {1}, "inner steps per learner (1000)", "N");
+  add_number<u32>(app, "--batch", s.batch, {1}, "examples per inner step (64)", "B");
+  add_number<u32>(app, "--H", s.sync_period, {1}, "inner steps between two sends of a fragment (50)", "H");
+  app.add_option_function<std::string>(
+         "--fragments", [&](const std::string& v) { fragments = parse_number<u32>("--fragments", v, {1}); },
+         "fragments (decoupled: 4; dp and diloco: 1)")
+      ->type_name("P");
+  app.add_option_function<std::string>(
+         "--quorum", [&](const std::string& v) { s.quorum = parse_number<u32>("--quorum", v, {1}); },
+         "learners a round waits for (decoupled: 1; others: M)")
+      ->type_name("K");
+  app.add_option_function<std::string>(
+         "--overlap", [&](const std::string& v) { s.overlap = parse_number<u32>("--overlap", v, {0}); },
+         "steps between a send and the use of its answer, below H (decoupled: H/10)")
+      ->type_name("TAU");
+  add_number<double>(app, "--alpha", s.alpha, {0.0, 1.0, false, true}, "mixing on adoption, 0 overwrites (0)", "A");
+  app.add_option_function<std::string>(
+         "--speeds",
+         [&](const std::string& v) {
+           s.speeds.clear();
+           for (const auto part : split_list(v, ','))
+             s.speeds.push_back(parse_number<double>("--speeds", part, {0.0, 1.0, true, false}));
+         },
+         "relative learner speeds in (0, 1], one per learner, e.g. 1,1,0.7,0.5 (all 1)")
+      ->type_name("S1,S2,...");
+  app.add_option_function<std::string>(
+         "--stall",
+         [&](const std::string& v) {
+           const auto parts = split_list(v, ':');
+           if (parts.size() != 3) throw CLI::ValidationError("--stall takes LEARNER:AFTER:STEPS");
+           s.stall = stall_plan{parse_number<u32>("--stall", parts[0], {0}), parse_number<u64>("--stall", parts[1], {0}),
+                                parse_number<u64>("--stall", parts[2], {0})};
+         },
+         "learner L freezes after its step AFTER for STEPS of its steps")
+      ->type_name("L:AFTER:STEPS");
+  app.add_option_function<std::string>(
+         "--leave",
+         [&](const std::string& v) {
+           const auto parts = split_list(v, ':');
+           if (parts.size() != 2) throw CLI::ValidationError("--leave takes COUNT:AFTER");
+           s.leave = leave_plan{parse_number<u32>("--leave", parts[0], {0}), parse_number<u64>("--leave", parts[1], {1})};
+         },
+         "the last N learners leave for good after AFTER (>= 1) of their steps")
+      ->type_name("N:AFTER");
+  add_choice(app, "--transport", s.via, {{"threads", transport::threads}, {"sim", transport::simulated}}, "transport",
+             "learner threads in this process, or the deterministic simulator (threads)");
+  add_choice(app, "--merge", s.merge,
+             {{"tokens", merge_rule::token_weighted},
+              {"average", merge_rule::average},
+              {"rda", merge_rule::radial_directional},
+              {"trimmed", merge_rule::trimmed_mean},
+              {"median", merge_rule::coordinate_median}},
+             "merge rule",
+             "merge rule (tokens; trimmed: coordinate-wise 25 % trimmed mean, median: coordinate-wise median, both "
+             "robust to outlying learners)");
+  add_number<double>(app, "--clip", s.screening.clip_factor, {0.0, real_max},
+                     "clip outer gradients and weights above C x the median, C >= 1 (" +
+                         shown(s.screening.clip_factor) + "; 0: off)",
+                     "C");
+  add_number<u32>(app, "--quarantine-after", s.screening.quarantine_after, {0},
+                  "quarantine a learner after N clipped or refused contributions in a row (" +
+                      std::to_string(s.screening.quarantine_after) + "; 0: never)",
+                  "N");
+  add_number<double>(app, "--absent-half-life", s.membership.absent_half_life, {0.0, 1e4, true, false},
+                     "a departed learner's weight in partial rounds halves every N periods (" +
+                         shown(s.membership.absent_half_life) + ")",
+                     "N");
+  add_choice(app, "--partial-rounds", s.partial,
+             {{"all", diloco::partial_rounds::all_share},
+              {"live", diloco::partial_rounds::live_share},
+              {"full", diloco::partial_rounds::full_step}},
+             "partial-round rule",
+             "size of partial rounds: share of all learners' weight (all), of the live learners' weight (live), or a "
+             "full step (full)");
+  add_number<double>(app, "--lr", s.lr, {0.0, real_max}, "AdamW learning rate (1e-3)", "LR");
+  add_number<double>(app, "--weight-decay", s.weight_decay, {0.0, real_max}, "AdamW weight decay (0.01)", "WD");
+  add_number<double>(app, "--outer-lr", s.outer_lr, {0.0, real_max}, "Nesterov outer learning rate (0.7)", "ETA");
+  add_number<double>(app, "--outer-momentum", s.outer_momentum, {0.0, 1.0, false, true},
+                     "Nesterov outer momentum, in [0, 1) (0.9)", "MU");
+  add_number<u64>(app, "--seed", s.seed, {}, "seed of initialization, sharding and sampling (1)", "SEED");
+  app.add_option("--data-dir", s.data_dir, "Fashion-MNIST files (" + s.data_dir + ")")->type_name("DIR");
+  app.add_option_function<std::string>(
+         "--role",
+         [&](const std::string& v) {
+           if (v == "all") c.launch_all = true;
+           else if (v == "syncer") s.part = role::syncer;
+           else if (v == "learner") s.part = role::learner;
+           else throw CLI::ValidationError("unknown role '" + v + "' (syncer, learner or all)");
+         },
+         "run as separate processes over ZeroMQ: this process is the syncer, one learner, or starts 1 syncer + M "
+         "learner processes (all)")
+      ->type_name("syncer|learner|all");
+  app.add_option("--endpoint", s.endpoint,
+                 "the syncer's ZeroMQ endpoint, e.g. tcp://127.0.0.1:5555 (all: a free loopback port)")
+      ->type_name("URL");
+  add_number<u32>(app, "--learner-id", s.learner_id, {0}, "role learner: which learner (0..M-1); it trains shard N", "N");
+  add_number<u32>(app, "--incarnation", s.incarnation, {0}, "role learner: bump when restarting learner N (1)", "I");
+  app.add_option("--curve-secret", s.curve_secret, "CURVE key pair of this process (diloco_keygen)")->type_name("FILE");
+  app.add_option("--curve-peer", s.curve_peer, "syncer: the learners' public key; learner: the syncer's")
+      ->type_name("FILE");
+  app.add_flag("--insecure", s.insecure, "syncer: serve a non-loopback endpoint without CURVE");
+  add_number<double>(app, "--progress", s.progress_seconds, {0.0, real_max},
+                     "seconds between progress lines on stderr, 0 for none (2)", "SECONDS");
+  app.add_option("--trace", s.trace_file, "role learner: append its events to FILE as JSON lines (docs/chaos.md)")
+      ->type_name("FILE");
+  add_number<double>(app, "--stop-at", s.stop_at, {0.0, real_max},
+                     "role learner: finish (final contributions, leave) at this wall time, seconds since the epoch",
+                     "UNIX_SECONDS");
+  app.add_option("--evaluate", c.evaluate_file,
+                 "only evaluate the parameters in FILE (raw little-endian f32, as diloco_syncer --save writes them) "
+                 "on the test set")
+      ->type_name("FILE");
+
+  try {
+    app.parse(argc, argv);
+    if (const auto extra = app.remaining(); !extra.empty())
+      throw CLI::ValidationError((extra.front().starts_with("-") ? "unknown option '" : "unexpected argument '") +
+                                 extra.front() + "'");
+    check(c, fragments);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::fprintf(stderr, "fashion_mnist: %s\n(fashion_mnist --help lists the options)\n", e.what());
+    return 2;
+  }
+  return std::nullopt;
+}
+
+}  // namespace fashion

@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# fashion_mnist refuses a bad command line before it does anything: exit
+# status 2, nothing on stdout, and a message on stderr that names the option
+# at fault (and the value, where there is one). Numbers out of their option's
+# range are refused, not wrapped or clamped: `--quorum -1` is not 4294967295.
+# A good command line gets past the parse: pointed at a directory without the
+# dataset it fails for that reason instead (status 1).
+set -u
+program=$1
+failures=0
+
+# refused <regex the message must match> -- args...
+refused() {
+  local pattern=$1
+  shift 2
+  local out err rc
+  err=$("$program" --progress 0 "$@" 2>&1 >/dev/null)
+  rc=$?
+  out=$("$program" --progress 0 "$@" 2>/dev/null)
+  if [[ $rc -ne 2 || -n $out ]] || ! grep -Eq -- "$pattern" <<<"$err"; then
+    echo "FAIL $*: status $rc (want 2), stdout '$out', stderr: $err"
+    failures=$((failures + 1))
+  else
+    echo "ok   $*: $(head -n 1 <<<"$err")"
+  fi
+}
+
+refused "bad value '-1' for --quorum" -- --quorum -1
+refused "bad value '0' for --quorum" -- --quorum 0
+refused "bad value '0' for --learners" -- --learners 0
+refused "bad value '1025' for --learners" -- --learners 1025
+refused "bad value '4294967297' for --learners" -- --learners 4294967297
+refused "bad value '-4' for --learners" -- --learners -4
+refused "bad value '0' for --H" -- --H 0
+refused "bad value '-50' for --H" -- --H -50
+refused "bad value '0' for --steps" -- --steps 0
+refused "bad value '2.5' for --steps" -- --steps 2.5
+refused "bad value '0' for --batch" -- --batch 0
+refused "bad value '0' for --fragments" -- --fragments 0
+refused "bad value '-1' for --overlap" -- --overlap -1
+refused "bad value '-1' for --seed" -- --seed -1
+refused "bad value '0' for --speeds" -- --learners 2 --speeds 1,0
+refused "bad value '-0.5' for --speeds" -- --learners 2 --speeds 1,-0.5
+refused "bad value '1.5' for --speeds" -- --learners 2 --speeds 1.5,1
+refused "bad value '' for --speeds" -- --learners 3 --speeds 1,,1
+refused "bad value '1' for --alpha" -- --alpha 1
+refused "bad value '-0.1' for --alpha" -- --alpha -0.1
+refused "bad value 'nan' for --lr" -- --lr nan
+refused "bad value '-0.001' for --lr" -- --lr -0.001
+refused "bad value '-1' for --weight-decay" -- --weight-decay -1
+refused "bad value 'inf' for --outer-lr" -- --outer-lr inf
+refused "bad value '1' for --outer-momentum" -- --outer-momentum 1
+refused "bad value '-2' for --clip" -- --clip -2
+refused "--clip must be 0 \(off\) or at least 1" -- --clip 0.5
+refused "bad value '-3' for --quarantine-after" -- --quarantine-after -3
+refused "bad value '0' for --absent-half-life" -- --absent-half-life 0
+refused "bad value '-1' for --progress" -- --progress -1
+refused "bad value '-5' for --stop-at" -- --stop-at -5
+refused "bad value '-1' for --learner-id" -- --learner-id -1
+refused "bad value '-1' for --incarnation" -- --incarnation -1
+refused "bad value 'x' for --stall" -- --stall x:1:1
+refused "--stall takes LEARNER:AFTER:STEPS" -- --stall 1:1
+refused "--stall names a learner that does not exist" -- --learners 2 --stall 2:1:1
+refused "bad value '0' for --leave" -- --leave 1:0
+refused "--leave takes COUNT:AFTER" -- --leave 1
+refused "--leave needs fewer leavers than learners" -- --learners 2 --leave 2:10
+refused "--learner-id must be below --learners" -- --role learner --endpoint tcp://127.0.0.1:1 --learners 2 --learner-id 2
+refused "--role syncer and --role learner need --endpoint" -- --role syncer
+refused "unknown role 'boss'" -- --role=boss
+refused "unknown transport 'carrier-pigeon'" -- --transport carrier-pigeon
+refused "unknown merge rule 'vote'" -- --merge vote
+refused "unknown partial-round rule 'some'" -- --partial-rounds some
+refused "--mode" -- --mode
+refused "--curve-secret and --curve-peer go together" -- --curve-secret key
+refused "unexpected argument 'stray'" -- stray
+
+# The same options, well formed (both spellings, repeated: the last counts),
+# get past the parse and stop at the missing dataset.
+err=$("$program" --progress 5 --progress=0 --mode=diloco --learners 2 --quorum 1 --H 10 --overlap 9 --fragments 2 \
+  --speeds 1,0.5 --alpha 0.5 --stall 1:2:3 --leave 1:10 --clip 0 --lr 1e-4 --outer-momentum 0 --seed 18446744073709551615 \
+  --merge median --partial-rounds live --transport sim --data-dir /nonexistent 2>&1 >/dev/null)
+rc=$?
+if [[ $rc -ne 1 ]] || ! grep -q "cannot open /nonexistent/" <<<"$err"; then
+  echo "FAIL good command line: status $rc (want 1, the dataset missing), stderr: $err"
+  failures=$((failures + 1))
+else
+  echo "ok   good command line: $(head -n 1 <<<"$err")"
+fi
+
+# --help lists the options on stdout and succeeds.
+help=$("$program" --help 2>&1)
+rc=$?
+if [[ $rc -ne 0 ]] || ! grep -q -- "--quorum K" <<<"$help" || ! grep -q -- "--leave N:AFTER" <<<"$help"; then
+  echo "FAIL --help: status $rc: $help"
+  failures=$((failures + 1))
+else
+  echo "ok   --help"
+fi
+
+exit $((failures > 0))
