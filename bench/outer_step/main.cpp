@@ -19,7 +19,6 @@
 #include <algorithm>
 #include <cassert>
 #include <cerrno>
-#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -30,12 +29,13 @@
 #include <span>
 #include <stdexcept>
 #include <string>
-#include <string_view>
 #include <system_error>
+#include <utility>
 #include <vector>
 
 #include "outer_step.hpp"
-#include "../common/args.hpp"
+#include "../common/command_line.hpp"
+#include "../common/json.hpp"
 
 namespace {
 
@@ -109,57 +109,28 @@ struct options {
   bool keep_library_pages = false;
 };
 
-using bench::parse_size;
-
-std::optional<int> parse_count(std::string_view s, int min) {
-  int v = 0;
-  const auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
-  if (ec != std::errc{} || end != s.data() + s.size() || v < min) return std::nullopt;
-  return v;
-}
-
-constexpr const char* usage =
-    "usage: bench_outer_step [--sizes 16M,64M] [--repeat 20] [--warmup 2] [--json] [--keep-library-pages]\n"
-    "  --sizes N,...           parameter counts (fp32); suffixes K, M, G are powers of 2\n"
-    "  --repeat K              timed repetitions of each method (>= 1)\n"
-    "  --warmup W              untimed repetitions first (>= 0)\n"
-    "  --json                  one JSON object per size on stdout, nothing else\n"
-    "  --keep-library-pages    leave the optimizer's momentum buffer on the pages\n"
-    "                          malloc gave it (default: collapse it to huge pages)\n";
-
-std::optional<options> parse(int argc, char** argv) {
-  options o;
-  for (int i = 1; i < argc; ++i) {
-    const std::string_view arg = argv[i];
-    const bool has_value = i + 1 < argc;
-    if (arg == "--json") {
-      o.json = true;
-    } else if (arg == "--keep-library-pages") {
-      o.keep_library_pages = true;
-    } else if (arg == "--sizes" && has_value) {
-      o.sizes.clear();
-      std::string_view list = argv[++i];
-      while (!list.empty()) {
-        const auto comma = list.find(',');
-        const auto size = parse_size(list.substr(0, comma));
-        if (!size) return std::nullopt;
-        o.sizes.push_back(*size);
-        list = comma == std::string_view::npos ? std::string_view{} : list.substr(comma + 1);
-      }
-      if (o.sizes.empty()) return std::nullopt;
-    } else if (arg == "--repeat" && has_value) {
-      const auto k = parse_count(argv[++i], 1);
-      if (!k) return std::nullopt;
-      o.repeat = *k;
-    } else if (arg == "--warmup" && has_value) {
-      const auto w = parse_count(argv[++i], 0);
-      if (!w) return std::nullopt;
-      o.warmup = *w;
-    } else {
-      return std::nullopt;
-    }
-  }
-  return o;
+/// Reads the command line into `o`; see `bench::parse` for the result.
+std::optional<int> parse(int argc, char** argv, options& o) {
+  CLI::App app("DiLoCo's outer Nesterov step against STREAM triad, a four-pass Nesterov and memcpy.",
+               "bench_outer_step");
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  app.add_option("--sizes", o.sizes, "parameter counts (fp32); suffixes K, M, G are powers of 2 (16M,64M)")
+      ->delimiter(',')
+      ->transform(bench::size_multiple_of(1))
+      ->option_text("N,...");
+  app.add_option("--repeat", o.repeat, "timed repetitions of each method (>= 1)")
+      ->check(CLI::Range(1, 1'000'000).description(""))
+      ->capture_default_str()
+      ->type_name("K");
+  app.add_option("--warmup", o.warmup, "untimed repetitions first (>= 0)")
+      ->check(CLI::Range(0, 1'000'000).description(""))
+      ->capture_default_str()
+      ->type_name("W");
+  app.add_flag("--json", o.json, "one JSON object per size on stdout, nothing else");
+  app.add_flag("--keep-library-pages", o.keep_library_pages,
+               "leave the optimizer's momentum buffer on the pages malloc gave it (default: collapse it to huge "
+               "pages)");
+  return bench::parse(app, argc, argv);
 }
 
 /// Equal up to fp rounding: a few ulps, and more than contraction into FMAs
@@ -287,15 +258,22 @@ int run_size(const options& o, std::size_t n, huge_buffer& global_buf, huge_buff
   const double speedup = (s[1].median / methods[1].bytes_per_param) / (s[2].median / methods[2].bytes_per_param);
 
   if (o.json) {
-    std::printf("{\"n\":%zu,\"repeat\":%d,\"warmup\":%d,\"library_momentum_huge_bytes\":%zu,\"methods\":{", n, o.repeat,
-                o.warmup, library_huge);
-    for (std::size_t i = 0; i < methods.size(); ++i) {
-      std::printf("%s\"%s\":{\"bytes_per_param\":%g,\"median_gbps\":%.3f,\"min_gbps\":%.3f,\"max_gbps\":%.3f,"
-                  "\"median_ms\":%.4f}",
-                  i ? "," : "", methods[i].name, methods[i].bytes_per_param, s[i].median, s[i].min, s[i].max,
-                  methods[i].bytes_per_param * static_cast<double>(n) / s[i].median / 1e6);
-    }
-    std::printf("},\"diloco_over_triad\":%.4f,\"diloco_speedup_over_four_pass\":%.4f}\n", over_triad, speedup);
+    bench::json per_method = bench::json::object();
+    for (std::size_t i = 0; i < methods.size(); ++i)
+      per_method[methods[i].name] = {
+          {"bytes_per_param", methods[i].bytes_per_param},
+          {"median_gbps", bench::rounded(s[i].median, 3)},
+          {"min_gbps", bench::rounded(s[i].min, 3)},
+          {"max_gbps", bench::rounded(s[i].max, 3)},
+          {"median_ms", bench::rounded(methods[i].bytes_per_param * static_cast<double>(n) / s[i].median / 1e6, 4)}};
+    const bench::json line{{"n", n},
+                           {"repeat", o.repeat},
+                           {"warmup", o.warmup},
+                           {"library_momentum_huge_bytes", library_huge},
+                           {"methods", std::move(per_method)},
+                           {"diloco_over_triad", bench::rounded(over_triad, 4)},
+                           {"diloco_speedup_over_four_pass", bench::rounded(speedup, 4)}};
+    std::printf("%s\n", line.dump().c_str());
   } else {
     std::printf("N = %zu fp32 (%s per buffer), %d timed repetitions after %d warm-ups, methods interleaved\n", n,
                 mib(n * sizeof(float)).c_str(), o.repeat, o.warmup);
@@ -315,21 +293,18 @@ int run_size(const options& o, std::size_t n, huge_buffer& global_buf, huge_buff
 }  // namespace
 
 int main(int argc, char** argv) {
-  const auto o = parse(argc, argv);
-  if (!o) {
-    std::fputs(usage, stderr);
-    return 2;
-  }
+  options o;
+  if (const auto status = parse(argc, argv, o)) return *status;
   try {
-    const std::size_t max_n = *std::max_element(o->sizes.begin(), o->sizes.end());
+    const std::size_t max_n = *std::max_element(o.sizes.begin(), o.sizes.end());
     const std::size_t huge_before = anon_huge_bytes();
     huge_buffer global(max_n), delta(max_n), m_four(max_n), m_loop(max_n), tmp(max_n);
     const std::size_t huge_after = anon_huge_bytes();
-    if (!o->json)
+    if (!o.json)
       std::printf("bench buffers: 5 x %s, on huge pages: %s\n\n", mib(max_n * sizeof(float)).c_str(),
                   mib(huge_after - std::min(huge_after, huge_before)).c_str());
-    for (const std::size_t n : o->sizes)
-      if (const int rc = run_size(*o, n, global, delta, m_four, m_loop, tmp); rc != 0) return rc;
+    for (const std::size_t n : o.sizes)
+      if (const int rc = run_size(o, n, global, delta, m_four, m_loop, tmp); rc != 0) return rc;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_outer_step: %s\n", e.what());
     return 1;

@@ -29,7 +29,6 @@
 #include <sys/resource.h>
 
 #include <algorithm>
-#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <exception>
@@ -38,10 +37,12 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "bench.hpp"
-#include "../common/args.hpp"
+#include "../common/command_line.hpp"
+#include "../common/json.hpp"
 
 namespace {
 
@@ -80,88 +81,53 @@ struct options {
   bool json = false;
 };
 
-using bench::parse_size;
-
-std::optional<double> parse_seconds(std::string_view s, double min) {
-  try {
-    std::size_t used = 0;
-    const double v = std::stod(std::string(s), &used);
-    if (used != s.size() || !(v >= min) || v > 3600) return std::nullopt;
-    return v;
-  } catch (const std::exception&) {
-    return std::nullopt;
-  }
-}
-
-std::vector<std::string_view> split(std::string_view list) {
-  std::vector<std::string_view> parts;
-  while (!list.empty()) {
-    const auto comma = list.find(',');
-    parts.push_back(list.substr(0, comma));
-    list = comma == std::string_view::npos ? std::string_view{} : list.substr(comma + 1);
-  }
-  return parts;
-}
-
-constexpr const char* usage =
-    "usage: bench_transport [--sizes 64K,1M,16M,64M] [--seconds 0.5] [--repeat 3] [--warmup 0.2]\n"
-    "                       [--latency-seconds 0.25] [--transports NAME,...] [--queue-mib 256]\n"
-    "                       [--no-keep-large-blocks] [--json]\n"
-    "  --sizes N,...          payload sizes in bytes, multiples of 4; suffixes K, M, G are powers of 2\n"
-    "  --seconds S            length of each throughput measurement\n"
-    "  --repeat K             interleaved repetitions (>= 1)\n"
-    "  --warmup S             untimed streaming before each measurement (>= 0)\n"
-    "  --latency-seconds S    round trips per measurement, for about S seconds (5 at least)\n"
-    "  --transports A,B       a subset of: raw_tcp raw_tcp_crc32c inproc_hub zmq_inproc zmq_ipc\n"
-    "                         zmq_tcp zmq_tcp_curve asio_tcp (ratios need raw_tcp)\n"
-    "  --queue-mib Q          send and receive queue budget of each endpoint, MiB\n"
-    "  --no-keep-large-blocks ZeroMQ: socket_options::keep_large_blocks = false\n"
-    "  --json                 one JSON object per size on stdout, nothing else\n";
-
-std::optional<options> parse(int argc, char** argv) {
-  options o;
-  const auto known = all_transports();
-  for (int i = 1; i < argc; ++i) {
-    const std::string_view arg = argv[i];
-    const bool has_value = i + 1 < argc;
-    if (arg == "--json") {
-      o.json = true;
-    } else if (arg == "--no-keep-large-blocks") {
-      o.keep_large_blocks = false;
-    } else if (arg == "--sizes" && has_value) {
-      o.sizes.clear();
-      for (const auto part : split(argv[++i])) {
-        const auto size = parse_size(part);
-        if (!size || *size % 4 != 0) return std::nullopt;
-        o.sizes.push_back(*size);
-      }
-      if (o.sizes.empty()) return std::nullopt;
-    } else if (arg == "--transports" && has_value) {
-      for (const auto part : split(argv[++i])) {
-        if (std::none_of(known.begin(), known.end(), [&](const transport& t) { return part == t.name; }))
-          return std::nullopt;
-        o.transports.emplace_back(part);
-      }
-      if (o.transports.empty()) return std::nullopt;
-    } else if ((arg == "--seconds" || arg == "--warmup" || arg == "--latency-seconds") && has_value) {
-      const auto v = parse_seconds(argv[++i], arg == "--seconds" ? 1e-3 : 0.0);
-      if (!v) return std::nullopt;
-      (arg == "--seconds" ? o.seconds : arg == "--warmup" ? o.warmup : o.latency_seconds) = *v;
-    } else if (arg == "--repeat" && has_value) {
-      int k = 0;
-      const std::string_view v = argv[++i];
-      const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), k);
-      if (ec != std::errc{} || end != v.data() + v.size() || k < 1) return std::nullopt;
-      o.repeat = k;
-    } else if (arg == "--queue-mib" && has_value) {
-      const auto q = parse_size(argv[++i]);
-      if (!q) return std::nullopt;
-      o.queue_bytes = *q << 20;
-    } else {
-      return std::nullopt;
-    }
-  }
-  return o;
+/// Reads the command line into `o`; see `bench::parse` for the result.
+std::optional<int> parse(int argc, char** argv, options& o) {
+  CLI::App app("Throughput and latency of diloco's transports against a raw TCP socket, on loopback.",
+               "bench_transport");
+  app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  std::vector<std::string> names;
+  for (const auto& t : all_transports()) names.emplace_back(t.name);
+  std::size_t queue_mib = o.queue_bytes >> 20;
+  app.add_option("--sizes", o.sizes,
+                 "payload sizes in bytes, multiples of 4; suffixes K, M, G are powers of 2 (64K,1M,16M,64M)")
+      ->delimiter(',')
+      ->transform(bench::size_multiple_of(4))
+      ->option_text("N,...");
+  app.add_option("--seconds", o.seconds, "length of each throughput measurement, 0.001 to 3600")
+      ->check(bench::number_in(1e-3, 3600))
+      ->capture_default_str()
+      ->type_name("S");
+  app.add_option("--repeat", o.repeat, "interleaved repetitions (>= 1)")
+      ->check(CLI::Range(1, 1'000'000).description(""))
+      ->capture_default_str()
+      ->type_name("K");
+  app.add_option("--warmup", o.warmup, "untimed streaming before each measurement, 0 to 3600")
+      ->check(bench::number_in(0, 3600))
+      ->capture_default_str()
+      ->type_name("S");
+  app.add_option("--latency-seconds", o.latency_seconds, "round trips per measurement, for about S seconds (5 at least)")
+      ->check(bench::number_in(0, 3600))
+      ->capture_default_str()
+      ->type_name("S");
+  app.add_option("--transports", o.transports,
+                 "a subset of: raw_tcp raw_tcp_crc32c inproc_hub zmq_inproc zmq_ipc zmq_tcp zmq_tcp_curve asio_tcp "
+                 "(ratios need raw_tcp; default: all)")
+      ->delimiter(',')
+      ->check(CLI::IsMember(names).description(""))
+      ->option_text("A,B,...");
+  app.add_option("--queue-mib", queue_mib, "send and receive queue budget of each endpoint, MiB (1 to 1M)")
+      ->transform(bench::size_multiple_of(1))
+      ->check(CLI::Range(std::size_t{1}, std::size_t{1} << 20).description(""))
+      ->capture_default_str()
+      ->type_name("Q");
+  bool leave_malloc = false;
+  app.add_flag("--no-keep-large-blocks", leave_malloc, "ZeroMQ: leave malloc alone (no zeromq::keep_large_blocks())");
+  app.add_flag("--json", o.json, "one JSON object per size on stdout, nothing else");
+  const auto status = bench::parse(app, argc, argv);
+  o.queue_bytes = queue_mib << 20;
+  o.keep_large_blocks = !leave_malloc;
+  return status;
 }
 
 double median(std::vector<double> v) {
@@ -270,21 +236,28 @@ void print_size(const options& o, const size_result& s) {
 }
 
 void print_json(const options& o, const size_result& s) {
-  auto number = [](double v) { return std::isnan(v) ? std::string("null") : std::to_string(v); };
-  std::printf("{\"payload_bytes\":%zu,\"repeat\":%d,\"seconds\":%g,\"queue_bytes\":%zu,\"keep_large_blocks\":%s,"
-              "\"crc32c_gbps\":%s,\"transports\":{",
-              s.bytes, o.repeat, o.seconds, o.queue_bytes, o.keep_large_blocks ? "true" : "false", number(s.crc_gbps).c_str());
-  for (std::size_t i = 0; i < s.rows.size(); ++i) {
-    const auto& m = s.rows[i];
-    std::printf("%s\"%s\":{\"gbps\":[", i ? "," : "", m.t->name);
-    for (std::size_t k = 0; k < m.gbps.size(); ++k) std::printf("%s%s", k ? "," : "", number(m.gbps[k]).c_str());
-    std::printf("],\"median_gbps\":%s,\"ratio_to_raw\":%s,\"rtt_median_us\":%s,\"rtt_p99_us\":%s,\"trips\":%zu,"
-                "\"page_faults_per_message\":%s}",
-                number(median(m.gbps)).c_str(), number(median(m.ratio)).c_str(), number(median(m.rtt_us)).c_str(),
-                number(quantile(m.rtt_us, 0.99)).c_str(), m.rtt_us.size(), number(median(m.faults)).c_str());
+  auto number = [](double v) { return bench::rounded(v, 6); };  // NaN: null
+  bench::json transports = bench::json::object();
+  for (const auto& m : s.rows) {
+    bench::json gbps = bench::json::array();
+    for (const double g : m.gbps) gbps.push_back(number(g));
+    transports[m.t->name] = {{"gbps", std::move(gbps)},
+                             {"median_gbps", number(median(m.gbps))},
+                             {"ratio_to_raw", number(median(m.ratio))},
+                             {"rtt_median_us", number(median(m.rtt_us))},
+                             {"rtt_p99_us", number(quantile(m.rtt_us, 0.99))},
+                             {"trips", m.rtt_us.size()},
+                             {"page_faults_per_message", number(median(m.faults))}};
   }
-  std::printf("},\"curve_over_plaintext\":%s}\n",
-              number(paired_ratio(find(s, "zmq_tcp_curve"), find(s, "zmq_tcp"))).c_str());
+  const bench::json line{{"payload_bytes", s.bytes},
+                         {"repeat", o.repeat},
+                         {"seconds", o.seconds},
+                         {"queue_bytes", o.queue_bytes},
+                         {"keep_large_blocks", o.keep_large_blocks},
+                         {"crc32c_gbps", number(s.crc_gbps)},
+                         {"transports", std::move(transports)},
+                         {"curve_over_plaintext", number(paired_ratio(find(s, "zmq_tcp_curve"), find(s, "zmq_tcp")))}};
+  std::printf("%s\n", line.dump().c_str());
   std::fflush(stdout);
 }
 
@@ -306,15 +279,12 @@ void print_summary(const std::vector<size_result>& all) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const auto o = parse(argc, argv);
-  if (!o) {
-    std::fputs(usage, stderr);
-    return 2;
-  }
+  options o;
+  if (const auto status = parse(argc, argv, o)) return *status;
   const auto known = all_transports();
   std::vector<transport> chosen;
   for (const auto& t : known)
-    if (o->transports.empty() || std::find(o->transports.begin(), o->transports.end(), t.name) != o->transports.end())
+    if (o.transports.empty() || std::find(o.transports.begin(), o.transports.end(), t.name) != o.transports.end())
       chosen.push_back(t);
   if (const auto bad = bench::check_crc32c(); !bad.empty()) {
     std::fprintf(stderr, "bench_transport: %s\n", bad.c_str());
@@ -322,14 +292,14 @@ int main(int argc, char** argv) {
   }
   try {
     std::vector<size_result> all;
-    for (const auto bytes : o->sizes) {
-      all.push_back(run_size(*o, bytes, chosen));
-      if (o->json)
-        print_json(*o, all.back());
+    for (const auto bytes : o.sizes) {
+      all.push_back(run_size(o, bytes, chosen));
+      if (o.json)
+        print_json(o, all.back());
       else
-        print_size(*o, all.back());
+        print_size(o, all.back());
     }
-    if (!o->json) print_summary(all);
+    if (!o.json) print_summary(all);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_transport: %s\n", e.what());
     return 1;
