@@ -57,8 +57,8 @@ struct link_options {
 // One factory per implementation, each in its own translation unit.
 std::unique_ptr<link> make_raw_tcp(const link_options& o, bool checksum);  // raw_tcp.cpp
 std::unique_ptr<link> make_inproc_hub(const link_options& o);              // inproc.cpp
-std::unique_ptr<link> make_zmq(const link_options& o, const std::string& scheme, bool curve);  // zmq.cpp
-std::unique_ptr<link> make_asio_tcp(const link_options& o);                // asio.cpp
+std::unique_ptr<link> make_zmq(const link_options& o, const std::string& scheme, bool curve);  // zeromq.cpp
+std::unique_ptr<link> make_asio_tcp(const link_options& o);                // tcp.cpp
 
 /// GB/s (10⁹ bytes/s) of CRC-32C over `bytes` bytes (one thread, the
 /// library's `diloco::crc32c`), the median of `repeat` passes over a buffer of
