@@ -10,6 +10,7 @@
 #include "diloco/version.hpp"
 #include "diloco/error.hpp"
 
+#include "diloco/concepts/checkpointable.hpp"
 #include "diloco/concepts/inner_step.hpp"
 #include "diloco/concepts/merge_policy.hpp"
 #include "diloco/concepts/model.hpp"

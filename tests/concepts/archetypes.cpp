@@ -39,11 +39,11 @@ static_assert(diloco::transport<transport_archetype>);
 static_assert(!diloco::blocking_transport<transport_archetype>);
 static_assert(diloco::blocking_transport<blocking_transport_archetype>);
 
-static_assert(diloco::detail::check_model<model_archetype>());
-static_assert(diloco::detail::check_inner_step<inner_archetype>());
-static_assert(diloco::detail::check_outer_optimizer<outer_archetype>());
-static_assert(diloco::detail::check_merge_policy<merge_archetype, float>());
-static_assert(diloco::detail::check_transport<transport_archetype>());
+static_assert(diloco::check_model<model_archetype>());
+static_assert(diloco::check_inner_step<inner_archetype>());
+static_assert(diloco::check_outer_optimizer<outer_archetype>());
+static_assert(diloco::check_merge_policy<merge_archetype, float>());
+static_assert(diloco::check_transport<transport_archetype>());
 
 // Nothing beyond the requirements.
 static_assert(!std::is_default_constructible_v<model_archetype> && !std::is_copy_constructible_v<model_archetype>);
@@ -56,42 +56,24 @@ static_assert(!std::is_same_v<decltype(std::declval<model_archetype&>().gradient
 static_assert(!std::is_same_v<decltype(std::declval<const merge_archetype&>().weight(0, 0)), double>);
 
 // ---------------------------------------------------------------------------
-// Small variants: `X_lacking<r>` has every requirement of concept X except `r`;
-// `X_lacking<none>` has them all, so each negative assertion below differs
-// from a positive one in exactly one requirement. Declarations suffice: the
-// concepts only look at them.
+// Small variants (tests/support/archetypes.hpp): `X_lacking<r>` has every
+// requirement of concept X except `r`; `X_lacking<none>` has them all, so each
+// negative assertion below differs from a positive one in exactly one
+// requirement. Declarations suffice: the concepts only look at them.
 
 namespace {
 
-enum class model_req { none, scalar_type, batch_type, layout, parameters, gradients, compute_gradients };
-
-struct batch {};
-
-template <model_req R>
-struct model_types {
-  using scalar_type = float;
-  using batch_type = batch;
-};
-template <>
-struct model_types<model_req::scalar_type> {
-  using batch_type = batch;
-};
-template <>
-struct model_types<model_req::batch_type> {
-  using scalar_type = float;
-};
-
-template <model_req R>
-struct model_lacking : model_types<R> {
-  const diloco::parameter_layout& layout() const
-    requires(R != model_req::layout);
-  std::span<float> parameters()
-    requires(R != model_req::parameters);
-  std::span<const float> gradients()
-    requires(R != model_req::gradients);
-  diloco::step_stats compute_gradients(const batch&)
-    requires(R != model_req::compute_gradients);
-};
+using archetypes::batch;
+using archetypes::inner_lacking;
+using archetypes::inner_req;
+using archetypes::merge_lacking;
+using archetypes::merge_req;
+using archetypes::model_lacking;
+using archetypes::model_req;
+using archetypes::outer_lacking;
+using archetypes::outer_req;
+using archetypes::transport_lacking;
+using archetypes::transport_req;
 
 static_assert(diloco::model<model_lacking<model_req::none>>);
 static_assert(!diloco::model<model_lacking<model_req::scalar_type>>);
@@ -112,67 +94,11 @@ struct model_with_mutable_batch : model_lacking<model_req::compute_gradients> {
 static_assert(!diloco::model<model_with_mutable_layout>);
 static_assert(!diloco::model<model_with_mutable_batch>);
 
-enum class inner_req { none, scalar_type, options_type, step, options };
-
-struct inner_options {};
-
-template <inner_req R>
-struct inner_types {
-  using scalar_type = float;
-  using options_type = inner_options;
-};
-template <>
-struct inner_types<inner_req::scalar_type> {
-  using options_type = inner_options;
-};
-template <>
-struct inner_types<inner_req::options_type> {
-  using scalar_type = float;
-};
-
-template <inner_req R>
-struct inner_lacking : inner_types<R> {
-  void step(std::span<float>, std::span<const float>)
-    requires(R != inner_req::step);
-  inner_options& options()
-    requires(R != inner_req::options);
-};
-
 static_assert(diloco::inner_step<inner_lacking<inner_req::none>>);
 static_assert(!diloco::inner_step<inner_lacking<inner_req::scalar_type>>);
 static_assert(!diloco::inner_step<inner_lacking<inner_req::options_type>>);
 static_assert(!diloco::inner_step<inner_lacking<inner_req::step>>);
 static_assert(!diloco::inner_step<inner_lacking<inner_req::options>>);
-
-enum class outer_req { none, scalar_type, options_type, step, reset, save, load };
-
-struct outer_options {};
-
-template <outer_req R>
-struct outer_types {
-  using scalar_type = float;
-  using options_type = outer_options;
-};
-template <>
-struct outer_types<outer_req::scalar_type> {
-  using options_type = outer_options;
-};
-template <>
-struct outer_types<outer_req::options_type> {
-  using scalar_type = float;
-};
-
-template <outer_req R>
-struct outer_lacking : outer_types<R> {
-  void step(std::uint32_t, std::span<float>, std::span<const float>)
-    requires(R != outer_req::step);
-  void reset(std::uint32_t)
-    requires(R != outer_req::reset);
-  void save(std::ostream&) const
-    requires(R != outer_req::save);
-  void load(std::istream&)
-    requires(R != outer_req::load);
-};
 
 static_assert(diloco::outer_optimizer<outer_lacking<outer_req::none>>);
 static_assert(!diloco::outer_optimizer<outer_lacking<outer_req::scalar_type>>);
@@ -188,17 +114,6 @@ struct outer_with_mutable_save : outer_lacking<outer_req::save> {
 };
 static_assert(!diloco::outer_optimizer<outer_with_mutable_save>);
 
-enum class merge_req { none, weight, merge };
-
-template <merge_req R>
-struct merge_lacking {
-  double weight(std::uint64_t, std::uint64_t) const
-    requires(R != merge_req::weight);
-  void merge(std::span<const diloco::weighted_delta<float>>, std::span<const diloco::fragment_slice>,
-             std::span<float>, double) const
-    requires(R != merge_req::merge);
-};
-
 static_assert(diloco::merge_policy<merge_lacking<merge_req::none>, float>);
 static_assert(!diloco::merge_policy<merge_lacking<merge_req::weight>, float>);
 static_assert(!diloco::merge_policy<merge_lacking<merge_req::merge>, float>);
@@ -209,18 +124,6 @@ struct merge_with_mutable_merge : merge_lacking<merge_req::merge> {
              std::span<float>, double);
 };
 static_assert(!diloco::merge_policy<merge_with_mutable_merge, float>);
-
-enum class transport_req { none, try_send, try_receive, receive_for };
-
-template <transport_req R>
-struct transport_lacking {
-  std::error_code try_send(diloco::peer_id, diloco::message&)
-    requires(R != transport_req::try_send);
-  std::optional<diloco::envelope> try_receive()
-    requires(R != transport_req::try_receive);
-  std::optional<diloco::envelope> receive_for(std::chrono::nanoseconds)
-    requires(R != transport_req::receive_for);
-};
 
 static_assert(diloco::blocking_transport<transport_lacking<transport_req::none>>);
 static_assert(!diloco::transport<transport_lacking<transport_req::try_send>>);

@@ -1,6 +1,7 @@
 // The positive control: the same kind of user types as the other files here,
-// complete, with a learner and a syncer on the in-process transport. It must
-// compile; if it does not, the expected errors in the other files prove nothing.
+// complete, with a learner and a syncer on the in-process transport and the
+// public checks. It must compile; if it does not, the expected errors in the
+// other files prove nothing.
 #include <diloco/diloco.hpp>
 
 #include <cstdint>
@@ -57,6 +58,13 @@ struct user_merge {
     for (std::size_t i = 0; i < out.size(); ++i) out[i] = static_cast<float>(scale) * in[0].delta[i];
   }
 };
+
+// The public checks accept what the runtime accepts.
+static_assert(diloco::check_model<user_model>() && diloco::check_inner_step<user_inner>() &&
+              diloco::check_outer_optimizer<user_outer>() && diloco::check_merge_policy<user_merge, float>() &&
+              diloco::check_transport<diloco::inproc::endpoint>() &&
+              diloco::check_blocking_transport<diloco::inproc::endpoint>() &&
+              diloco::check_checkpointable<user_outer>());
 
 }  // namespace
 

@@ -10,20 +10,28 @@
 //
 // Each archetype also behaves, in the simplest way, so that a learner and a
 // syncer built from archetypes can run a round whose result is known by hand.
+//
+// Below them, for each concept, `X_lacking<r>`: a declaration-only type with
+// every requirement of concept X except `r` (`X_lacking<none>` has them all),
+// and `X_with_integer_scalar` where the concept has a `scalar_type`. The
+// concepts only look at declarations, so none of them is defined.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
+#include <cstdlib>
 #include <deque>
 #include <istream>
 #include <optional>
 #include <ostream>
 #include <span>
+#include <string>
 #include <system_error>
 #include <thread>
 #include <utility>
 #include <vector>
 
+#include <diloco/concepts/checkpointable.hpp>
 #include <diloco/concepts/inner_step.hpp>
 #include <diloco/concepts/merge_policy.hpp>
 #include <diloco/concepts/model.hpp>
@@ -32,6 +40,7 @@
 #include <diloco/error.hpp>
 #include <diloco/params/fragments.hpp>
 #include <diloco/params/layout.hpp>
+#include <diloco/serialize.hpp>
 #include <diloco/transport/message.hpp>
 
 namespace archetypes {
@@ -234,6 +243,194 @@ class blocking_transport_archetype : public transport_archetype {
     std::this_thread::sleep_for(timeout);
     return std::nullopt;
   }
+};
+
+/// Checkpointable (`diloco::checkpointable`): `save(std::ostream&) const` and
+/// `load(std::istream&)`, both returning void. Neither default-constructible,
+/// copyable nor movable (the concept asks for neither).
+///
+/// Behaviour: holds one integer, saved as a decimal line; `load` throws
+/// `diloco::corrupt_state` on anything else and then keeps its value.
+class checkpointable_archetype {
+ public:
+  explicit checkpointable_archetype(long value) : value_(value) {}
+  checkpointable_archetype(const checkpointable_archetype&) = delete;
+  checkpointable_archetype& operator=(const checkpointable_archetype&) = delete;
+
+  long value() const { return value_; }
+
+  void save(std::ostream& out) const { out << value_ << '\n'; }
+  void load(std::istream& in) {
+    std::string line;
+    if (!std::getline(in, line) || line.empty()) throw diloco::corrupt_state("checkpointable_archetype: no value");
+    char* end = nullptr;
+    const long v = std::strtol(line.c_str(), &end, 10);
+    if (*end != '\0') throw diloco::corrupt_state("checkpointable_archetype: not a number");
+    value_ = v;
+  }
+
+ private:
+  long value_;
+};
+
+// ---------------------------------------------------------------------------
+// Variants that lack one requirement.
+
+enum class model_req { none, scalar_type, batch_type, layout, parameters, gradients, compute_gradients };
+
+struct batch {};
+
+template <model_req R>
+struct model_types {
+  using scalar_type = float;
+  using batch_type = batch;
+};
+template <>
+struct model_types<model_req::scalar_type> {
+  using batch_type = batch;
+};
+template <>
+struct model_types<model_req::batch_type> {
+  using scalar_type = float;
+};
+
+template <model_req R>
+struct model_lacking : model_types<R> {
+  const diloco::parameter_layout& layout() const
+    requires(R != model_req::layout);
+  std::span<float> parameters()
+    requires(R != model_req::parameters);
+  std::span<const float> gradients()
+    requires(R != model_req::gradients);
+  diloco::step_stats compute_gradients(const batch&)
+    requires(R != model_req::compute_gradients);
+};
+
+/// Every member there, but on `int`s: requirement 1 asks for float or double.
+struct model_with_integer_scalar {
+  using scalar_type = int;
+  using batch_type = batch;
+  const diloco::parameter_layout& layout() const;
+  std::span<int> parameters();
+  std::span<const int> gradients();
+  diloco::step_stats compute_gradients(const batch&);
+};
+
+/// Movable unless `Movable` is false: the base of the variants that lack
+/// move-constructibility.
+template <bool Movable>
+struct movable_if {};
+template <>
+struct movable_if<false> {
+  movable_if() = default;
+  movable_if(movable_if&&) = delete;
+};
+
+enum class inner_req { none, scalar_type, options_type, step, options, move_constructible };
+
+struct inner_options {};
+
+template <inner_req R>
+struct inner_types {
+  using scalar_type = float;
+  using options_type = inner_options;
+};
+template <>
+struct inner_types<inner_req::scalar_type> {
+  using options_type = inner_options;
+};
+template <>
+struct inner_types<inner_req::options_type> {
+  using scalar_type = float;
+};
+
+template <inner_req R>
+struct inner_lacking : inner_types<R>, movable_if<R != inner_req::move_constructible> {
+  void step(std::span<float>, std::span<const float>)
+    requires(R != inner_req::step);
+  inner_options& options()
+    requires(R != inner_req::options);
+};
+
+/// Every member there, but on `int`s: requirement 1 asks for float or double.
+struct inner_with_integer_scalar {
+  using scalar_type = int;
+  using options_type = inner_options;
+  void step(std::span<int>, std::span<const int>);
+  inner_options& options();
+};
+
+enum class outer_req { none, scalar_type, options_type, step, reset, save, load, move_constructible };
+
+struct outer_options {};
+
+template <outer_req R>
+struct outer_types {
+  using scalar_type = float;
+  using options_type = outer_options;
+};
+template <>
+struct outer_types<outer_req::scalar_type> {
+  using options_type = outer_options;
+};
+template <>
+struct outer_types<outer_req::options_type> {
+  using scalar_type = float;
+};
+
+template <outer_req R>
+struct outer_lacking : outer_types<R>, movable_if<R != outer_req::move_constructible> {
+  void step(std::uint32_t, std::span<float>, std::span<const float>)
+    requires(R != outer_req::step);
+  void reset(std::uint32_t)
+    requires(R != outer_req::reset);
+  void save(std::ostream&) const
+    requires(R != outer_req::save);
+  void load(std::istream&)
+    requires(R != outer_req::load);
+};
+
+/// Every member there, but on `int`s: requirement 1 asks for float or double.
+struct outer_with_integer_scalar {
+  using scalar_type = int;
+  using options_type = outer_options;
+  void step(std::uint32_t, std::span<int>, std::span<const int>);
+  void reset(std::uint32_t);
+  void save(std::ostream&) const;
+  void load(std::istream&);
+};
+
+enum class merge_req { none, weight, merge, move_constructible };
+
+template <merge_req R>
+struct merge_lacking : movable_if<R != merge_req::move_constructible> {
+  double weight(std::uint64_t, std::uint64_t) const
+    requires(R != merge_req::weight);
+  void merge(std::span<const diloco::weighted_delta<float>>, std::span<const diloco::fragment_slice>,
+             std::span<float>, double) const
+    requires(R != merge_req::merge);
+};
+
+enum class transport_req { none, try_send, try_receive, receive_for };
+
+template <transport_req R>
+struct transport_lacking {
+  std::error_code try_send(diloco::peer_id, diloco::message&)
+    requires(R != transport_req::try_send);
+  std::optional<diloco::envelope> try_receive()
+    requires(R != transport_req::try_receive);
+  std::optional<diloco::envelope> receive_for(std::chrono::nanoseconds)
+    requires(R != transport_req::receive_for);
+};
+
+enum class checkpointable_req { none, save, load };
+
+template <checkpointable_req R>
+struct checkpointable_lacking {
+  void save(std::ostream&) const
+    requires(R != checkpointable_req::save);
+  void load(std::istream&)
+    requires(R != checkpointable_req::load);
 };
 
 }  // namespace archetypes

@@ -3,72 +3,107 @@
 
 #include <concepts>
 #include <cstdint>
-#include <istream>
-#include <ostream>
 #include <span>
-#include <type_traits>
+
+#include "diloco/concepts/check.hpp"
+#include "diloco/concepts/checkpointable.hpp"
+#include "diloco/concepts/scalar.hpp"
 
 namespace diloco {
 
-/// Requirements on an OuterOptimizer type `O` (examples: `outer::sgd<T>`,
-/// `outer::nesterov<T>`, `outer::delayed_nesterov<T>`, `outer::from_inner<S>`):
-///
-/// 1. `typename O::scalar_type` — `float` or `double`.
+/// The requirements of `outer_optimizer`, one named concept each, numbered as
+/// `check_outer_optimizer` walks them.
+namespace requirements::outer_optimizer {
+
+/// 1. `typename O::scalar_type` — `float` or `double` (`diloco::scalar`).
+template <class O>
+concept scalar_type = requires { typename O::scalar_type; } && scalar<typename O::scalar_type>;
+
 /// 2. `typename O::options_type` — a plain aggregate of hyperparameters.
+template <class O>
+concept options_type = requires { typename O::options_type; };
+
 /// 3. `o.step(fragment, global, delta)` with a `std::uint32_t` fragment index,
 ///    the fragment's global parameters `std::span<scalar_type>` and the merged
 ///    outer gradient `std::span<const scalar_type>` (Δ = Θ_base − θ, so a
 ///    descent step subtracts it), returning `void`. State is per fragment and
 ///    created on the fragment's first step, when its size is known.
+template <class O>
+concept step = requires(O& o, std::uint32_t fragment, std::span<typename O::scalar_type> global,
+                        std::span<const typename O::scalar_type> delta) {
+  { o.step(fragment, global, delta) } -> std::same_as<void>;
+};
+
 /// 4. `o.reset(fragment)` with a `std::uint32_t` fragment index, returning
 ///    `void`: forgets that fragment's state, so that its next step starts as
 ///    its first did. The syncer calls it after refusing to publish a step the
 ///    optimizer has already taken (a non-finite or too large result).
-/// 5. `o.save(std::ostream&) const` and `o.load(std::istream&)` — the whole
-///    state, so the syncer can checkpoint it; `load` throws on corrupt input
-///    and then leaves the state unchanged.
-/// 6. Move-constructible: the syncer takes it by value.
 template <class O>
-concept outer_optimizer = std::move_constructible<O> && requires(O& o, const O& co, std::uint32_t fragment,
-                                   std::span<typename O::scalar_type> global,
-                                   std::span<const typename O::scalar_type> delta, std::ostream& out,
-                                   std::istream& in) {
-  typename O::scalar_type;
-  typename O::options_type;
-  { o.step(fragment, global, delta) } -> std::same_as<void>;
+concept reset = requires(O& o, std::uint32_t fragment) {
   { o.reset(fragment) } -> std::same_as<void>;
-  { co.save(out) } -> std::same_as<void>;
-  { o.load(in) } -> std::same_as<void>;
 };
 
-namespace detail {
+// 5 and 6. `o.save(std::ostream&) const` and `o.load(std::istream&)`: the
+// whole state, so the syncer can checkpoint it (`checkpointable`, whose
+// requirements `requirements::checkpointable::save` and `load` are these two).
 
-/// Fails compilation with a message naming the first requirement `O` misses.
+/// 7. Move-constructible: the syncer takes it by value.
 template <class O>
+concept move_constructible = std::move_constructible<O>;
+
+}  // namespace requirements::outer_optimizer
+
+/// Requirements on an OuterOptimizer type `O`: requirements 1 to 7 above
+/// (examples: `outer::sgd<T>`, `outer::nesterov<T>`,
+/// `outer::delayed_nesterov<T>`, `outer::from_inner<S>`).
+template <class O>
+concept outer_optimizer = requirements::outer_optimizer::scalar_type<O> &&
+                          requirements::outer_optimizer::options_type<O> && requirements::outer_optimizer::step<O> &&
+                          requirements::outer_optimizer::reset<O> && checkpointable<O> &&
+                          requirements::outer_optimizer::move_constructible<O>;
+
+/// Returns true if `O` is an outer optimizer; otherwise, with
+/// `on_unmet::fail`, stops compilation naming the first requirement `O`
+/// misses.
+template <class O, on_unmet Unmet = on_unmet::fail>
 consteval bool check_outer_optimizer() {
-  static_assert(requires { typename O::scalar_type; },
-                "diloco::outer_optimizer: missing member type `scalar_type` (float or double)");
-  static_assert(requires { typename O::options_type; },
-                "diloco::outer_optimizer: missing member type `options_type` (an aggregate of hyperparameters)");
-  if constexpr (requires { typename O::scalar_type; }) {
-    using T = typename O::scalar_type;
-    static_assert(std::is_floating_point_v<T>, "diloco::outer_optimizer: `scalar_type` must be float or double");
-    static_assert(requires(O& o, std::uint32_t f, std::span<T> g, std::span<const T> d) {
-                    { o.step(f, g, d) } -> std::same_as<void>;
-                  },
+  namespace r = requirements::outer_optimizer;
+  namespace c = requirements::checkpointable;
+  constexpr bool quiet = Unmet == on_unmet::return_false;
+  if constexpr (!r::scalar_type<O>) {
+    static_assert(r::scalar_type<O> || quiet,
+                  "diloco::outer_optimizer: member type `scalar_type` is missing or is not float or double");
+    return !quiet;
+  } else if constexpr (!r::options_type<O>) {
+    static_assert(r::options_type<O> || quiet,
+                  "diloco::outer_optimizer: missing member type `options_type` (an aggregate of hyperparameters)");
+    return !quiet;
+  } else if constexpr (!r::step<O>) {
+    static_assert(r::step<O> || quiet,
                   "diloco::outer_optimizer: missing member `void step(std::uint32_t fragment, "
                   "std::span<scalar_type> global, std::span<const scalar_type> delta)`");
+    return !quiet;
+  } else if constexpr (!r::reset<O>) {
+    static_assert(r::reset<O> || quiet, "diloco::outer_optimizer: missing member `void reset(std::uint32_t fragment)`");
+    return !quiet;
+  } else if constexpr (!c::save<O>) {
+    static_assert(c::save<O> || quiet, "diloco::outer_optimizer: missing member `void save(std::ostream&) const`");
+    return !quiet;
+  } else if constexpr (!c::load<O>) {
+    static_assert(c::load<O> || quiet, "diloco::outer_optimizer: missing member `void load(std::istream&)`");
+    return !quiet;
+  } else if constexpr (!r::move_constructible<O>) {
+    static_assert(r::move_constructible<O> || quiet,
+                  "diloco::outer_optimizer: must be move-constructible (the syncer owns it)");
+    return !quiet;
+  } else {
+    return true;
   }
-  static_assert(requires(O& o, std::uint32_t f) { { o.reset(f) } -> std::same_as<void>; },
-                "diloco::outer_optimizer: missing member `void reset(std::uint32_t fragment)`");
-  static_assert(requires(const O& o, std::ostream& out) { { o.save(out) } -> std::same_as<void>; },
-                "diloco::outer_optimizer: missing member `void save(std::ostream&) const`");
-  static_assert(requires(O& o, std::istream& in) { { o.load(in) } -> std::same_as<void>; },
-                "diloco::outer_optimizer: missing member `void load(std::istream&)`");
-  static_assert(std::move_constructible<O>,
-                "diloco::outer_optimizer: must be move-constructible (the syncer owns it)");
-  return true;
 }
 
+namespace detail {
+// The name this check had while it was internal; runtime/syncer.hpp still calls it so.
+using diloco::check_outer_optimizer;
 }  // namespace detail
+
 }  // namespace diloco

@@ -1,12 +1,14 @@
 // Any InnerStep used as an outer optimizer, one instance per fragment.
 #pragma once
 
+#include <concepts>
 #include <cstdint>
 #include <istream>
 #include <optional>
 #include <ostream>
 #include <span>
 
+#include "diloco/concepts/checkpointable.hpp"
 #include "diloco/concepts/inner_step.hpp"
 #include "diloco/outer/detail/per_fragment.hpp"
 
@@ -21,8 +23,14 @@ namespace diloco::outer {
 /// average is the data-parallel gradient, and `from_inner<inner::adamw<T>>`
 /// applies AdamW to it at the syncer.
 ///
-/// `Inner` must also provide `save(std::ostream&) const` and `load(std::istream&)`.
+/// `Inner` must be checkpointable as well (the syncer checkpoints every
+/// fragment's state), default-constructible (`load` fills a new instance) and
+/// constructible from its `options_type`. The checks before the concepts name
+/// the first requirement a type misses.
 template <class Inner>
+  requires(check_inner_step<Inner>() && inner_step<Inner> && check_checkpointable<Inner>() &&
+           checkpointable<Inner> && std::default_initializable<Inner> &&
+           std::constructible_from<Inner, const typename Inner::options_type&>)
 class from_inner {
  public:
   using scalar_type = typename Inner::scalar_type;

@@ -14,6 +14,8 @@
 #include <utility>
 #include <vector>
 
+#include "diloco/concepts/check.hpp"
+#include "diloco/concepts/scalar.hpp"
 #include "diloco/concepts/transport.hpp"
 #include "diloco/params/fragments.hpp"
 #include "diloco/params/layout.hpp"
@@ -36,7 +38,12 @@ namespace diloco {
 /// infinity — is counted in `refused()`; a chosen learner that sent a
 /// malformed layout or a non-finite state is never asked again (its join
 /// is still handed to the syncer), and the next learner to join is asked.
-template <class T, class Transport>
+///
+/// `T` is the model's scalar type. Constrained by the concepts; the transport's
+/// check comes first, so that a transport that misses a requirement gets an
+/// error naming the missing member.
+template <scalar T, class Transport>
+  requires(check_transport<Transport>() && transport<Transport>)
 class bootstrap {
  public:
   /// `expected`: a layout given up front (from a file); learners with another

@@ -12,12 +12,13 @@
 #include <optional>
 #include <span>
 #include <system_error>
-#include <type_traits>
 #include <utility>
 #include <vector>
 
+#include "diloco/concepts/check.hpp"
 #include "diloco/concepts/inner_step.hpp"
 #include "diloco/concepts/model.hpp"
+#include "diloco/concepts/scalar.hpp"
 #include "diloco/concepts/transport.hpp"
 #include "diloco/detail/ema.hpp"
 #include "diloco/error.hpp"
@@ -61,7 +62,7 @@ struct learner_options {
   }
 };
 
-/// A learner unit (DESIGN 2.2). Per inner step it computes gradients, applies
+/// A learner unit (docs/design.md, "Learner"). Per inner step it computes gradients, applies
 /// the inner optimizer and counts tokens and steps per fragment; when fragment
 /// p falls due it sends `Δ_p = Θ_p(base) − θ_p` to the syncer and keeps
 /// training. A global fragment that arrives is adopted at a step boundary,
@@ -77,17 +78,19 @@ struct learner_options {
 ///   blocks, for event loops and the simulator.
 ///
 /// Not thread-safe: one thread drives a learner.
+///
+/// Constrained by the concepts; each is preceded by its check, so that a type
+/// that misses a requirement gets an error naming the missing member rather
+/// than an unsatisfied constraint.
 template <class Model, class InnerStep, class Transport>
+  requires(check_model<Model>() && model<Model> && check_inner_step<InnerStep>() && inner_step<InnerStep> &&
+           check_transport<Transport>() && transport<Transport>)
 class learner {
-  static_assert(detail::check_model<Model>());
-  static_assert(detail::check_inner_step<InnerStep>());
-  static_assert(detail::check_transport<Transport>());
-
  public:
   using scalar_type = typename Model::scalar_type;
   using batch_type = typename Model::batch_type;
   using T = scalar_type;
-  static_assert(std::is_same_v<T, typename InnerStep::scalar_type>,
+  static_assert(same_scalar_type<Model, InnerStep>,
                 "diloco::learner: the model and the inner step must use the same scalar_type");
 
   learner(Model& model, Transport& transport, learner_options options = {}, InnerStep inner = InnerStep{})

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "diloco/concepts/scalar.hpp"
 #include "diloco/inner/adamw.hpp"
 #include "diloco/inner/sgd.hpp"
 #include "diloco/outer/from_inner.hpp"
@@ -25,12 +26,12 @@ inline syncer_options data_parallel(std::uint32_t learners) {
   return o;
 }
 
-template <class T>
+template <scalar T>
 using data_parallel_inner = inner::sgd<T>;
 
 inline inner::sgd_options data_parallel_inner_options() { return inner::sgd_options{.learning_rate = 1.0}; }
 
-template <class T>
+template <scalar T>
 using data_parallel_outer = outer::from_inner<inner::adamw<T>>;
 
 /// DiLoCo (arXiv 2311.08105): every learner sends the whole model every H
@@ -68,9 +69,9 @@ inline syncer_options decoupled_diloco(std::uint32_t sync_period, std::uint32_t 
 }
 
 /// DiLoCo's outer optimizer (Nesterov, η = 0.7, μ = 0.9) and inner optimizer (AdamW).
-template <class T>
+template <scalar T>
 using diloco_outer = outer::nesterov<T>;
-template <class T>
+template <scalar T>
 using diloco_inner = inner::adamw<T>;
 
 }  // namespace diloco::presets

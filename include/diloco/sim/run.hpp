@@ -5,12 +5,18 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <concepts>
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <span>
 #include <stdexcept>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
+#include "diloco/concepts/model.hpp"
+#include "diloco/concepts/transport.hpp"
 #include "diloco/runtime/config.hpp"
 #include "diloco/sim/network.hpp"
 
@@ -36,6 +42,45 @@ struct run_options {
   std::chrono::nanoseconds limit = std::chrono::hours(24 * 365);  ///< virtual time after which the run stops
 };
 
+/// An endpoint `run` can wait on: a transport that tells when its next
+/// message arrives in virtual time (`sim::endpoint`, or a wrapper such as
+/// `chaos::faulty` around one).
+template <class E>
+concept timed_transport = transport<E> && requires(const E& e) {
+  { e.next_arrival() } -> std::same_as<std::optional<time_point>>;
+};
+
+/// A syncer `run` can drive (`diloco::syncer` on a timed transport):
+/// `transport()`, `handle(envelope&&, now)`, `poll(now)` returning its next
+/// deadline, `flush(now)`.
+template <class S>
+concept driven_syncer = requires(S& s, envelope&& e, time_point now) {
+  requires timed_transport<std::remove_reference_t<decltype(s.transport())>>;
+  s.handle(std::move(e), now);
+  { s.poll(now) } -> std::same_as<std::optional<time_point>>;
+  s.flush(now);
+};
+
+/// A learner `run` can drive (`diloco::learner` on a timed transport), fed
+/// by `NextBatch`: `transport()`, `poll(now)`, `train_step(batch, now)`
+/// returning `step_stats`, `finish(now)`, `next_deadline()`.
+template <class L, class NextBatch>
+concept driven_learner = requires(L& l, NextBatch& next_batch, std::size_t i, time_point now) {
+  requires timed_transport<std::remove_reference_t<decltype(l.transport())>>;
+  { l.poll(now) } -> std::same_as<bool>;
+  { l.train_step(next_batch(i), now) } -> std::same_as<step_stats>;
+  l.finish(now);
+  { l.next_deadline() } -> std::same_as<std::optional<time_point>>;
+};
+
+/// A sized, indexable range whose elements dereference to learners
+/// (`*learners[i]`): raw or smart pointers.
+template <class Ls, class NextBatch>
+concept driven_learners = requires(const Ls& learners, std::size_t i) {
+  { learners.size() } -> std::convertible_to<std::size_t>;
+  requires driven_learner<std::remove_reference_t<decltype(*learners[i])>, NextBatch>;
+};
+
 struct run_report {
   bool completed = false;           ///< every learner took all its steps
   time_point end{};                 ///< virtual time when the run ended
@@ -51,7 +96,8 @@ struct run_report {
 /// called after each inner step. Events at the same virtual time run in a
 /// fixed order (syncer, then learners by index), so a run is a pure function
 /// of its inputs and seeds.
-template <class Syncer, class Learners, class NextBatch, class OnStep>
+template <driven_syncer Syncer, class Learners, class NextBatch, class OnStep>
+  requires driven_learners<Learners, NextBatch> && std::invocable<OnStep&, std::size_t, const step_stats&, time_point>
 run_report run(network& net, Syncer& syncer, const Learners& learners, std::span<const learner_plan> plans,
                NextBatch&& next_batch, OnStep&& on_step, run_options options = {}) {
   if (learners.size() != plans.size()) throw std::invalid_argument("diloco::sim::run: one plan per learner");

@@ -11,6 +11,7 @@
 #include <limits>
 #include <type_traits>
 
+#include "diloco/concepts/scalar.hpp"
 #include "diloco/transport/buffer.hpp"
 
 namespace diloco {
@@ -42,7 +43,9 @@ enum class codec_id : std::uint8_t {
   bytes = 3,  ///< opaque bytes (a `layout` description)
 };
 
-template <class T>
+/// The codec of a payload of `T`s: `f32` for `float`, `f64` for `double`. Any
+/// other type has no codec and is refused at compile time.
+template <scalar T>
 inline constexpr codec_id codec_of = std::is_same_v<T, float> ? codec_id::f32 : codec_id::f64;
 
 /// Why an update was sent.

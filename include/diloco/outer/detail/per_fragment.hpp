@@ -2,18 +2,20 @@
 #pragma once
 
 #include <cassert>
+#include <concepts>
 #include <cstdint>
 #include <istream>
 #include <ostream>
 #include <vector>
 
+#include "diloco/concepts/checkpointable.hpp"
 #include "diloco/serialize.hpp"
 
 namespace diloco::outer::detail {
 
 /// Holds one `State` per fragment index, default-constructed on first access.
-/// `State` must provide `save(std::ostream&) const` and `load(std::istream&)`.
 template <class State>
+  requires checkpointable<State> && std::default_initializable<State>
 class per_fragment {
  public:
   State& operator[](std::uint32_t fragment) {
