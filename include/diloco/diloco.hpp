@@ -28,7 +28,7 @@
 #include "diloco/outer/nesterov.hpp"
 #include "diloco/outer/sgd.hpp"
 
-#include "diloco/merge/average.hpp"
+#include "diloco/merge/weighted_mean.hpp"
 #include "diloco/merge/radial_directional.hpp"
 #include "diloco/merge/robust.hpp"
 

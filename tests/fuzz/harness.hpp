@@ -61,7 +61,7 @@
 #include <string>
 #include <vector>
 
-#include "diloco/merge/average.hpp"
+#include "diloco/merge/weighted_mean.hpp"
 #include "diloco/outer/nesterov.hpp"
 #include "diloco/params/fragments.hpp"
 #include "diloco/params/layout.hpp"

@@ -7,7 +7,7 @@
 
 #include <boost/test/unit_test.hpp>
 
-#include "diloco/merge/average.hpp"
+#include "diloco/merge/weighted_mean.hpp"
 #include "diloco/params/fragments.hpp"
 #include "support/numeric.hpp"
 

@@ -8,12 +8,13 @@
 #include <limits>
 #include <span>
 #include <stdexcept>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
 #include <boost/test/unit_test.hpp>
 
-#include "diloco/merge/average.hpp"
+#include "diloco/merge/weighted_mean.hpp"
 #include "diloco/params/fragments.hpp"
 #include "support/numeric.hpp"
 
@@ -38,8 +39,12 @@ static_assert(diloco::merge_policy<trimmed_mean<average>, float>);
 static_assert(diloco::merge_policy<coordinate_median<>, float>);
 static_assert(diloco::merge_policy<coordinate_median<>, double>);
 static_assert(diloco::merge_policy<coordinate_median<token_weights>, double>);
-static_assert(diloco::detail::check_merge_policy<trimmed_mean<>, float>());
-static_assert(diloco::detail::check_merge_policy<coordinate_median<>, double>());
+static_assert(diloco::check_merge_policy<trimmed_mean<>, float>());
+static_assert(diloco::check_merge_policy<coordinate_median<>, double>());
+// The defaults: token weighting for the trimmed mean, one vote per
+// contribution for the median (see robust.hpp).
+static_assert(std::is_same_v<trimmed_mean<>, trimmed_mean<diloco::merge::token>>);
+static_assert(std::is_same_v<coordinate_median<>, coordinate_median<diloco::merge::uniform>>);
 
 /// Contributions of one fragment: `deltas[m]` with weight `weights[m]`.
 template <class T>

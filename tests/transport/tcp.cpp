@@ -20,7 +20,7 @@
 #include <vector>
 
 #include <diloco/inner/adamw.hpp>
-#include <diloco/merge/average.hpp>
+#include <diloco/merge/weighted_mean.hpp>
 #include <diloco/outer/nesterov.hpp>
 #include <diloco/runtime/learner.hpp>
 #include <diloco/runtime/presets.hpp>

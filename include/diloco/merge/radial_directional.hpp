@@ -6,8 +6,9 @@
 #include <span>
 #include <vector>
 
-#include "diloco/merge/average.hpp"
+#include "diloco/concepts/merge_policy.hpp"
 #include "diloco/merge/detail/linear.hpp"
+#include "diloco/merge/weightings.hpp"
 
 namespace diloco::merge {
 
@@ -21,7 +22,7 @@ namespace diloco::merge {
 /// `Weighting` supplies `weight(tokens, steps)`; the default is token weighting.
 /// Cost: three passes over the inputs (norms, combination) and two over the
 /// output (norm, rescale); norms accumulate in double.
-template <class Weighting = token_weights>
+template <weighting Weighting = token>
 struct radial_directional : Weighting {
   template <class T>
   void merge(std::span<const weighted_delta<T>> in, std::span<const fragment_slice> slices, std::span<T> out,

@@ -10,9 +10,10 @@
 #include <stdexcept>
 #include <utility>
 
-#include "diloco/merge/average.hpp"
+#include "diloco/concepts/merge_policy.hpp"
 #include "diloco/merge/detail/coordinatewise.hpp"
 #include "diloco/merge/detail/linear.hpp"
+#include "diloco/merge/weightings.hpp"
 
 namespace diloco::merge {
 
@@ -37,7 +38,7 @@ struct trimmed_mean_options {
 /// result lies between the smallest and largest honest value, whatever the
 /// hostile values and (finite) weights; weights only move it within that
 /// range. With `k = 0` (fewer than 1/β contributions; at the default fewer
-/// than 4) nothing is trimmed and the result is exactly `detail::weighted_mean`,
+/// than 4) nothing is trimmed and the result is exactly `weighted_mean<Weighting>`,
 /// which one contribution can move arbitrarily far.
 ///
 /// Trimming counts contributions, not learners, and does not look at roles:
@@ -49,14 +50,14 @@ struct trimmed_mean_options {
 /// ⌊2048/n⌋ elements; per element a sort of n values, O(n log n), and an O(n)
 /// sum; one scratch allocation of 32 KiB per call. Compute-bound: the sorts
 /// cost tens of times the single pass of the weighted mean.
-template <class Weighting = token_weights>
+template <weighting Weighting = token>
 class trimmed_mean : public Weighting {
  public:
   using options_type = trimmed_mean_options;
 
   /// Throws `std::invalid_argument` unless `trim` is in [0, 0.5).
-  explicit trimmed_mean(options_type options = {}, Weighting weighting = {})
-      : Weighting(std::move(weighting)), options_(options) {
+  explicit trimmed_mean(options_type options = {}, Weighting weights = {})
+      : Weighting(std::move(weights)), options_(options) {
     if (!(options.trim >= 0.0 && options.trim < 0.5))
       throw std::invalid_argument("diloco::merge::trimmed_mean: trim must be in [0, 0.5)");
   }
@@ -69,7 +70,7 @@ class trimmed_mean : public Weighting {
     const std::size_t n = detail::positive_count(in);
     const auto k = static_cast<std::size_t>(std::floor(options_.trim * double(n)));
     if (k == 0) {
-      detail::weighted_mean(in, out, scale);
+      detail::weighted_average(in, out, scale);
       return;
     }
     detail::reduce_sorted(in, n, out, scale, [k](std::span<const detail::weighted_value> v) {
@@ -89,13 +90,13 @@ class trimmed_mean : public Weighting {
 /// `detail::weighted_median`). With equal weights this is the ordinary median:
 /// the middle value for odd n, the mean of the two middle ones for even n. A
 /// NaN orders above +∞. With n ≤ 2 no contribution can be outvoted and the
-/// result is exactly `detail::weighted_mean` (for equal weights the median).
+/// result is exactly `weighted_mean<Weighting>` (for equal weights the median).
 ///
 /// Robustness: every coordinate lies between the smallest and largest honest
 /// value as long as hostile contributions hold less than half the weight.
 /// Since weights come from the tokens and steps a learner reports, the default
-/// `Weighting` is `average` (one vote per contribution), so that the bound
-/// counts contributions; with `token_weights` one contribution above half the
+/// `Weighting` is `uniform` (one vote per contribution), so that the bound
+/// counts contributions; with `token` one contribution above half the
 /// total weight sets every coordinate (the syncer's screening lets a weight
 /// reach `clip_factor ×` its reference weight).
 ///
@@ -106,14 +107,14 @@ class trimmed_mean : public Weighting {
 /// ⌊2048/n⌋ elements; per element a sort of n values, O(n log n), and an O(n)
 /// scan; one scratch allocation of 32 KiB per call. Compute-bound: the sorts
 /// cost tens of times the single pass of the weighted mean.
-template <class Weighting = average>
+template <weighting Weighting = uniform>
 struct coordinate_median : Weighting {
   template <class T>
   void merge(std::span<const weighted_delta<T>> in, std::span<const fragment_slice> /*slices*/, std::span<T> out,
              double scale) const {
     const std::size_t n = detail::positive_count(in);
     if (n <= 2) {
-      detail::weighted_mean(in, out, scale);
+      detail::weighted_average(in, out, scale);
       return;
     }
     detail::reduce_sorted(in, n, out, scale, [](std::span<const detail::weighted_value> v) {

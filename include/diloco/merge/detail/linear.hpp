@@ -49,9 +49,10 @@ double total_weight(std::span<const weighted_delta<T>> in) {
   return w;
 }
 
-/// The weighted mean times `scale`, over the whole fragment.
+/// The weighted mean times `scale`, over the whole fragment; 0 if no
+/// contribution has a positive weight.
 template <class T>
-void weighted_mean(std::span<const weighted_delta<T>> in, std::span<T> out, double scale) {
+void weighted_average(std::span<const weighted_delta<T>> in, std::span<T> out, double scale) {
   assert(!in.empty());
   const double w = total_weight(in);
   if (!(w > 0)) {

@@ -1,8 +1,9 @@
 // ctest-labels: unit
-#include "diloco/merge/average.hpp"
+#include "diloco/merge/weighted_mean.hpp"
 
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 #include <vector>
 
 #include <boost/test/unit_test.hpp>
@@ -18,6 +19,7 @@ using diloco::tensor_role;
 using diloco::weighted_delta;
 using diloco::merge::average;
 using diloco::merge::token_weighted;
+using diloco::merge::weighted_mean;
 using diloco::test::check_close;
 using diloco::test::scalar_types;
 using diloco::test::tolerance;
@@ -26,6 +28,22 @@ static_assert(diloco::merge_policy<average, float>);
 static_assert(diloco::merge_policy<average, double>);
 static_assert(diloco::merge_policy<token_weighted, float>);
 static_assert(diloco::merge_policy<token_weighted, double>);
+
+// The names the merges had before `weighted_mean<Weighting>` are the same
+// types, so code written against them is unchanged; the default weighting is
+// by tokens, as for `radial_directional<>` and `trimmed_mean<>`.
+static_assert(std::is_same_v<average, weighted_mean<diloco::merge::uniform>>);
+static_assert(std::is_same_v<token_weighted, weighted_mean<diloco::merge::token>>);
+static_assert(std::is_same_v<weighted_mean<>, token_weighted>);
+static_assert(std::is_same_v<diloco::merge::token_weights, diloco::merge::token>);
+static_assert(diloco::weighting<diloco::merge::uniform> && diloco::weighting<diloco::merge::token>);
+static_assert(!diloco::weighting<int>);
+
+/// A weighting of the test's own: one vote per inner step.
+struct by_steps {
+  double weight(std::uint64_t /*tokens*/, std::uint64_t steps) const { return static_cast<double>(steps); }
+};
+static_assert(diloco::merge_policy<weighted_mean<by_steps>, float>);
 
 /// Contributions of one fragment and the spans a policy reads.
 template <class T>
@@ -75,7 +93,7 @@ std::vector<double> widen(const std::vector<T>& x) {
 
 }  // namespace
 
-BOOST_AUTO_TEST_SUITE(merge_average)
+BOOST_AUTO_TEST_SUITE(merge_weighted_mean)
 
 BOOST_AUTO_TEST_CASE(weights) {
   const average avg;
@@ -89,6 +107,25 @@ BOOST_AUTO_TEST_CASE(weights) {
   BOOST_TEST(tw.weight(0, 0) == 0.0);
   // 2^30 tokens in 2^10 steps: 2^60 / 2^10 = 2^50, exact in double.
   BOOST_TEST(tw.weight(std::uint64_t{1} << 30, 1024) == std::ldexp(1.0, 50));
+}
+
+BOOST_AUTO_TEST_CASE(weightings) {
+  const diloco::merge::uniform uniform;
+  BOOST_TEST(uniform.weight(0, 0) == 1.0);
+  BOOST_TEST(uniform.weight(1000, 10) == 1.0);
+  const diloco::merge::token token;
+  BOOST_TEST(token.weight(1000, 10) == 100000.0);  // 1000² / 10
+  BOOST_TEST(token.weight(7, 0) == 0.0);
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(weighted_mean_takes_its_weights_from_the_weighting, T, scalar_types) {
+  // Weights from `by_steps`: 1 and 3 steps. ((1, 2)·1 + (4, 8)·3) / 4 =
+  // (13/4, 26/4) = (3.25, 6.5); scale 0.5 → (1.625, 3.25).
+  const weighted_mean<by_steps> policy;
+  const contributions<T> c{{{T(1), T(2)}, {T(4), T(8)}}, {policy.weight(500, 1), policy.weight(20, 3)}};
+  BOOST_TEST(c.weights == (std::vector<double>{1, 3}), boost::test_tools::per_element());
+  check_close(merged(policy, c, 1.0), {3.25, 6.5}, tolerance<T>);
+  check_close(merged(policy, c, 0.5), {1.625, 3.25}, tolerance<T>);
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(average_is_the_plain_mean_times_scale, T, scalar_types) {

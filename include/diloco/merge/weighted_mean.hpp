@@ -1,0 +1,32 @@
+// The weighted mean of outer gradients: DiLoCo's average and Decoupled
+// DiLoCo's token-weighted merge.
+#pragma once
+
+#include <span>
+
+#include "diloco/concepts/merge_policy.hpp"
+#include "diloco/merge/detail/linear.hpp"
+#include "diloco/merge/weightings.hpp"
+
+namespace diloco::merge {
+
+/// `Δ = scale · Σ w_m Δ_m / Σ w_m`, with the weights `w_m` from `Weighting`
+/// (ensmallen's policy pattern: the merge inherits the weighting's `weight`).
+/// All-zero weights merge to 0. Cost: each input read once and the output
+/// written once, in blocks of 2048 elements so that the output stays in L1.
+template <weighting Weighting = token>
+struct weighted_mean : Weighting {
+  template <class T>
+  void merge(std::span<const weighted_delta<T>> in, std::span<const fragment_slice> /*slices*/, std::span<T> out,
+             double scale) const {
+    detail::weighted_average(in, out, scale);
+  }
+};
+
+/// DiLoCo's merge: `Δ = (1/n) Σ Δ_m`.
+using average = weighted_mean<uniform>;
+
+/// Decoupled DiLoCo's merge: the mean weighted by `token`.
+using token_weighted = weighted_mean<token>;
+
+}  // namespace diloco::merge
