@@ -20,7 +20,6 @@ enum class errc {
   unknown_peer,       ///< no endpoint with that id is attached
   closed,             ///< the transport or endpoint was closed
   timed_out,          ///< a bounded wait ended without a result
-  not_joined,         ///< the learner has not received the global state yet
   layout_mismatch,    ///< the peer's parameter layout differs from ours
   bad_config,         ///< the syncer's training configuration is unusable
   superseded,         ///< another process joined as this learner with a newer incarnation
@@ -39,7 +38,6 @@ class error_category_impl final : public std::error_category {
       case errc::unknown_peer: return "unknown peer";
       case errc::closed: return "transport closed";
       case errc::timed_out: return "timed out";
-      case errc::not_joined: return "learner has not joined yet";
       case errc::layout_mismatch: return "parameter layout mismatch";
       case errc::bad_config: return "unusable training configuration";
       case errc::superseded: return "superseded by a newer incarnation of this learner";

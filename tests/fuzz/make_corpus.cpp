@@ -177,7 +177,7 @@ message_header leave(std::uint32_t learner, std::uint32_t incarnation, std::uint
 }
 
 message_header verdict(message_kind kind, std::uint32_t learner, std::uint32_t fragment, std::uint64_t base,
-                       std::uint64_t answers, reject_reason why = reject_reason::truncated) {
+                       std::uint64_t answers, reject_reason why = reject_reason::none) {
   message_header h;
   h.kind = kind;
   h.learner = learner;

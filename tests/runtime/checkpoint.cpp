@@ -1,12 +1,20 @@
-// Checkpoint files: atomic, checksummed, the newest intact one wins.
+// Checkpoint files: atomic, checksummed, the newest intact one wins; and a
+// syncer checkpoint's body (runtime/syncer_checkpoint.hpp): the model's layout
+// and the syncer's state, enough to restart a syncer that knows no model.
 #include <boost/test/unit_test.hpp>
 
+#include <cstdint>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <string>
 #include <unistd.h>
+#include <vector>
 
+#include <diloco/diloco.hpp>
 #include <diloco/runtime/checkpoint.hpp>
+#include <diloco/runtime/syncer_checkpoint.hpp>
 
 namespace {
 
@@ -88,6 +96,77 @@ BOOST_FIXTURE_TEST_CASE(every_truncation_of_a_checkpoint_is_detected, scratch) {
     std::ofstream(path, std::ios::binary | std::ios::trunc).write(bytes.data(), static_cast<std::streamsize>(n));
     BOOST_TEST(!store.latest().has_value(), "a checkpoint cut at " << n << " bytes was accepted");
   }
+}
+
+using body_syncer = diloco::syncer<diloco::outer::nesterov<float>, diloco::merge::average, diloco::inproc::endpoint>;
+
+diloco::syncer_options two_fragments() {
+  diloco::syncer_options o;
+  o.training = diloco::training_config{.fragments = 2, .sync_period = 10, .overlap = 0, .mixing = 0.0, .lock_step = false};
+  o.grace_factor = 0.0;
+  return o;
+}
+
+diloco::parameter_layout model() {
+  diloco::parameter_layout layout;
+  layout.add("embed", 3, diloco::tensor_role::embedding);
+  layout.add("w", 4);
+  return layout;
+}
+
+BOOST_AUTO_TEST_CASE(a_checkpoint_body_is_the_layout_then_the_state) {
+  const auto layout = model();
+  diloco::inproc::hub hub;
+  const std::vector<float> initial{1, 2, 3, 4, 5, 6, 7};
+  body_syncer s(layout, initial, hub.attach(diloco::syncer_peer), two_fragments());
+  const auto body = diloco::checkpoint_body(s);
+
+  // By hand: "embed" is 2 + 5 + 8 + 1 bytes, "w" 2 + 1 + 8 + 1; the u64
+  // length 28 comes first.
+  std::uint64_t length = 0;
+  BOOST_TEST_REQUIRE(body.size() > 8u);
+  std::memcpy(&length, body.data(), 8);
+  BOOST_TEST(length == 28u);
+  BOOST_TEST(body.substr(8 + 2, 5) == "embed");
+  std::ostringstream state;
+  s.save(state);
+  BOOST_TEST(body.substr(8 + 28) == state.str());
+
+  const auto back = diloco::read_checkpoint_body(body);
+  BOOST_TEST(back.layout.fingerprint() == layout.fingerprint());
+  BOOST_TEST(back.layout.tensor_count() == 2u);
+  BOOST_TEST(back.state == state.str());
+}
+
+BOOST_FIXTURE_TEST_CASE(a_syncer_restarts_from_a_stored_body_alone, scratch) {
+  diloco::inproc::hub hub;
+  const std::vector<float> initial{1, 2, 3, 4, 5, 6, 7};
+  body_syncer original(model(), initial, hub.attach(diloco::syncer_peer), two_fragments());
+  diloco::checkpoint_store store(dir);
+  store.write(diloco::checkpoint_body(original));
+
+  const auto latest = store.latest();
+  BOOST_TEST_REQUIRE(latest.has_value());
+  auto checkpoint = diloco::read_checkpoint_body(latest->body);
+  diloco::inproc::hub other;
+  body_syncer restarted(checkpoint.layout, std::vector<float>(checkpoint.layout.size(), 0.0f),
+                        other.attach(diloco::syncer_peer), two_fragments());
+  std::istringstream in(checkpoint.state);
+  restarted.load(in);
+  BOOST_TEST(restarted.parameters() == initial, boost::test_tools::per_element());
+}
+
+BOOST_AUTO_TEST_CASE(a_body_cut_inside_its_layout_or_with_a_bad_layout_is_refused) {
+  diloco::inproc::hub hub;
+  body_syncer s(model(), std::vector<float>(7, 0.0f), hub.attach(diloco::syncer_peer), two_fragments());
+  const auto body = diloco::checkpoint_body(s);
+  for (std::size_t n = 0; n < 8 + 28; ++n)
+    BOOST_CHECK_THROW(diloco::read_checkpoint_body(std::string_view(body).substr(0, n)), diloco::corrupt_state);
+  auto zero_size = body;
+  zero_size[8 + 2 + 5] = 0;  // the first tensor's size, 3, becomes 0
+  BOOST_CHECK_THROW(diloco::read_checkpoint_body(zero_size), diloco::corrupt_state);
+  // A layout larger than allowed.
+  BOOST_CHECK_THROW(diloco::read_checkpoint_body(body, 6), diloco::corrupt_state);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -303,4 +303,45 @@ BOOST_FIXTURE_TEST_CASE(initial_parameters_must_be_finite, fixture) {
   BOOST_CHECK_THROW(test_syncer(layout, poisoned, syncer_end, options(1)), std::invalid_argument);
 }
 
+BOOST_AUTO_TEST_CASE(a_pace_is_a_norm_per_three_quarter_power_of_the_steps) {
+  // 16 steps: 16^(3/4) = 8. Steps beyond H = 16 count as 16.
+  BOOST_TEST(pace(4.0, 16, 16) == 0.5, boost::test_tools::tolerance(1e-15));
+  BOOST_TEST(pace(4.0, 1000, 16) == 0.5, boost::test_tools::tolerance(1e-15));
+  BOOST_TEST(pace(4.0, 1, 16) == 4.0);
+}
+
+BOOST_AUTO_TEST_CASE(the_clipping_reference_is_the_lower_median) {
+  screening_options s;  // clip_factor 8, min_reference 3
+  std::vector<double> four{5.0, 1.0, 4.0, 2.0};
+  const auto rule = clip_reference(four, s);
+  BOOST_TEST(rule.reference == 2.0);  // sorted 1 2 4 5: the 2nd smallest
+  BOOST_TEST(rule.outlier == 16.0);
+  std::vector<double> two{1.0, 2.0};  // fewer than min_reference: nothing clipped
+  BOOST_TEST(std::isinf(clip_reference(two, s).outlier));
+  std::vector<double> zeros{0.0, 0.0, 3.0};  // a zero median is no reference
+  BOOST_TEST(std::isinf(clip_reference(zeros, s).outlier));
+  s.clip_factor = 0.0;
+  std::vector<double> off{1.0, 2.0, 3.0};
+  BOOST_TEST(std::isinf(clip_reference(off, s).reference));
+}
+
+BOOST_AUTO_TEST_CASE(an_update_is_too_large_beyond_the_ratio_of_the_fragment_or_its_floor) {
+  screening_options s;
+  s.max_update_ratio = 2.0;
+  s.update_floor = 0.5;
+  // ‖Θ‖ = 5 (3, 4): a change of norm 10 is within 2 × 5, of norm 10.05 not.
+  const std::vector<double> before{3.0, 4.0};
+  const std::vector<double> within{3.0 + 6.0, 4.0 + 8.0};
+  const std::vector<double> beyond{3.0 + 6.03, 4.0 + 8.04};
+  BOOST_TEST(!update_too_large<double>(before, within, s));
+  BOOST_TEST(update_too_large<double>(before, beyond, s));
+  // A zero fragment counts as 0.5 per element: max(0, 0.25 × 4) = 1, so
+  // the bound is 2 × 1: a change of norm 2 passes, 2.2 does not.
+  const std::vector<double> zero(4, 0.0);
+  BOOST_TEST(!update_too_large<double>(zero, std::vector<double>{1.0, 1.0, 1.0, 1.0}, s));
+  BOOST_TEST(update_too_large<double>(zero, std::vector<double>{1.1, 1.1, 1.1, 1.1}, s));
+  s.max_update_ratio = 0.0;  // no bound
+  BOOST_TEST(!update_too_large<double>(zero, std::vector<double>{1e9, 0.0, 0.0, 0.0}, s));
+}
+
 BOOST_AUTO_TEST_SUITE_END()

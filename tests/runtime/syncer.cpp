@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include <diloco/diloco.hpp>
@@ -491,6 +492,23 @@ BOOST_FIXTURE_TEST_CASE(flush_merges_open_rounds_so_nothing_accepted_is_lost, fi
   BOOST_TEST(s.metrics().contributions_pending == 0u);
   BOOST_TEST(s.metrics().contributions_merged == s.metrics().contributions_accepted);
   BOOST_TEST(s.revision(0) == 1u);
+}
+
+BOOST_FIXTURE_TEST_CASE(verdicts_name_a_reason_only_when_they_refuse, fixture) {
+  auto o = options(1);
+  std::vector<contribution_event> verdicts;
+  o.on_contribution = [&verdicts](const contribution_event& e) { verdicts.push_back(e); };
+  test_syncer s(layout, initial, syncer_end, o);
+  join_all(s, 1);
+  send(0, contribution(0, {1, 1, 1, 1, 1, 1}, 0, 1, 5));
+  send(0, contribution(0, {1, 1, 1, 1, 1, 1}, 5, 1, 6));  // a base from the future
+  deliver(s);
+  BOOST_TEST_REQUIRE(verdicts.size() == 2u);
+  BOOST_TEST(verdicts[0].accepted);
+  BOOST_TEST(to_string(verdicts[0].reason) == "none");
+  BOOST_TEST(!verdicts[1].accepted);
+  BOOST_TEST(to_string(verdicts[1].reason) == "future_base");
+  BOOST_TEST(s.metrics().rejected_total() == 1u);
 }
 
 BOOST_AUTO_TEST_CASE(timeouts_come_from_one_setting_and_contradictions_are_refused) {

@@ -1,7 +1,10 @@
-// The syncer's saved state: a restored syncer continues exactly as the
-// original would, and a truncated or foreign state changes nothing.
+// The syncer's saved state (runtime/syncer_state.hpp, metrics/counters.hpp): a
+// restored syncer continues exactly as the original would, a truncated or
+// foreign state changes nothing, and states written by an older diloco (fewer
+// counters, the version-3 format) are read or refused with a reason.
 #include <boost/test/unit_test.hpp>
 
+#include <cstdint>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -203,6 +206,135 @@ BOOST_FIXTURE_TEST_CASE(truncated_or_foreign_state_is_refused_and_changes_nothin
   state_syncer d(layout, std::vector<T>(6, 0.0), h3.attach(syncer_peer), three);
   std::istringstream in3(state);
   BOOST_CHECK_THROW(d.load(in3), corrupt_state);
+}
+
+/// A counters block written by hand: `counters` counters valued 1, 2, …,
+/// then `reasons` refusal counts valued 1001, 1002, ….
+std::string counters_block(std::uint32_t counters, std::uint32_t reasons) {
+  std::ostringstream out;
+  out.write("SMET", 4);
+  serial::write_pod<std::uint32_t>(out, 1);
+  serial::write_pod(out, counters);
+  for (std::uint64_t i = 1; i <= counters; ++i) serial::write_pod(out, i);
+  serial::write_pod(out, reasons);
+  for (std::uint64_t r = 1; r <= reasons; ++r) serial::write_pod(out, 1000 + r);
+  return out.str();
+}
+
+BOOST_AUTO_TEST_CASE(counters_round_trip_field_by_field) {
+  syncer_metrics m;
+  std::uint64_t v = 0;
+  for (const auto field : syncer_counter_fields) m.*field = ++v * 3;
+  for (auto& r : m.rejected) r = ++v * 3;
+  std::ostringstream out;
+  write_syncer_metrics(out, m);
+  // Tag, version, two counts and 8 bytes per counter.
+  BOOST_TEST(out.str().size() == 4 + 4 + 4 + 8 * 22 + 4 + 8 * 25);
+  std::istringstream in(out.str());
+  const auto back = read_syncer_metrics(in);
+  BOOST_TEST(back.outer_updates == 3u);
+  BOOST_TEST(back.staleness_max == 66u);  // the 22nd counter
+  BOOST_TEST(back.rejected_for(reject_reason::truncated) == 69u);
+  BOOST_TEST(back.rejected_for(reject_reason::quarantined) == 141u);  // the 25th reason: (22 + 25) × 3
+  BOOST_TEST(back.rejected_for(reject_reason::none) == 0u);
+}
+
+BOOST_AUTO_TEST_CASE(counters_saved_before_a_reason_or_a_counter_existed_read_as_zero) {
+  // 21 counters and 24 reasons: a diloco that knew neither staleness_max nor
+  // `quarantined` refusals.
+  std::istringstream in(counters_block(21, 24));
+  const auto m = read_syncer_metrics(in);
+  BOOST_TEST(m.outer_updates == 1u);
+  BOOST_TEST(m.staleness_sum == 21u);
+  BOOST_TEST(m.staleness_max == 0u);
+  BOOST_TEST(m.rejected_for(reject_reason::truncated) == 1001u);
+  BOOST_TEST(m.rejected_for(reject_reason::bad_counts) == 1024u);
+  BOOST_TEST(m.rejected_for(reject_reason::quarantined) == 0u);
+}
+
+BOOST_AUTO_TEST_CASE(counters_of_a_newer_diloco_are_refused_by_name) {
+  auto refused = [](const std::string& block, const std::string& what) {
+    std::istringstream in(block);
+    try {
+      read_syncer_metrics(in);
+    } catch (const corrupt_state& e) {
+      return std::string(e.what()).find(what) != std::string::npos;
+    }
+    return false;
+  };
+  BOOST_TEST(refused(counters_block(23, 25), "23 counters, this version knows 22"));
+  BOOST_TEST(refused(counters_block(22, 26), "26 refusal reasons, this version knows 25"));
+  BOOST_TEST(refused(counters_block(22, 25).substr(0, 40), "truncated"));
+}
+
+BOOST_FIXTURE_TEST_CASE(a_version_3_state_with_raw_counters_is_read, bench) {
+  // Written by hand in the version-3 layout: one learner, two fragments, the
+  // counters as the struct was dumped then (11 counters, 25 reasons, 11
+  // counters, valued 1 … 47), then Nesterov's state with no fragment yet.
+  const auto plan = fragment_plan::balanced(layout, 2);
+  std::ostringstream out;
+  out.write("SYNC", 4);
+  serial::write_pod<std::uint32_t>(out, 3);
+  serial::write_pod<std::uint64_t>(out, layout.fingerprint());
+  serial::write_pod<std::uint64_t>(out, layout.size());
+  serial::write_pod<std::uint32_t>(out, 2);
+  for (std::uint32_t p = 0; p < 2; ++p) {
+    serial::write_pod<std::uint64_t>(out, 7 + p);                            // revision
+    serial::write_array(out, std::vector<T>(plan[p].size(), 0.5 + p));        // values
+    serial::write_pod<std::uint64_t>(out, 1);                                 // one idempotency key
+    serial::write_pod<std::uint32_t>(out, 0);                                 // learner 0
+    serial::write_pod<std::uint32_t>(out, 1);                                 // incarnation 1
+    serial::write_pod<std::uint64_t>(out, 6 + p);                             // base revision
+    serial::write_pod<std::uint64_t>(out, 40 + p);                            // sequence
+  }
+  serial::write_pod<std::uint64_t>(out, 1);         // learners
+  serial::write_pod<std::uint32_t>(out, 0);         // id
+  serial::write_pod<std::uint32_t>(out, 1);         // incarnation
+  serial::write_pod<std::uint8_t>(out, 0);          // neither left nor quarantined
+  serial::write_pod<std::uint32_t>(out, 0);         // strikes
+  serial::write_array(out, std::vector<double>{2.0, 2.0});
+  for (std::uint64_t v = 1; v <= 47; ++v) serial::write_pod(out, v);
+  outer::nesterov<T>().save(out);
+
+  state_syncer b(layout, std::vector<T>(6, 0.0), end, options());
+  std::istringstream in(out.str());
+  b.load(in);
+  BOOST_TEST(b.revision(0) == 7u);
+  BOOST_TEST(b.revision(1) == 8u);
+  BOOST_TEST(b.fragment_values(1)[0] == 1.5);
+  const auto& m = b.metrics();
+  BOOST_TEST(m.outer_updates == 1u);
+  BOOST_TEST(m.contributions_accepted == 2u);
+  BOOST_TEST(m.contributions_pending == 0u);    // 4 pending when it stopped:
+  BOOST_TEST(m.contributions_lost == 5u + 4u);  // counted lost
+  BOOST_TEST(m.learners_forgotten == 11u);
+  BOOST_TEST(m.rejected_for(reject_reason::truncated) == 12u);
+  BOOST_TEST(m.rejected_for(reject_reason::quarantined) == 36u);
+  BOOST_TEST(m.joins == 37u);
+  BOOST_TEST(m.staleness_max == 47u);
+  // The key came back: learner 0's replay of sequence 40 against base 6 is
+  // a duplicate.
+  send(0, join(0, 1));
+  deliver(b);
+  send(0, contribution(0, 1, 0, 6, 40, std::vector<T>(plan[0].size(), 1.0)));
+  deliver(b);
+  // Reason 18 was restored as the 31st value (12 + 18): one more now.
+  BOOST_TEST(b.metrics().rejected_for(reject_reason::duplicate) == 31u);
+}
+
+BOOST_FIXTURE_TEST_CASE(a_state_of_an_unknown_version_is_refused_by_name, bench) {
+  state_syncer a(layout, std::vector<T>(6, 1.0), end, options());
+  auto state = saved(a);
+  const std::uint32_t two = 2;
+  state.replace(4, 4, reinterpret_cast<const char*>(&two), 4);
+  state_syncer b(layout, std::vector<T>(6, 1.0), end, options());
+  std::istringstream in(state);
+  try {
+    b.load(in);
+    BOOST_FAIL("a version-2 state was read");
+  } catch (const corrupt_state& e) {
+    BOOST_TEST(std::string(e.what()).find("unsupported state version 2") != std::string::npos);
+  }
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -22,6 +22,7 @@
 #include <diloco/diloco.hpp>
 #include <diloco/metrics/trace.hpp>
 #include <diloco/runtime/checkpoint.hpp>
+#include <diloco/runtime/syncer_checkpoint.hpp>
 #include <diloco/transport/zeromq.hpp>
 #include <diloco_tools/cli.hpp>
 #include <diloco_tools/json.hpp>
@@ -239,31 +240,14 @@ struct start {
   std::vector<diloco::envelope> joins;  ///< joins held by the bootstrap
 };
 
-/// A checkpoint body: the layout description (u64 length, bytes), then the
-/// syncer's state.
-template <class Syncer>
-std::string checkpoint_body(const Syncer& sync) {
-  std::ostringstream out;
-  const auto description = diloco::wire::encode_layout(sync.layout());
-  diloco::serial::write_pod<std::uint64_t>(out, description.size());
-  out.write(reinterpret_cast<const char*>(description.data()), static_cast<std::streamsize>(description.size()));
-  sync.save(out);
-  return out.str();
-}
-
-/// The model and state of a checkpoint body, or nothing if it is unusable.
-std::optional<start> from_checkpoint(const std::string& body) {
-  std::istringstream in(body);
-  std::uint64_t length = 0;
-  if (!in.read(reinterpret_cast<char*>(&length), 8) || length > body.size()) return std::nullopt;
-  std::vector<std::byte> description(static_cast<std::size_t>(length));
-  if (!in.read(reinterpret_cast<char*>(description.data()), static_cast<std::streamsize>(length))) return std::nullopt;
-  auto layout = diloco::wire::decode_layout(description, std::uint64_t{1} << 32);
-  if (!layout) return std::nullopt;
+/// The model and state of a checkpoint body (diloco::checkpoint_body); throws
+/// `corrupt_state` naming what makes it unusable.
+start from_checkpoint(const std::string& body) {
+  auto checkpoint = diloco::read_checkpoint_body(body);
   start st;
-  st.initial.assign(layout->size(), 0.0f);
-  st.layout = std::move(*layout);
-  st.state = body.substr(8 + length);
+  st.initial.assign(checkpoint.layout.size(), 0.0f);
+  st.layout = std::move(checkpoint.layout);
+  st.state = std::move(checkpoint.state);
   return st;
 }
 
@@ -281,7 +265,7 @@ int serve(const settings& s, diloco::zeromq::server& server, start& from, diloco
   auto options = s.options;
   options.log = log;
   const syncer_type* self = nullptr;
-  auto write_checkpoint = [&] { store->write(checkpoint_body(*self)); };
+  auto write_checkpoint = [&] { store->write(diloco::checkpoint_body(*self)); };
   std::optional<diloco::trace_writer> trace;
   if (!s.trace_file.empty()) trace.emplace(s.trace_file);
   // Made durable (per-update durability), then traced, then published.
@@ -444,8 +428,11 @@ int main(int argc, char** argv) {
       const auto latest = store->latest(&skipped);
       for (const auto& line : skipped) log("skipping checkpoint " + line);
       if (latest) {
-        from = from_checkpoint(latest->body);
-        if (!from) throw std::runtime_error("checkpoint " + std::to_string(latest->sequence) + " has no usable layout");
+        try {
+          from = from_checkpoint(latest->body);
+        } catch (const diloco::corrupt_state& e) {
+          throw std::runtime_error("checkpoint " + std::to_string(latest->sequence) + ": " + e.what());
+        }
         log("restarting from checkpoint " + std::to_string(latest->sequence) + " in " + s.checkpoint_dir);
       }
     }

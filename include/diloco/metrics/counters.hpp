@@ -1,19 +1,26 @@
-// What learners and the syncer count. Every accepted contribution is merged,
-// still pending in an open round, dropped with a round whose result the
-// syncer refused to publish, or known lost with a syncer that stopped without
-// flushing (accepted = merged + pending + dropped + lost); every refused
-// message is counted by reason.
+// What learners and the syncer count, and how the syncer's counters are
+// saved. Every accepted contribution is merged, still pending in an open
+// round, dropped with a round whose result the syncer refused to publish, or
+// known lost with a syncer that stopped without flushing (accepted = merged +
+// pending + dropped + lost); every refused message is counted by reason.
 #pragma once
 
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <istream>
+#include <iterator>
+#include <ostream>
+#include <string>
 #include <string_view>
+
+#include "diloco/serialize.hpp"
 
 namespace diloco {
 
 /// Why the syncer refused a message. Each has its own counter. The values are
-/// the `reason` codes of `reject` messages on the wire: never renumber.
+/// the `reason` codes of `reject` messages on the wire: never renumber, and
+/// add new reasons before `count_` (saved counters are kept by code).
 enum class reject_reason : std::uint8_t {
   truncated = 0,            ///< wire: a frame of the wrong length, or missing frames
   bad_magic = 1,            ///< wire: not a diloco message
@@ -40,7 +47,10 @@ enum class reject_reason : std::uint8_t {
   unauthorized = 22,         ///< the sender's authenticated key does not own the learner id it names
   bad_counts = 23,           ///< tokens or steps a contribution cannot have (see `syncer_options`)
   quarantined = 24,          ///< from a learner refused until it rejoins (repeatedly clipped or refused)
-  count_
+  count_,
+  /// Not a refusal: the reason carried by a verdict that accepts. Never on
+  /// the wire (a reject's reason is below `count_`) and never counted.
+  none = 255,
 };
 
 inline constexpr std::size_t reject_reason_count = static_cast<std::size_t>(reject_reason::count_);
@@ -72,6 +82,7 @@ constexpr std::string_view to_string(reject_reason r) noexcept {
     case reject_reason::unauthorized: return "unauthorized";
     case reject_reason::bad_counts: return "bad_counts";
     case reject_reason::quarantined: return "quarantined";
+    case reject_reason::none: return "none";
     case reject_reason::count_: break;
   }
   return "unknown";
@@ -107,8 +118,64 @@ struct syncer_metrics {
     for (auto v : rejected) n += v;
     return n;
   }
-  std::uint64_t rejected_for(reject_reason r) const noexcept { return rejected[static_cast<std::size_t>(r)]; }
+  /// The refusals for reason `r` (0 for `none`).
+  std::uint64_t rejected_for(reject_reason r) const noexcept {
+    const auto i = static_cast<std::size_t>(r);
+    return i < rejected.size() ? rejected[i] : 0;
+  }
 };
+
+/// The syncer's counters other than `rejected`, in the order they are saved.
+/// A new counter is appended at the end: a state saved before it existed is
+/// then read with the new counter at 0.
+inline constexpr std::uint64_t syncer_metrics::*syncer_counter_fields[] = {
+    &syncer_metrics::outer_updates,         &syncer_metrics::contributions_accepted,
+    &syncer_metrics::contributions_merged,  &syncer_metrics::contributions_pending,
+    &syncer_metrics::contributions_lost,    &syncer_metrics::contributions_dropped,
+    &syncer_metrics::rounds_dropped,        &syncer_metrics::contributions_clipped,
+    &syncer_metrics::weights_clipped,       &syncer_metrics::quarantines,
+    &syncer_metrics::learners_forgotten,    &syncer_metrics::joins,
+    &syncer_metrics::rejoins,               &syncer_metrics::reconnects,
+    &syncer_metrics::leaves,                &syncer_metrics::declared_dead,
+    &syncer_metrics::revived,               &syncer_metrics::updates_sent,
+    &syncer_metrics::verdicts_sent,         &syncer_metrics::send_failures,
+    &syncer_metrics::staleness_sum,         &syncer_metrics::staleness_max,
+};
+inline constexpr std::size_t syncer_counter_count = std::size(syncer_counter_fields);
+static_assert(syncer_counter_count * sizeof(std::uint64_t) + sizeof(syncer_metrics::rejected) == sizeof(syncer_metrics),
+              "diloco: a syncer_metrics counter is missing from syncer_counter_fields, so it would not be saved");
+
+/// Writes `m` field by field: tag `SMET` version 1, u32 number of counters,
+/// each as u64 in `syncer_counter_fields` order, u32 number of refusal
+/// reasons, each count as u64 in code order. 8 bytes per counter.
+inline void write_syncer_metrics(std::ostream& out, const syncer_metrics& m) {
+  serial::write_tag(out, "SMET", 1);
+  serial::write_pod(out, static_cast<std::uint32_t>(syncer_counter_count));
+  for (const auto field : syncer_counter_fields) serial::write_pod(out, m.*field);
+  serial::write_pod(out, static_cast<std::uint32_t>(reject_reason_count));
+  for (const auto n : m.rejected) serial::write_pod(out, n);
+}
+
+/// Reads what `write_syncer_metrics` wrote, also by an older diloco that knew
+/// fewer counters or reasons (those missing read as 0). Throws
+/// `corrupt_state` on a truncated block or one with more counters or reasons
+/// than this version knows (written by a newer diloco).
+inline syncer_metrics read_syncer_metrics(std::istream& in) {
+  serial::expect_tag(in, "SMET", 1);
+  syncer_metrics m;
+  const auto counters = serial::read_pod<std::uint32_t>(in, "counter count");
+  if (counters > syncer_counter_count)
+    throw corrupt_state("diloco: the saved counters hold " + std::to_string(counters) + " counters, this version knows " +
+                        std::to_string(syncer_counter_count) + " (saved by a newer diloco?)");
+  for (std::uint32_t i = 0; i < counters; ++i) m.*syncer_counter_fields[i] = serial::read_pod<std::uint64_t>(in, "counter");
+  const auto reasons = serial::read_pod<std::uint32_t>(in, "refusal reason count");
+  if (reasons > reject_reason_count)
+    throw corrupt_state("diloco: the saved counters hold " + std::to_string(reasons) +
+                        " refusal reasons, this version knows " + std::to_string(reject_reason_count) +
+                        " (saved by a newer diloco?)");
+  for (std::uint32_t r = 0; r < reasons; ++r) m.rejected[r] = serial::read_pod<std::uint64_t>(in, "refusal count");
+  return m;
+}
 
 struct learner_metrics {
   std::uint64_t steps = 0;                   ///< inner steps taken

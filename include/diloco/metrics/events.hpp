@@ -30,7 +30,7 @@ struct learner_event {
   std::uint64_t sequence = 0;
   std::uint64_t revision = 0;
   bool accepted = false;
-  reject_reason reason = reject_reason::truncated;
+  reject_reason reason = reject_reason::none;  ///< `verdict`: when refused
   std::vector<std::uint64_t> revisions{};  ///< `joined` only
   std::uint64_t steps = 0;               ///< inner steps taken so far
   std::chrono::nanoseconds waited_total{};  ///< time spent waiting so far
@@ -45,7 +45,7 @@ struct contribution_event {
   std::uint32_t fragment = 0;
   std::uint64_t base_revision = 0;
   bool accepted = false;
-  reject_reason reason = reject_reason::truncated;  ///< when refused
+  reject_reason reason = reject_reason::none;  ///< when refused
 };
 
 /// One contribution inside an outer update.

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <span>
 #include <stdexcept>
 #include <vector>
@@ -149,4 +150,49 @@ class value_ring {
 };
 
 }  // namespace detail
+
+/// A contribution's pace: the L2 norm of its outer gradient per
+/// `min(steps, H)^(3/4)`, what clipping compares. A norm grows with the
+/// steps behind it between `steps` (a consistent gradient) and `√steps`
+/// (noise); steps beyond H buy nothing.
+inline double pace(double norm, std::uint64_t steps, std::uint32_t sync_period) noexcept {
+  return norm / std::pow(double(std::min<std::uint64_t>(steps, sync_period)), 0.75);
+}
+
+/// A clipping reference: values beyond `outlier` are cut to `reference`.
+/// Both infinite when there is no reference (nothing is clipped).
+struct clip_rule {
+  double reference = std::numeric_limits<double>::infinity();
+  double outlier = std::numeric_limits<double>::infinity();
+};
+
+/// The clipping rule of `values` under `s`: their lower median as the
+/// reference and `clip_factor ×` it as the outlier bound; none with clipping
+/// off, fewer than `min_reference` values or a median that is not positive.
+/// Reorders `values`.
+inline clip_rule clip_reference(std::vector<double>& values, const screening_options& s) {
+  if (s.clip_factor == 0.0 || values.size() < s.min_reference) return {};
+  const double median = detail::lower_median(values);
+  if (!(median > 0.0)) return {};
+  return {median, s.clip_factor * median};
+}
+
+/// Whether an outer step from `before` to `after` (same size n) moves
+/// further than the bound `max_update_ratio · max(‖before‖₂, update_floor ·
+/// √n)`; never with the bound off (`max_update_ratio` 0). One pass, in
+/// double.
+template <class T>
+bool update_too_large(std::span<const T> before, std::span<const T> after, const screening_options& s) noexcept {
+  const double ratio = s.max_update_ratio;
+  if (!(ratio > 0.0)) return false;
+  double change = 0.0, size = 0.0;
+  for (std::size_t i = 0; i < after.size(); ++i) {
+    const double d = double(after[i]) - double(before[i]);
+    change += d * d;
+    size += double(before[i]) * double(before[i]);
+  }
+  const double floor = s.update_floor * s.update_floor * double(after.size());
+  return std::sqrt(change) > ratio * std::sqrt(std::max(size, floor));
+}
+
 }  // namespace diloco

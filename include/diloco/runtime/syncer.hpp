@@ -1,25 +1,20 @@
-// The syncer: collects fragment contributions, merges them, applies the outer
-// optimizer and sends the new global fragment back.
+// The syncer: validates learners' fragment contributions, closes rounds,
+// merges them, applies the outer optimizer and publishes each new revision.
 #pragma once
 
 #include <algorithm>
-#include <cassert>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
-#include <functional>
-#include <iostream>
 #include <istream>
-#include <ostream>
-#include <limits>
 #include <map>
 #include <optional>
+#include <ostream>
 #include <set>
 #include <span>
 #include <stdexcept>
 #include <stop_token>
 #include <string>
-#include <string_view>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -30,124 +25,46 @@
 #include "diloco/detail/ema.hpp"
 #include "diloco/detail/log_limiter.hpp"
 #include "diloco/error.hpp"
-#include "diloco/serialize.hpp"
 #include "diloco/metrics/counters.hpp"
 #include "diloco/metrics/events.hpp"
 #include "diloco/params/fragments.hpp"
 #include "diloco/params/layout.hpp"
 #include "diloco/runtime/config.hpp"
+#include "diloco/runtime/rounds.hpp"
 #include "diloco/runtime/screening.hpp"
+#include "diloco/runtime/syncer_options.hpp"
+#include "diloco/runtime/syncer_state.hpp"
+#include "diloco/serialize.hpp"
 #include "diloco/transport/buffer.hpp"
 #include "diloco/transport/message.hpp"
 
 namespace diloco {
 
-/// How a round with only some learners' contributions is sized.
-///
-/// Letting every partial round take a full outer step loses quality (the
-/// number of outer steps per unit of work grows with asynchrony): see
-/// docs/design.md, "Partial rounds", for the measurements.
-enum class partial_rounds {
-  /// Normalize over the contributors only: every round is a full step.
-  full_step,
-  /// Scale by the contributors' share of the live learners' expected weight.
-  live_share,
-  /// Scale by the contributors' share of the expected weight of every learner
-  /// in the run: absent and finished ones count as a zero outer gradient,
-  /// exactly DiLoCo's average. A learner counts fully while it is live; once
-  /// it has left or been declared dead its weight decays
-  /// (`membership_options`); one that never contributed counts for nothing.
-  /// The default.
-  all_share,
-};
-
-/// Who receives a fragment's new revision.
-enum class update_recipients {
-  /// Every live learner (DESIGN 2.3). Learners keep adopting fresh revisions,
-  /// so their outer gradients are computed against recent bases. The default.
-  live_learners,
-  /// Only the live learners whose contributions it merged: one download per
-  /// upload, but each learner's base then lags by the other learners' merges
-  /// (3 revisions with 4 learners), and Nesterov momentum with that delay
-  /// oscillates (a 4-learner line fit swings to 9× its error before settling);
-  /// pair it with `outer::delayed_nesterov`.
-  contributors,
-};
-
-/// What the syncer reports after each outer update.
-struct update_event {
-  std::uint32_t fragment = 0;
-  std::uint64_t revision = 0;       ///< the new revision
-  std::uint32_t contributors = 0;   ///< contributions merged
-  std::uint64_t max_staleness = 0;  ///< largest (revision before the merge − base revision) merged
-  double scale = 1.0;               ///< share applied to the merged outer gradient
-  time_point at{};
-  /// Who was merged; filled only when `syncer_options::on_contribution` is
-  /// set (accounting runs want it, others need not pay for it).
-  std::vector<merged_contribution> contributions{};
-};
-
-/// Settings of the syncer (DESIGN 2.3). `training` is sent to every learner.
-struct syncer_options {
-  training_config training;
-  std::uint32_t quorum = 1;          ///< K, distinct learners before a round may close
-  double grace_factor = 0.5;         ///< γ in [0, 1): share of the slack spent waiting for more learners
-  std::chrono::nanoseconds max_grace = std::chrono::seconds(1);  ///< upper bound of one grace window
-  std::uint32_t max_staleness = 16;  ///< S: refuse a base more than S revisions old
-  std::uint32_t max_learners = 4096; ///< learners it keeps track of at once (every round visits them all)
-  std::chrono::nanoseconds heartbeat_timeout = std::chrono::seconds(10);  ///< silence before a learner is dead
-  partial_rounds scaling = partial_rounds::all_share;
-  membership_options membership{};    ///< how absent learners count in partial rounds
-  screening_options screening{};      ///< clipping, bounds and quarantine (robustness to bad learners)
-  update_recipients recipients = update_recipients::live_learners;
-  double ema_decay = 0.8;            ///< smoothing of step, quorum and transfer times
-  /// Called for every refused message and liveness change, at most a few
-  /// lines per reason every 10 s with a summary of what was held back;
-  /// defaults to stderr.
-  std::function<void(const std::string&)> log = [](const std::string& line) { std::cerr << "diloco syncer: " << line << '\n'; };
-  /// These options with the syncer's timeouts taken from `t` (checked).
-  syncer_options with(const timeouts& t) const {
-    t.check();
-    syncer_options o = *this;
-    o.heartbeat_timeout = t.dead_after;
-    return o;
-  }
-
-  /// Called after every outer update (on the syncer's thread).
-  std::function<void(const update_event&)> on_update;
-  /// Called after a new revision exists and before any learner is sent it:
-  /// the place to make it durable (`save` the syncer), so that no learner
-  /// ever sees a revision that a restarted syncer would not have.
-  std::function<void(const update_event&)> before_publish;
-  /// Called for every contribution from a known learner, accepted (before its
-  /// acknowledgement is sent) or refused with a reason.
-  std::function<void(const contribution_event&)> on_contribution{};
-  /// Called when a round is dropped instead of published (its contributions
-  /// then count as `contributions_dropped`).
-  std::function<void(const drop_event&)> on_drop{};
-};
-
-
-/// The syncer (DESIGN 2.3). For each fragment it collects contributions; when
-/// K distinct learners have contributed it opens the adaptive grace window of
-/// `γ·(τ·ξ_step − ξ_quorum − ξ_sync)` (never negative, at most `max_grace`),
-/// closing early once every live learner is in; then it clips outlying
-/// contributions, merges, scales partial rounds, applies the outer optimizer
-/// to a copy of the fragment, validates the result, bumps the revision and
-/// sends the new fragment to every live learner (see `update_recipients`).
+/// The syncer (docs/design.md, "Syncer"). For each fragment it collects
+/// contributions; when K distinct learners have contributed it opens the
+/// adaptive grace window (`rounds::grace_window`), closing early once every
+/// live learner is in; then it clips outlying contributions, merges, scales
+/// partial rounds (`rounds::partial_round_scale`), applies the outer
+/// optimizer to a copy of the fragment, validates the result, bumps the
+/// revision and sends the new fragment to every live learner (see
+/// `update_recipients`).
 ///
 /// Like the learner it is driven from outside: `handle` each received
 /// envelope, and call `poll` by the deadline it returns. `run` does both for
 /// blocking transports. Not thread-safe: one thread drives a syncer.
+///
+/// Constrained by the concepts; each is preceded by its diagnostic, so that a
+/// type that misses a requirement gets an error naming the missing member
+/// rather than an unsatisfied constraint.
 template <class OuterOptimizer, class MergePolicy, class Transport>
+  requires(check_outer_optimizer<OuterOptimizer>() && outer_optimizer<OuterOptimizer> &&
+           check_transport<Transport>() && transport<Transport> &&
+           check_merge_policy<MergePolicy, typename OuterOptimizer::scalar_type>() &&
+           merge_policy<MergePolicy, typename OuterOptimizer::scalar_type>)
 class syncer {
-  static_assert(detail::check_outer_optimizer<OuterOptimizer>());
-  static_assert(detail::check_transport<Transport>());
-
  public:
   using scalar_type = typename OuterOptimizer::scalar_type;
   using T = scalar_type;
-  static_assert(detail::check_merge_policy<MergePolicy, T>());
 
   /// Starts from `initial` parameters (flat, in `layout` order) at revision 0.
   /// Throws `std::invalid_argument` for inconsistent settings or initial
@@ -285,8 +202,9 @@ class syncer {
       if (l.live) earliest(l.last_seen + options_.heartbeat_timeout);
       if (l.gone_since && !in_open_round(id)) earliest(*l.gone_since + forget_after);
     }
-    if (auto line = log_limit_.summary(clock::now(), [](std::size_t c) { return category_name(c); }); !line.empty())
-      options_.log(line);
+    if (options_.log)
+      if (auto line = log_limit_.summary(clock::now(), [](std::size_t c) { return category_name(c); }); !line.empty())
+        options_.log(line);
     return next;
   }
 
@@ -356,32 +274,7 @@ class syncer {
   /// `contributions_lost`. Cost: one pass over the parameters and the
   /// optimizer state.
   void save(std::ostream& out) const {
-    serial::write_tag(out, "SYNC", 3);
-    serial::write_pod<std::uint64_t>(out, layout_.fingerprint());
-    serial::write_pod<std::uint64_t>(out, layout_.size());
-    const auto& c = options_.training;
-    serial::write_pod(out, c.fragments);
-    for (const auto& f : fragments_) {
-      serial::write_pod(out, f.revision);
-      serial::write_array(out, f.global);
-      serial::write_pod<std::uint64_t>(out, f.seen.size());
-      for (const auto& [key, sequence] : f.seen) {
-        const auto& [learner, incarnation, base] = key;
-        serial::write_pod(out, learner);
-        serial::write_pod(out, incarnation);
-        serial::write_pod(out, base);
-        serial::write_pod(out, sequence);
-      }
-    }
-    serial::write_pod<std::uint64_t>(out, learners_.size());
-    for (const auto& [id, l] : learners_) {
-      serial::write_pod(out, id);
-      serial::write_pod(out, l.incarnation);
-      serial::write_pod<std::uint8_t>(out, std::uint8_t((l.left ? 1 : 0) | (l.quarantined ? 2 : 0)));
-      serial::write_pod(out, l.strikes);
-      serial::write_array(out, l.expected_weight);
-    }
-    serial::write_pod(out, metrics_);
+    write_syncer_state<T>(out, layout_.fingerprint(), layout_.size(), fragments_, learners_, metrics_);
     outer_.save(out);
   }
 
@@ -392,65 +285,29 @@ class syncer {
   /// as not live: it is welcomed again when it rejoins (learners do so by
   /// themselves when their contributions go unanswered).
   void load(std::istream& in) {
-    serial::expect_tag(in, "SYNC", 3);
-    if (serial::read_pod<std::uint64_t>(in, "layout fingerprint") != layout_.fingerprint() ||
-        serial::read_pod<std::uint64_t>(in, "parameter count") != layout_.size())
-      throw corrupt_state("diloco: the checkpoint is of another model");
-    if (serial::read_pod<std::uint32_t>(in, "fragment count") != fragments_.size())
-      throw corrupt_state("diloco: the checkpoint has another fragment count");
-    std::vector<fragment_state> fragments(fragments_.size());
-    for (std::size_t p = 0; p < fragments.size(); ++p) {
-      auto& f = fragments[p];
-      f.revision = serial::read_pod<std::uint64_t>(in, "revision");
-      f.global = serial::read_array<T>(in, fragments_[p].global.size(), "global fragment");
-      if (f.global.size() != fragments_[p].global.size())
-        throw corrupt_state("diloco: a checkpointed fragment has the wrong size");
-      if (!std::all_of(f.global.begin(), f.global.end(), [](T v) { return std::isfinite(v); }))
-        throw corrupt_state("diloco: a checkpointed fragment is not finite");
-      const auto keys = serial::read_pod<std::uint64_t>(in, "idempotency key count");
-      if (keys > (std::uint64_t{1} << 32)) throw corrupt_state("diloco: implausible idempotency key count");
-      for (std::uint64_t k = 0; k < keys; ++k) {
-        const auto learner = serial::read_pod<std::uint32_t>(in, "key learner");
-        const auto incarnation = serial::read_pod<std::uint32_t>(in, "key incarnation");
-        const auto base = serial::read_pod<std::uint64_t>(in, "key base revision");
-        const auto sequence = serial::read_pod<std::uint64_t>(in, "key sequence");
-        f.seen.emplace(std::make_tuple(learner, incarnation, base), sequence);
-      }
-    }
-    std::map<std::uint32_t, learner_entry> learners;
-    const auto count = serial::read_pod<std::uint64_t>(in, "learner count");
-    if (count > options_.max_learners) throw corrupt_state("diloco: more learners than max_learners");
-    for (std::uint64_t i = 0; i < count; ++i) {
-      const auto id = serial::read_pod<std::uint32_t>(in, "learner id");
-      auto& l = learners[id];
-      l.incarnation = serial::read_pod<std::uint32_t>(in, "learner incarnation");
-      const auto flags = serial::read_pod<std::uint8_t>(in, "learner flags");
-      if (flags > 3) throw corrupt_state("diloco: bad learner flags");
-      l.left = (flags & 1) != 0;
-      l.quarantined = (flags & 2) != 0;
-      l.strikes = serial::read_pod<std::uint32_t>(in, "learner strikes");
-      l.live = false;
-      l.bound = false;
-      l.expected_weight = serial::read_array<double>(in, fragments_.size(), "expected weights");
-      if (l.expected_weight.size() != fragments_.size())
-        throw corrupt_state("diloco: expected weights of the wrong size");
-    }
-    auto metrics = serial::read_pod<syncer_metrics>(in, "counters");
+    syncer_state_shape shape{layout_.fingerprint(), layout_.size(), {}, options_.max_learners};
+    for (const auto& f : fragments_) shape.fragment_sizes.push_back(f.global.size());
+    auto state = read_syncer_state<T>(in, shape);
     // Last, because it is all or nothing by itself (the OuterOptimizer
     // contract): once it succeeds nothing below can fail.
     outer_.load(in);
-    for (std::size_t p = 0; p < fragments.size(); ++p) {
-      fragments_[p].revision = fragments[p].revision;
-      fragments_[p].global = std::move(fragments[p].global);
-      fragments_[p].seen = std::move(fragments[p].seen);
-      fragments_[p].round.clear();
-      fragments_[p].quorum = false;
-      fragments_[p].deadline.reset();
+    for (std::size_t p = 0; p < fragments_.size(); ++p) {
+      auto& f = fragments_[p];
+      static_cast<fragment_record<T>&>(f) = std::move(state.fragments[p]);
+      f.round.clear();
+      f.quorum = false;
+      f.deadline.reset();
     }
-    learners_ = std::move(learners);
-    metrics.contributions_lost += metrics.contributions_pending;
-    metrics.contributions_pending = 0;
-    metrics_ = metrics;
+    learners_.clear();
+    for (auto& [id, record] : state.learners) {
+      auto& l = learners_[id];
+      static_cast<learner_record&>(l) = std::move(record);
+      l.live = false;
+      l.bound = false;
+    }
+    metrics_ = state.metrics;
+    metrics_.contributions_lost += metrics_.contributions_pending;
+    metrics_.contributions_pending = 0;
   }
 
   /// Learners currently considered alive (joined, not left, heard from recently).
@@ -470,29 +327,23 @@ class syncer {
 
   /// The grace window a round reaching quorum now would get.
   std::chrono::nanoseconds grace() const noexcept {
-    if (!step_time_.known() || options_.training.overlap == 0 || options_.grace_factor == 0.0) return {};
-    const double slack =
-        options_.training.overlap * step_time_.value() - (quorum_time_.value() + transfer_time_.value());
-    const double g = std::clamp(options_.grace_factor * slack, 0.0, double(options_.max_grace.count()));
-    return std::chrono::nanoseconds(static_cast<std::int64_t>(g));
+    return rounds::grace_window({.overlap = options_.training.overlap,
+                                 .grace_factor = options_.grace_factor,
+                                 .step_ns = step_time(),
+                                 .quorum_ns = quorum_time_.value(),
+                                 .transfer_ns = transfer_time_.value(),
+                                 .max_grace = options_.max_grace});
   }
 
  private:
-  struct learner_entry {
+  /// A learner: what a checkpoint keeps of it, and its connection and liveness.
+  struct learner_entry : learner_record {
     peer_id peer = 0;
     bool bound = true;  ///< false after a restore: the first message of its incarnation names its peer
-    std::uint32_t incarnation = 0;
     bool live = false;
-    bool left = false;
-    bool quarantined = false;
-    std::uint32_t strikes = 0;  ///< consecutive contributions clipped or refused for their content
     time_point last_seen{};
     std::optional<time_point> gone_since;  ///< when it left or was declared dead
     std::optional<time_point> unreachable_since;  ///< a send to its connection failed (a claim is pending)
-    /// Per fragment: the weight a full period (H steps) of this learner's work
-    /// would have, at the tokens per step of its last regular contribution;
-    /// NaN until then.
-    std::vector<double> expected_weight;
   };
 
   struct contribution_entry {
@@ -509,18 +360,20 @@ class syncer {
     byte_buffer payload;
   };
 
-  struct fragment_state {
-    std::vector<T> global;
-    std::uint64_t revision = 0;
+  /// A fragment: what a checkpoint keeps of it (values, revision,
+  /// idempotency keys), and its open round.
+  struct fragment_state : fragment_record<T> {
     std::vector<contribution_entry> round;
     time_point opened{};
     bool quorum = false;
     std::optional<time_point> deadline;
-    /// Idempotency keys (learner, incarnation, base revision) not yet stale,
-    /// with the sequence number of the contribution accepted under each.
-    std::map<std::tuple<std::uint32_t, std::uint32_t, std::uint64_t>, std::uint64_t> seen;
     detail::value_ring paces;  ///< recent published (clipped) paces: outer-gradient norms per step^(3/4)
   };
+
+  /// ξ_step, once a learner has reported a step time.
+  std::optional<double> step_time() const noexcept {
+    return step_time_.known() ? std::optional<double>(step_time_.value()) : std::nullopt;
+  }
 
   /// How long a learner's connection must stay unreachable before a second
   /// connection may take its place.
@@ -544,7 +397,7 @@ class syncer {
   /// the clock the syncer is driven with: log volume is a real-time matter).
   template <class Line>
   void log(std::size_t category, Line&& line) {
-    if (log_limit_.admit(category, clock::now())) options_.log(line());
+    if (options_.log && log_limit_.admit(category, clock::now())) options_.log(line());
   }
   template <class Line>
   void log(log_category category, Line&& line) {
@@ -613,6 +466,8 @@ class syncer {
   }
 
   void reject_undecodable(peer_id from, wire_error error) {
+    // `none` never comes here (`handle` takes those); counted as truncated
+    // rather than left out of the counters if it did.
     reject_reason why = reject_reason::truncated;
     switch (error) {
       case wire_error::none:
@@ -792,15 +647,6 @@ class syncer {
     strike(h.learner, l);
   }
 
-  /// How an outer gradient's norm grows with the steps behind it: between
-  /// `steps` (a consistent gradient) and `√steps` (noise), so `steps^(3/4)`,
-  /// with steps capped at H (claiming more buys nothing). Comparing norms
-  /// per this, a contribution cut short by an adoption after a few steps is
-  /// no outlier against full periods, nor they against it.
-  double work_scale(std::uint64_t steps) const {
-    return std::pow(double(std::min<std::uint64_t>(steps, options_.training.sync_period)), 0.75);
-  }
-
   void on_contribution(std::uint32_t id, message&& m, time_point now) {
     const auto& h = m.header;
     auto& l = learners_.at(id);
@@ -844,20 +690,20 @@ class syncer {
     }
     // tokens ≤ steps · 2^64 and steps ≥ 1: both weights are finite in double.
     const double weight = merge_.weight(h.tokens, h.steps);
-    const double period_tokens = double(h.tokens) / double(h.steps) * double(options_.training.sync_period);
-    const double period_weight =
-        merge_.weight(static_cast<std::uint64_t>(std::min(period_tokens, 0x1p63)), options_.training.sync_period);
+    const double period_weight = merge_.weight(rounds::period_tokens(h.tokens, h.steps, options_.training.sync_period),
+                                               options_.training.sync_period);
     accept_from(h, l, now);
     ++metrics_.contributions_accepted;
     if (options_.on_contribution)
       options_.on_contribution(contribution_event{id, h.incarnation, h.sequence, h.fragment, h.base_revision, true,
-                                                  reject_reason::truncated});
+                                                  reject_reason::none});
     send_ack(l, h);
     ++metrics_.contributions_pending;
     if (f.round.empty()) f.opened = now;
     const double norm = std::sqrt(squared);
     f.round.push_back(contribution_entry{id, h.incarnation, h.sequence, h.base_revision, weight, period_weight, norm,
-                                         norm / work_scale(h.steps), (h.flags & final_contribution) != 0, now,
+                                         pace(norm, h.steps, options_.training.sync_period),
+                                         (h.flags & final_contribution) != 0, now,
                                          std::move(m.payload)});
     advance_round(h.fragment, now);
   }
@@ -886,8 +732,7 @@ class syncer {
       if ((!l.left && !l.quarantined) || in) ++possible;
       if (l.live && !l.quarantined && !in) everyone_in = false;
     }
-    const std::size_t required = std::max<std::size_t>(1, std::min<std::size_t>(options_.quorum, possible));
-    if (!f.quorum && contributors(f) >= required) {
+    if (!f.quorum && contributors(f) >= rounds::required_contributors(options_.quorum, possible)) {
       f.quorum = true;
       quorum_time_.add(double((now - f.opened).count()));
       f.deadline = now + grace();
@@ -895,74 +740,32 @@ class syncer {
     if (f.quorum && (everyone_in || now >= *f.deadline)) close_round(p, now);
   }
 
-  /// `membership.absent_half_life` periods of H steps at ξ_step (one
-  /// heartbeat timeout per period while no step time is known). Step times
-  /// are what learners report, so the period is held within [1 ms, 1 h].
+  /// How long an absent learner's weight takes to halve now.
   std::chrono::duration<double> half_life() const {
-    const double period = step_time_.known()
-                              ? 1e-9 * step_time_.value() * options_.training.sync_period
-                              : std::chrono::duration<double>(options_.heartbeat_timeout).count();
-    return std::chrono::duration<double>(std::clamp(period, 1e-3, 3600.0) * options_.membership.absent_half_life);
+    return rounds::absent_half_life(step_time(), options_.training.sync_period, options_.heartbeat_timeout,
+                                    options_.membership.absent_half_life);
   }
 
-  /// How much an absent learner still counts: 1 while live, halving every
-  /// half-life once it has left or been declared dead.
-  double presence(const learner_entry& l, time_point now) const {
-    if (l.live || !l.gone_since) return 1.0;
-    const double gone = std::chrono::duration<double>(now - *l.gone_since).count();
-    return std::exp2(-std::max(0.0, gone) / half_life().count());
-  }
-
-  /// A learner's expected weight on fragment p: from its last regular
-  /// contribution to p, else the mean over the fragments it did contribute
-  /// to, else 0 (it never contributed).
-  static double expected_weight(const learner_entry& l, std::uint32_t p) {
-    if (!std::isnan(l.expected_weight[p])) return l.expected_weight[p];
-    double sum = 0.0;
-    std::size_t known = 0;
-    for (const double w : l.expected_weight)
-      if (!std::isnan(w)) sum += w, ++known;
-    return known ? sum / double(known) : 0.0;
-  }
-
-  /// The share of the expected total weight that this round's contributors
-  /// bring (the partial-round rule, docs/design.md), at most 1. Every learner
-  /// counts with the weight of a full period of its work, so a contribution
-  /// cut short (its fragment was overwritten by another learner's revision)
-  /// brings its smaller outer gradient at the same share instead of a smaller
-  /// one too. Weights are capped at `cap`.
+  /// The scale of fragment p's closing round, whose contributors brought
+  /// the (capped) period weights `present`.
   double round_scale(std::uint32_t p, const std::map<std::uint32_t, double>& present, double cap,
-                     time_point now) const {
+                     time_point now) {
     if (options_.scaling == partial_rounds::full_step) return 1.0;
-    double expected = 0.0, in_round = 0.0;
+    const auto half = half_life();
+    members_.clear();
     for (const auto& [id, l] : learners_) {
       const auto here = present.find(id);
       if (here != present.end()) {
-        in_round += std::min(here->second, cap);
-        expected += std::min(here->second, cap);
+        members_.push_back({.in_round = true, .weight = here->second, .live = l.live, .quarantined = l.quarantined});
         continue;
       }
-      if (l.quarantined || (options_.scaling == partial_rounds::live_share && !l.live)) continue;
-      expected += std::min(expected_weight(l, p), cap) * presence(l, now);
+      members_.push_back({.in_round = false,
+                          .weight = rounds::expected_weight(l.expected_weight, p),
+                          .live = l.live,
+                          .quarantined = l.quarantined,
+                          .presence = rounds::presence(l.live, l.gone_since, now, half)});
     }
-    if (!(expected > 0.0)) return 1.0;
-    return std::min(1.0, in_round / expected);
-  }
-
-  /// The lower median of `values` (`reference`) and `clip_factor ×` it
-  /// (`outlier`, beyond which a value is cut to the reference); no outlier
-  /// bound (infinity) with fewer than `min_reference` values, a zero median
-  /// or clipping off.
-  struct clip_rule {
-    double reference = std::numeric_limits<double>::infinity();
-    double outlier = std::numeric_limits<double>::infinity();
-  };
-  clip_rule clip_reference(std::vector<double>& values) const {
-    const auto& s = options_.screening;
-    if (s.clip_factor == 0.0 || values.size() < s.min_reference) return {};
-    const double median = detail::lower_median(values);
-    if (!(median > 0.0)) return {};
-    return {median, s.clip_factor * median};
+    return rounds::partial_round_scale(options_.scaling, members_, cap);
   }
 
   void close_round(std::uint32_t p, time_point now) {
@@ -980,14 +783,14 @@ class syncer {
     // like a typical one, and nothing pushes harder than clip_factor × it.
     scratch_.assign(f.paces.values().begin(), f.paces.values().end());
     for (const auto& c : f.round) scratch_.push_back(c.pace);
-    const clip_rule paces = clip_reference(scratch_);
+    const clip_rule paces = clip_reference(scratch_, options_.screening);
     scratch_.clear();
     for (const auto& [id, l] : learners_) {
       if (contributed(f, id)) continue;
       if (l.live && !std::isnan(l.expected_weight[p])) scratch_.push_back(l.expected_weight[p]);
     }
     for (const auto& c : f.round) scratch_.push_back(c.period_weight);
-    const clip_rule weights = clip_reference(scratch_);
+    const clip_rule weights = clip_reference(scratch_, options_.screening);
     const double weight_cap = std::isfinite(weights.outlier) ? weights.outlier : weights.reference;
 
     // The contributors' (capped) period weights; a regular (not final)
@@ -1088,18 +891,10 @@ class syncer {
     outer_.step(p, global, delta);
     std::optional<drop_reason> why;
     double squared = 0.0;
-    if (!detail::finite_squared_norm(std::span<const T>(global), squared)) {
+    if (!detail::finite_squared_norm(std::span<const T>(global), squared))
       why = drop_reason::non_finite_result;
-    } else if (const double ratio = options_.screening.max_update_ratio; ratio > 0.0) {
-      double change = 0.0, size = 0.0;
-      for (std::size_t i = 0; i < global.size(); ++i) {
-        const double d = double(global[i]) - double(before[i]);
-        change += d * d;
-        size += double(before[i]) * double(before[i]);
-      }
-      const double floor = options_.screening.update_floor * options_.screening.update_floor * double(global.size());
-      if (std::sqrt(change) > ratio * std::sqrt(std::max(size, floor))) why = drop_reason::update_too_large;
-    }
+    else if (update_too_large(std::span<const T>(before), std::span<const T>(global), options_.screening))
+      why = drop_reason::update_too_large;
     if (why) {
       std::copy(before.begin(), before.end(), global.begin());
       outer_.reset(p);
@@ -1156,6 +951,7 @@ class syncer {
   std::vector<T> backup_;         ///< a fragment's values before its outer step
   std::vector<double> scratch_;   ///< medians
   std::vector<double> clipped_paces_;  ///< a closing round's paces after clipping
+  std::vector<rounds::round_member> members_;  ///< the learner table as a closing round's scale sees it
   std::map<std::uint32_t, learner_entry> learners_;
   buffer_pool pool_;
   detail::ema step_time_;

@@ -1,0 +1,86 @@
+// What a syncer is told: its settings, the hooks it reports through and where
+// its log lines go.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "diloco/metrics/events.hpp"
+#include "diloco/runtime/config.hpp"
+#include "diloco/runtime/rounds.hpp"
+#include "diloco/runtime/screening.hpp"
+
+namespace diloco {
+
+/// Who receives a fragment's new revision.
+enum class update_recipients {
+  /// Every live learner. Learners keep adopting fresh revisions, so their
+  /// outer gradients are computed against recent bases. The default.
+  live_learners,
+  /// Only the live learners whose contributions it merged: one download per
+  /// upload, but each learner's base then lags by the other learners' merges
+  /// (3 revisions with 4 learners), and Nesterov momentum with that delay
+  /// oscillates (a 4-learner line fit swings to 9× its error before settling);
+  /// pair it with `outer::delayed_nesterov`.
+  contributors,
+};
+
+/// What the syncer reports after each outer update.
+struct update_event {
+  std::uint32_t fragment = 0;
+  std::uint64_t revision = 0;       ///< the new revision
+  std::uint32_t contributors = 0;   ///< contributions merged
+  std::uint64_t max_staleness = 0;  ///< largest (revision before the merge − base revision) merged
+  double scale = 1.0;               ///< share applied to the merged outer gradient
+  time_point at{};
+  /// Who was merged; filled only when `syncer_options::on_contribution` is
+  /// set (accounting runs want it, others need not pay for it).
+  std::vector<merged_contribution> contributions{};
+};
+
+/// Settings of the syncer (docs/design.md, "Syncer"). `training` is sent to
+/// every learner.
+struct syncer_options {
+  training_config training;
+  std::uint32_t quorum = 1;          ///< K, distinct learners before a round may close
+  double grace_factor = 0.5;         ///< γ in [0, 1): share of the slack spent waiting for more learners
+  std::chrono::nanoseconds max_grace = std::chrono::seconds(1);  ///< upper bound of one grace window
+  std::uint32_t max_staleness = 16;  ///< S: refuse a base more than S revisions old
+  std::uint32_t max_learners = 4096; ///< learners it keeps track of at once (every round visits them all)
+  std::chrono::nanoseconds heartbeat_timeout = std::chrono::seconds(10);  ///< silence before a learner is dead
+  partial_rounds scaling = partial_rounds::all_share;
+  membership_options membership{};    ///< how absent learners count in partial rounds
+  screening_options screening{};      ///< clipping, bounds and quarantine (robustness to bad learners)
+  update_recipients recipients = update_recipients::live_learners;
+  double ema_decay = 0.8;            ///< smoothing of step, quorum and transfer times
+  /// Called for every refused message and liveness change, at most a few
+  /// lines per reason every 10 s with a summary of what was held back;
+  /// defaults to stderr.
+  std::function<void(const std::string&)> log = [](const std::string& line) { std::cerr << "diloco syncer: " << line << '\n'; };
+  /// These options with the syncer's timeouts taken from `t` (checked).
+  syncer_options with(const timeouts& t) const {
+    t.check();
+    syncer_options o = *this;
+    o.heartbeat_timeout = t.dead_after;
+    return o;
+  }
+
+  /// Called after every outer update (on the syncer's thread).
+  std::function<void(const update_event&)> on_update;
+  /// Called after a new revision exists and before any learner is sent it:
+  /// the place to make it durable (`save` the syncer), so that no learner
+  /// ever sees a revision that a restarted syncer would not have.
+  std::function<void(const update_event&)> before_publish;
+  /// Called for every contribution from a known learner, accepted (before its
+  /// acknowledgement is sent) or refused with a reason.
+  std::function<void(const contribution_event&)> on_contribution{};
+  /// Called when a round is dropped instead of published (its contributions
+  /// then count as `contributions_dropped`).
+  std::function<void(const drop_event&)> on_drop{};
+};
+
+}  // namespace diloco
