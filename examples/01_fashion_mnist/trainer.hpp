@@ -259,6 +259,7 @@ outcome train(const settings& s, const split& train_set, const split& test_set, 
   mlp initial(widths, s.seed);
   progress report(s);
   std::vector<double> scales;
+  options.log = [](const std::string& line) { std::fprintf(stderr, "fashion_mnist syncer: %s\n", line.c_str()); };
   options.on_update = [&report, &scales](const update_event& e) {
     report.updated();
     scales.push_back(e.scale);
@@ -367,6 +368,9 @@ outcome serve(const settings& s, const split& test_set, Outer outer, Merge merge
   const auto started = std::chrono::steady_clock::now();
   auto last = started;
   std::uint64_t updates = 0, merged = 0;
+  // The syncer logs nothing unless given a sink: refusals and liveness
+  // changes go to stderr with the progress lines.
+  options.log = [](const std::string& line) { std::fprintf(stderr, "fashion_mnist syncer: %s\n", line.c_str()); };
   options.on_update = [&](const update_event& e) {
     ++updates;
     merged += e.contributors;

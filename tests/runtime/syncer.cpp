@@ -511,6 +511,24 @@ BOOST_FIXTURE_TEST_CASE(verdicts_name_a_reason_only_when_they_refuse, fixture) {
   BOOST_TEST(s.metrics().rejected_total() == 1u);
 }
 
+BOOST_FIXTURE_TEST_CASE(log_lines_go_to_the_sink_the_user_passes_and_nowhere_by_default, fixture) {
+  BOOST_TEST(!syncer_options{}.log);  // no sink: the syncer writes nothing
+  {
+    test_syncer silent(layout, initial, syncer_end, syncer_options{});  // no sink: refusals still counted
+    send(0, leave(9));
+    deliver(silent);
+    BOOST_TEST(silent.metrics().rejected_for(reject_reason::unknown_learner) == 1u);
+  }
+  auto o = options(1);
+  std::vector<std::string> lines;
+  o.log = [&lines](const std::string& line) { lines.push_back(line); };
+  test_syncer s(layout, initial, syncer_end, o);
+  send(0, leave(9));  // never joined
+  deliver(s);
+  BOOST_TEST_REQUIRE(lines.size() == 1u);
+  BOOST_TEST(lines[0].find("unknown_learner") != std::string::npos);
+}
+
 BOOST_AUTO_TEST_CASE(timeouts_come_from_one_setting_and_contradictions_are_refused) {
   const auto t = timeouts::from(2s);
   BOOST_TEST(t.join_retry.count() == std::chrono::nanoseconds(2s).count());

@@ -1,11 +1,10 @@
-// What a syncer is told: its settings, the hooks it reports through and where
-// its log lines go.
+// What a syncer is told: its settings, the hooks it reports through and the
+// sink its log lines go to.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
 #include <functional>
-#include <iostream>
 #include <string>
 #include <vector>
 
@@ -57,10 +56,12 @@ struct syncer_options {
   screening_options screening{};      ///< clipping, bounds and quarantine (robustness to bad learners)
   update_recipients recipients = update_recipients::live_learners;
   double ema_decay = 0.8;            ///< smoothing of step, quorum and transfer times
-  /// Called for every refused message and liveness change, at most a few
-  /// lines per reason every 10 s with a summary of what was held back;
-  /// defaults to stderr.
-  std::function<void(const std::string&)> log = [](const std::string& line) { std::cerr << "diloco syncer: " << line << '\n'; };
+  /// The sink of the syncer's log lines: every refused message and liveness
+  /// change, at most a few lines per reason every 10 s with a summary of
+  /// what was held back. None by default: the syncer writes nothing
+  /// anywhere. Called on the syncer's thread; a sink that may block should
+  /// queue the line.
+  std::function<void(const std::string&)> log{};
   /// These options with the syncer's timeouts taken from `t` (checked).
   syncer_options with(const timeouts& t) const {
     t.check();
