@@ -56,7 +56,7 @@ struct fault_counts {
 /// transport, and a blocking one if `Inner` is.
 template <class Inner>
 class faulty {
-  static_assert(detail::check_transport<Inner>());
+  static_assert(check_transport<Inner>());
 
  public:
   faulty(Inner& inner, fault_plan plan, std::function<time_point()> clock)

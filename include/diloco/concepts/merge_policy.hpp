@@ -89,9 +89,4 @@ consteval bool check_merge_policy() {
   }
 }
 
-namespace detail {
-// The name this check had while it was internal; runtime/syncer.hpp still calls it so.
-using diloco::check_merge_policy;
-}  // namespace detail
-
 }  // namespace diloco

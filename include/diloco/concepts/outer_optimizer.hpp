@@ -101,9 +101,4 @@ consteval bool check_outer_optimizer() {
   }
 }
 
-namespace detail {
-// The name this check had while it was internal; runtime/syncer.hpp still calls it so.
-using diloco::check_outer_optimizer;
-}  // namespace detail
-
 }  // namespace diloco

@@ -95,10 +95,4 @@ consteval bool check_blocking_transport() {
   }
 }
 
-namespace detail {
-// The name this check had while it was internal; runtime/syncer.hpp and
-// chaos/faulty.hpp still call it so.
-using diloco::check_transport;
-}  // namespace detail
-
 }  // namespace diloco
