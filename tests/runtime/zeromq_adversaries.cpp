@@ -1,4 +1,4 @@
-// ctest-labels: zeromq slow
+// ctest-labels: zeromq slow threads
 // ctest-timeout: 300
 // One bad peer against a syncer over real ZeroMQ TCP loopback sockets, while
 // an honest learner — the real `diloco::learner` on the toy linear

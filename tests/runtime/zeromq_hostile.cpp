@@ -1,4 +1,4 @@
-// ctest-labels: unit zeromq
+// ctest-labels: unit zeromq threads
 // A syncer over real ZeroMQ TCP sockets under attack: truncated frames, a
 // wrong magic, a wrong version, a bad checksum, an oversized element count,
 // an unknown learner, a replayed contribution and one from a dead

@@ -1,4 +1,4 @@
-// ctest-labels: unit
+// ctest-labels: unit threads
 #include "diloco/transport/buffer.hpp"
 
 #include <cstddef>

@@ -1,4 +1,4 @@
-// ctest-labels: unit tcp
+// ctest-labels: unit tcp threads
 // The TCP transport over real loopback sockets on ephemeral ports: framing,
 // order, limits, refusal of malformed streams, reconnection, backpressure, and
 // a syncer served with Asio timers training two learners. Every wait is

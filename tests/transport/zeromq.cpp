@@ -1,4 +1,4 @@
-// ctest-labels: unit zeromq
+// ctest-labels: unit zeromq threads
 // The ZeroMQ transport over real sockets: inproc, ipc and tcp on an
 // ephemeral loopback port. Every wait is bounded.
 #include <boost/test/unit_test.hpp>
