@@ -3,7 +3,8 @@
 # demo or the whole test suite.
 #
 #   bash scripts/quickstart.sh demo   # Decoupled DiLoCo, 4 learners, Fashion-MNIST
-#   bash scripts/quickstart.sh test   # every test, including the slow quality runs
+#   bash scripts/quickstart.sh test   # every test, including the slow quality runs, then the
+#                                     # unit tests under ASan+UBSan and TSan (scripts/sanitize.sh)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -33,6 +34,9 @@ if [[ $what == test ]]; then
   cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DDILOCO_WERROR=ON
   cmake --build build -j"$jobs"
   ctest --test-dir build --output-on-failure -j"$jobs"
+  # The same unit tests built by clang 14 under the sanitizers.
+  bash scripts/sanitize.sh address
+  bash scripts/sanitize.sh thread
 else
   cmake -S . -B build -DCMAKE_BUILD_TYPE=Release
   cmake --build build -j"$jobs" --target fashion_mnist

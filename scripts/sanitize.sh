@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Builds diloco's unit tests with clang 14 under a sanitizer and runs them.
+#
+#   bash scripts/sanitize.sh address   # AddressSanitizer + UBSan: every `unit` suite
+#                                      # (the unit and runtime tests); also compiles
+#                                      # every public header on its own under clang
+#   bash scripts/sanitize.sh thread    # ThreadSanitizer: the `threads` suites (the
+#                                      # threaded runtime and the transports), not `slow`
+#
+# Build folders: build-address, build-thread (or $2). Only the test program is
+# built (no tools, examples or benchmarks), at -O1, to keep CI short.
+# scripts/quickstart.sh test runs both after the main suite.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+kind=${1:-}
+case $kind in
+  address) sanitizers=address,undefined; targets=(diloco_tests diloco_header_check); labels=(-L unit) ;;
+  thread) sanitizers=thread; targets=(diloco_tests); labels=(-L threads -LE slow) ;;
+  *) echo "usage: bash scripts/sanitize.sh address|thread [build-dir]" >&2; exit 2 ;;
+esac
+dir=${2:-build-$kind}
+jobs=$(nproc)
+
+CC=clang-14 CXX=clang++-14 cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=Sanitize -DCMAKE_CXX_FLAGS_SANITIZE="-O1" \
+  -DDILOCO_SANITIZE="$sanitizers" -DDILOCO_WERROR=ON -DDILOCO_FUZZ=OFF \
+  -DDILOCO_BUILD_TOOLS=OFF -DDILOCO_BUILD_EXAMPLES=OFF -DDILOCO_BUILD_BENCH=OFF
+for target in "${targets[@]}"; do cmake --build "$dir" -j"$jobs" --target "$target"; done
+ctest --test-dir "$dir" --output-on-failure -j"$jobs" "${labels[@]}"
