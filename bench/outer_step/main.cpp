@@ -34,7 +34,7 @@
 #include <vector>
 
 #include "outer_step.hpp"
-#include "../common/command_line.hpp"
+#include <diloco_tools/cli.hpp>
 #include "../common/json.hpp"
 
 namespace {
@@ -109,14 +109,14 @@ struct options {
   bool keep_library_pages = false;
 };
 
-/// Reads the command line into `o`; see `bench::parse` for the result.
+/// Reads the command line into `o`; see `diloco_tools::parse` for the result.
 std::optional<int> parse(int argc, char** argv, options& o) {
   CLI::App app("DiLoCo's outer Nesterov step against STREAM triad, a four-pass Nesterov and memcpy.",
                "bench_outer_step");
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   app.add_option("--sizes", o.sizes, "parameter counts (fp32); suffixes K, M, G are powers of 2 (16M,64M)")
       ->delimiter(',')
-      ->transform(bench::size_multiple_of(1))
+      ->transform(diloco_tools::size_multiple_of(1))
       ->option_text("N,...");
   app.add_option("--repeat", o.repeat, "timed repetitions of each method (>= 1)")
       ->check(CLI::Range(1, 1'000'000).description(""))
@@ -130,7 +130,7 @@ std::optional<int> parse(int argc, char** argv, options& o) {
   app.add_flag("--keep-library-pages", o.keep_library_pages,
                "leave the optimizer's momentum buffer on the pages malloc gave it (default: collapse it to huge "
                "pages)");
-  return bench::parse(app, argc, argv);
+  return diloco_tools::parse(app, argc, argv);
 }
 
 /// Equal up to fp rounding: a few ulps, and more than contraction into FMAs

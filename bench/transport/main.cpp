@@ -41,7 +41,7 @@
 #include <vector>
 
 #include "bench.hpp"
-#include "../common/command_line.hpp"
+#include <diloco_tools/cli.hpp>
 #include "../common/json.hpp"
 
 namespace {
@@ -81,7 +81,7 @@ struct options {
   bool json = false;
 };
 
-/// Reads the command line into `o`; see `bench::parse` for the result.
+/// Reads the command line into `o`; see `diloco_tools::parse` for the result.
 std::optional<int> parse(int argc, char** argv, options& o) {
   CLI::App app("Throughput and latency of diloco's transports against a raw TCP socket, on loopback.",
                "bench_transport");
@@ -92,10 +92,10 @@ std::optional<int> parse(int argc, char** argv, options& o) {
   app.add_option("--sizes", o.sizes,
                  "payload sizes in bytes, multiples of 4; suffixes K, M, G are powers of 2 (64K,1M,16M,64M)")
       ->delimiter(',')
-      ->transform(bench::size_multiple_of(4))
+      ->transform(diloco_tools::size_multiple_of(4))
       ->option_text("N,...");
   app.add_option("--seconds", o.seconds, "length of each throughput measurement, 0.001 to 3600")
-      ->check(bench::number_in(1e-3, 3600))
+      ->check(diloco_tools::in(diloco_tools::interval<double>{1e-3, 3600}))
       ->capture_default_str()
       ->type_name("S");
   app.add_option("--repeat", o.repeat, "interleaved repetitions (>= 1)")
@@ -103,11 +103,11 @@ std::optional<int> parse(int argc, char** argv, options& o) {
       ->capture_default_str()
       ->type_name("K");
   app.add_option("--warmup", o.warmup, "untimed streaming before each measurement, 0 to 3600")
-      ->check(bench::number_in(0, 3600))
+      ->check(diloco_tools::in(diloco_tools::interval<double>{0, 3600}))
       ->capture_default_str()
       ->type_name("S");
   app.add_option("--latency-seconds", o.latency_seconds, "round trips per measurement, for about S seconds (5 at least)")
-      ->check(bench::number_in(0, 3600))
+      ->check(diloco_tools::in(diloco_tools::interval<double>{0, 3600}))
       ->capture_default_str()
       ->type_name("S");
   app.add_option("--transports", o.transports,
@@ -117,14 +117,14 @@ std::optional<int> parse(int argc, char** argv, options& o) {
       ->check(CLI::IsMember(names).description(""))
       ->option_text("A,B,...");
   app.add_option("--queue-mib", queue_mib, "send and receive queue budget of each endpoint, MiB (1 to 1M)")
-      ->transform(bench::size_multiple_of(1))
+      ->transform(diloco_tools::size_multiple_of(1))
       ->check(CLI::Range(std::size_t{1}, std::size_t{1} << 20).description(""))
       ->capture_default_str()
       ->type_name("Q");
   bool leave_malloc = false;
   app.add_flag("--no-keep-large-blocks", leave_malloc, "ZeroMQ: leave malloc alone (no zeromq::keep_large_blocks())");
   app.add_flag("--json", o.json, "one JSON object per size on stdout, nothing else");
-  const auto status = bench::parse(app, argc, argv);
+  const auto status = diloco_tools::parse(app, argc, argv);
   o.queue_bytes = queue_mib << 20;
   o.keep_large_blocks = !leave_malloc;
   return status;

@@ -4,20 +4,13 @@
 // takes; settings that contradict each other are refused after the parse.
 #pragma once
 
-#include <charconv>
-#include <cmath>
 #include <cstdint>
-#include <cstdio>
 #include <limits>
 #include <optional>
-#include <sstream>
 #include <string>
-#include <string_view>
-#include <type_traits>
-#include <utility>
-#include <vector>
 
 #include <CLI/CLI.hpp>
+#include <diloco_tools/cli.hpp>
 
 #include "trainer.hpp"
 
@@ -30,97 +23,12 @@ struct command {
   std::string evaluate_file;  ///< `--evaluate FILE`: only evaluate the parameters in FILE
 };
 
-/// The values a numeric option takes: `min` to `max`, either end included
-/// unless `open_min` / `open_max` says otherwise. Floating-point values must
-/// also be finite (NaN is in no interval).
-template <class T>
-struct interval {
-  T min = std::numeric_limits<T>::lowest();
-  T max = std::numeric_limits<T>::max();
-  bool open_min = false;
-  bool open_max = false;
-
-  bool contains(T v) const { return (open_min ? v > min : v >= min) && (open_max ? v < max : v <= max); }
-
-  /// For error messages: "a whole number from 1 to 1024", "a number in [0, 1)".
-  std::string words() const {
-    std::ostringstream out;
-    if constexpr (std::is_integral_v<T>) {
-      out << "a whole number";
-      if (max == std::numeric_limits<T>::max()) out << " >= " << +min;
-      else out << " from " << +min << " to " << +max;
-    } else if (max == std::numeric_limits<T>::max()) {
-      out << "a number " << (open_min ? "> " : ">= ") << min;
-    } else {
-      out << "a number in " << (open_min ? '(' : '[') << min << ", " << max << (open_max ? ')' : ']');
-    }
-    return out.str();
-  }
-};
-
-/// `text` as a T in `values`; anything else (not a number, trailing
-/// characters, a sign on an unsigned option, out of range) is refused with
-/// "bad value 'TEXT' for FLAG (what it takes)".
-template <class T>
-T parse_number(const std::string& flag, std::string_view text, const interval<T>& values) {
-  T v{};
-  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
-  if (text.empty() || ec != std::errc{} || end != text.data() + text.size() || !values.contains(v))
-    throw CLI::ValidationError("bad value '" + std::string(text) + "' for " + flag + " (" + values.words() + ")");
-  return v;
-}
-
-/// `v` as an option's help shows a default.
-inline std::string shown(double v) {
-  std::ostringstream out;
-  out << v;
-  return out.str();
-}
-
-inline std::vector<std::string_view> split_list(std::string_view text, char separator) {
-  std::vector<std::string_view> parts;
-  for (std::size_t at = 0;;) {
-    const auto next = text.find(separator, at);
-    parts.push_back(text.substr(at, next == std::string_view::npos ? std::string_view::npos : next - at));
-    if (next == std::string_view::npos) return parts;
-    at = next + 1;
-  }
-}
-
-/// `flag VALUE` read as a T in `values` into `into`.
-template <class T>
-CLI::Option* add_number(CLI::App& app, const std::string& flag, T& into, interval<T> values, const std::string& help,
-                        const std::string& type_name) {
-  return app
-      .add_option_function<std::string>(
-          flag, [flag, &into, values](const std::string& text) { into = parse_number(flag, text, values); }, help)
-      ->type_name(type_name);
-}
-
-/// `flag NAME` with NAME one of `choices`, stored into `into`; anything else
-/// is refused with "unknown WHAT 'NAME' (a, b or c)".
-template <class T>
-CLI::Option* add_choice(CLI::App& app, const std::string& flag, T& into,
-                        std::vector<std::pair<std::string, T>> choices, const std::string& what, const std::string& help) {
-  std::string names, type_name;
-  for (std::size_t i = 0; i < choices.size(); ++i) {
-    names += (i == 0 ? "" : i + 1 == choices.size() ? " or " : ", ") + choices[i].first;
-    type_name += (i == 0 ? "" : "|") + choices[i].first;
-  }
-  return app
-      .add_option_function<std::string>(
-          flag,
-          [&into, choices, what, names](const std::string& text) {
-            for (const auto& [name, value] : choices)
-              if (text == name) {
-                into = value;
-                return;
-              }
-            throw CLI::ValidationError("unknown " + what + " '" + text + "' (" + names + ")");
-          },
-          help)
-      ->type_name(type_name);
-}
+using diloco_tools::add_choice;
+using diloco_tools::add_number;
+using diloco_tools::interval;
+using diloco_tools::parse_number;
+using diloco_tools::shown;
+using diloco_tools::split_list;
 
 /// Refuses settings that contradict each other; fills in the defaults that
 /// depend on the mode.
@@ -274,19 +182,13 @@ inline std::optional<int> parse_command_line(int argc, char** argv, command& c) 
                  "on the test set")
       ->type_name("FILE");
 
-  try {
-    app.parse(argc, argv);
+  app.final_callback([&] {
     if (const auto extra = app.remaining(); !extra.empty())
       throw CLI::ValidationError((extra.front().starts_with("-") ? "unknown option '" : "unexpected argument '") +
                                  extra.front() + "'");
     check(c, fragments);
-  } catch (const CLI::CallForHelp& e) {
-    return app.exit(e);
-  } catch (const CLI::ParseError& e) {
-    std::fprintf(stderr, "fashion_mnist: %s\n(fashion_mnist --help lists the options)\n", e.what());
-    return 2;
-  }
-  return std::nullopt;
+  });
+  return diloco_tools::parse(app, argc, argv);
 }
 
 }  // namespace fashion

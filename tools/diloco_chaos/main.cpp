@@ -131,7 +131,6 @@ int report(const fs::path& dir, double bound, const std::string& title) {
 
 int main(int argc, char** argv) {
   namespace chaos = diloco_chaos;
-  using diloco_tools::bound;
   chaos::schedule_options plan;
   plan.quiet_start_seconds = plan.quiet_end_seconds = 10;
   std::string out, report_only, syncer, learner, title;
@@ -155,7 +154,7 @@ int main(int argc, char** argv) {
   app.add_option("--recovery", plan.recovery_seconds, "how long a killed learner stays down or a paused one paused")
       ->type_name("SEC")->check(non_negative)->capture_default_str();
   app.add_option("--pause-share", plan.pause_share, "share of faults that are SIGSTOP pauses rather than SIGKILLs")
-      ->type_name("P")->check(diloco_tools::real_in(0, bound::closed, 1, bound::closed))->capture_default_str();
+      ->type_name("P")->check(diloco_tools::in(diloco_tools::interval<double>{0, 1}))->capture_default_str();
   app.add_option("--syncer-kill-at", plan.syncer_kills_at, "kill the syncer at these times (none)")
       ->type_name("S,..")->delimiter(',')->check(non_negative)->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   app.add_option("--syncer-recovery", plan.syncer_recovery_seconds, "how long the syncer stays down")

@@ -56,8 +56,8 @@ struct settings {
 /// checked against the range the syncer accepts, so that a bad one is refused
 /// here, naming its flag, rather than after the endpoint is bound.
 std::optional<int> parse(int argc, char** argv, settings& s) {
-  using diloco_tools::bound;
-  using diloco_tools::real_in;
+  using diloco_tools::in;
+  using diloco_tools::interval;
   auto& o = s.options;
   auto& t = o.training;
   CLI::App app{"Serves Decoupled DiLoCo learners over ZeroMQ. Logs one line per outer update\n"
@@ -66,7 +66,7 @@ std::optional<int> parse(int argc, char** argv, settings& s) {
   // A repeated option keeps its last value (--allow excepted), as it always did.
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   const auto whole = diloco_tools::whole_at_least(0), one_or_more = diloco_tools::whole_at_least(1);
-  const auto fraction = real_in(0, bound::closed, 1, bound::open);
+  const auto fraction = in(interval<double>{.min = 0, .max = 1, .open_max = true});
   const auto non_negative = diloco_tools::non_negative();
   const CLI::Validator clip_factor(
       [non_negative](std::string& text) {
@@ -105,7 +105,7 @@ std::optional<int> parse(int argc, char** argv, settings& s) {
       ->type_name("S")->check(whole)->capture_default_str();
   const CLI::Option* heartbeat =
       app.add_option("--heartbeat-timeout", heartbeat_s, "silence before a learner counts as dead, in (0, 1e9] s")
-          ->type_name("SEC")->check(real_in(0, bound::open, 1e9, bound::closed))->capture_default_str();
+          ->type_name("SEC")->check(in(interval<double>{.min = 0, .max = 1e9, .open_min = true}))->capture_default_str();
   app.add_option("--outer", s.outer,
                  "outer optimizer; adamw with --outer-lr as its learning rate is data parallelism's optimizer "
                  "(learners: SGD, rate 1, H=1)")
@@ -124,10 +124,10 @@ std::optional<int> parse(int argc, char** argv, settings& s) {
   app.add_option("--absent-half-life", o.membership.absent_half_life,
                  "a departed learner's weight in partial rounds halves every N periods (H steps at the learners' "
                  "mean step time), in (0, 10000]")
-      ->type_name("N")->check(real_in(0, bound::open, 10000, bound::closed))->capture_default_str();
+      ->type_name("N")->check(in(interval<double>{.min = 0, .max = 10000, .open_min = true}))->capture_default_str();
   app.add_option("--forget-after", o.membership.forget_after,
                  "a departed learner's table place is freed after N half-lives, in (0, 64]")
-      ->type_name("N")->check(real_in(0, bound::open, 64, bound::closed))->capture_default_str();
+      ->type_name("N")->check(in(interval<double>{.min = 0, .max = 64, .open_min = true}))->capture_default_str();
   app.add_option("--max-learners", o.max_learners, "learners kept track of at once")->type_name("N")
       ->check(one_or_more)->capture_default_str();
   app.add_option("--clip", o.screening.clip_factor,
