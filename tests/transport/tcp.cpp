@@ -27,37 +27,18 @@
 #include <diloco/runtime/syncer.hpp>
 #include <diloco/transport/tcp.hpp>
 
+#include "support/messages.hpp"
 #include "support/toy_model.hpp"
 
 namespace {
 
 using namespace std::chrono_literals;
 using namespace diloco;
+using transport_test::join_of;
+using transport_test::send_within;
+using transport_test::update_with;
 
 constexpr auto loopback = "127.0.0.1";
-
-message join_of(std::uint32_t learner) {
-  message m;
-  m.header.kind = message_kind::join;
-  m.header.learner = learner;
-  m.header.incarnation = 1;
-  m.header.layout = 0xabcdef;
-  m.header.element_count = 1234;
-  return m;
-}
-
-message update_with(std::vector<float> values, std::uint32_t learner = 3) {
-  message m;
-  m.header.kind = message_kind::update;
-  m.header.codec = codec_id::f32;
-  m.header.learner = learner;
-  m.header.incarnation = 1;
-  m.header.revision = 42;
-  m.header.element_count = values.size();
-  m.payload = byte_buffer(values.size() * sizeof(float));
-  std::memcpy(m.payload.data(), values.data(), m.payload.size());
-  return m;
-}
 
 /// The byte at `i` of message `sequence`'s payload.
 std::byte pattern(std::uint64_t sequence, std::size_t i) {
@@ -88,15 +69,6 @@ bool has_pattern(const message& m, std::uint64_t sequence) {
   for (std::size_t i = 0; i < m.payload.size(); ++i)
     if (p[i] != pattern(sequence, i)) return false;
   return true;
-}
-
-/// Sends until the transport takes it (a fresh connection may not be up yet).
-template <class Endpoint>
-void send_within(Endpoint& e, peer_id to, message m, std::chrono::milliseconds limit = 5s) {
-  const auto end = std::chrono::steady_clock::now() + limit;
-  std::error_code ec;
-  while ((ec = e.try_send(to, m)) && std::chrono::steady_clock::now() < end) std::this_thread::sleep_for(2ms);
-  BOOST_TEST_REQUIRE(!ec, "send failed: " << ec.message());
 }
 
 template <class Predicate>

@@ -24,42 +24,15 @@
 
 #include <diloco/transport/zeromq.hpp>
 
+#include "support/messages.hpp"
+
 namespace {
 
 using namespace std::chrono_literals;
 using namespace diloco;
-
-message update_with(std::vector<float> values, std::uint32_t learner = 3) {
-  message m;
-  m.header.kind = message_kind::update;
-  m.header.codec = codec_id::f32;
-  m.header.learner = learner;
-  m.header.incarnation = 1;
-  m.header.revision = 42;
-  m.header.element_count = values.size();
-  m.payload = byte_buffer(values.size() * sizeof(float));
-  std::memcpy(m.payload.data(), values.data(), m.payload.size());
-  return m;
-}
-
-message join_of(std::uint32_t learner) {
-  message m;
-  m.header.kind = message_kind::join;
-  m.header.learner = learner;
-  m.header.incarnation = 1;
-  m.header.layout = 0xabcdef;
-  m.header.element_count = 1234;
-  return m;
-}
-
-/// Sends until the transport takes it (a fresh connection may not be up yet).
-template <class Endpoint>
-void send_within(Endpoint& e, peer_id to, message m, std::chrono::milliseconds limit = 5s) {
-  const auto end = std::chrono::steady_clock::now() + limit;
-  std::error_code ec;
-  while ((ec = e.try_send(to, m)) && std::chrono::steady_clock::now() < end) std::this_thread::sleep_for(5ms);
-  BOOST_TEST_REQUIRE(!ec, "send failed: " << ec.message());
-}
+using transport_test::join_of;
+using transport_test::send_within;
+using transport_test::update_with;
 
 template <class Endpoint>
 std::optional<envelope> receive_within(Endpoint& e, std::chrono::milliseconds limit = 5s) {
