@@ -146,6 +146,7 @@ json result_line(const fashion::settings& s, const diloco::syncer_options& optio
           {"clipped", r.clipped},
           {"quarantines", r.quarantines},
           {"rounds_dropped", r.rounds_dropped},
+          {"partial_rounds", r.partial_rounds},
           {"end_scale", six_digits(r.end_scale)},
           {"fragment_imbalance", six_digits(r.imbalance)},
           {"completed", r.completed},

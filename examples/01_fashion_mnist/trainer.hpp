@@ -96,6 +96,7 @@ struct outcome {
   std::uint64_t clipped = 0;         ///< outer gradients and weights the syncer clipped
   std::uint64_t quarantines = 0;
   std::uint64_t rounds_dropped = 0;
+  std::uint64_t partial_rounds = 0;  ///< rounds merged without every learner (0 in a healthy synchronous run)
   double seconds = 0.0;          ///< wall time of training
   double virtual_seconds = 0.0;  ///< simulated time (simulator only)
   double imbalance = 0.0;        ///< largest fragment / mean fragment
@@ -111,6 +112,7 @@ struct outcome {
     clipped = m.contributions_clipped + m.weights_clipped;
     quarantines = m.quarantines;
     rounds_dropped = m.rounds_dropped;
+    partial_rounds = m.partial_rounds;
   }
 };
 
@@ -404,6 +406,10 @@ outcome serve(const settings& s, const split& test_set, Outer outer, Merge merge
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   out.imbalance = sync.plan().imbalance();
   out.take(sync.metrics());
+  if (sync.failure()) {
+    out.completed = false;
+    out.error = "syncer: " + *sync.failure();
+  }
   const auto final_params = sync.parameters();
   std::tie(out.test_accuracy, out.test_loss) = evaluate(final_params, test_set, s.seed);
   return out;

@@ -83,6 +83,9 @@ std::optional<int> parse(int argc, char** argv, settings& s) {
       },
       "");
   double heartbeat_s = std::chrono::duration<double>(o.heartbeat_timeout).count();
+  double rendezvous_s = std::chrono::duration<double>(o.world.rendezvous_timeout).count();
+  double loss_wait_s = 0;
+  std::string on_loss = "continue";
   std::string partial = "all", durability_text = "update";
 
   app.add_option("--endpoint", s.endpoint, "tcp://HOST:PORT or ipc://PATH to bind")->type_name("URL")
@@ -99,6 +102,19 @@ std::optional<int> parse(int argc, char** argv, settings& s) {
   app.add_flag("--lock-step", t.lock_step, "learners wait for each answer (synchronous DiLoCo)");
   app.add_option("--quorum", o.quorum, "distinct learners before a round may close")->type_name("K")
       ->check(one_or_more)->capture_default_str();
+  app.add_option("--world-size", o.world.size,
+                 "M: a fixed world of learners 0..M-1 (synchronous modes): nobody trains before all M have joined, "
+                 "and every round waits for every live one (0: open membership)")
+      ->type_name("M")->check(whole)->capture_default_str();
+  app.add_option("--rendezvous-timeout", rendezvous_s,
+                 "with --world-size: fail (exit 3, naming the missing ids) unless all M learners joined within SEC")
+      ->type_name("SEC")->check(in(interval<double>{.min = 0, .max = 1e9, .open_min = true}))->capture_default_str();
+  app.add_option("--on-learner-loss", on_loss,
+                 "with --world-size, a learner declared dead: rounds wait --loss-wait longer, then continue without "
+                 "it (continue), or the run fails (fail, exit 3)")
+      ->type_name("continue|fail")->check(CLI::IsMember({"continue", "fail"}).description(""))->capture_default_str();
+  app.add_option("--loss-wait", loss_wait_s, "with --world-size: how long a dead learner still holds the rounds, s")
+      ->type_name("SEC")->check(in(interval<double>{.min = 0, .max = 1e9}))->capture_default_str();
   app.add_option("--grace", o.grace_factor, "grace-window factor gamma in [0, 1)")->type_name("G")->check(fraction)
       ->capture_default_str();
   app.add_option("--max-staleness", o.max_staleness, "refuse outer gradients more than S revisions old")
@@ -173,6 +189,13 @@ std::optional<int> parse(int argc, char** argv, settings& s) {
   if (const auto status = diloco_tools::parse(app, argc, argv)) return status;
 
   if (overlap->count() == 0) t.overlap = t.sync_period / 10;
+  const auto seconds_of = [](double v) {
+    return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::duration<double>(v));
+  };
+  o.world.rendezvous_timeout = seconds_of(rendezvous_s);
+  o.world.loss_wait = seconds_of(loss_wait_s);
+  o.world.on_loss = on_loss == "fail" ? diloco::lost_learner::fail : diloco::lost_learner::continue_without;
+  if (o.world.size > 0) o.quorum = o.world.size;
   if (heartbeat->count() > 0)
     o.heartbeat_timeout =
         std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::duration<double>(heartbeat_s));
@@ -341,6 +364,8 @@ int serve(const settings& s, diloco::zeromq::server& server, start& from, diloco
       {"declared_dead", m.declared_dead},
       {"revived", m.revived},
       {"staleness_max", m.staleness_max},
+      {"partial_rounds", m.partial_rounds},
+      {"failure", sync.failure() ? nlohmann::ordered_json(*sync.failure()) : nlohmann::ordered_json(nullptr)},
       {"curve_admitted", server.admitted()},
       {"curve_denied", server.denied()},
       {"seconds", std::round(seconds * 1000) / 1000},  // milliseconds are all a run's length needs
@@ -351,6 +376,10 @@ int serve(const settings& s, diloco::zeromq::server& server, start& from, diloco
     std::ofstream out(s.metrics_file, std::ios::trunc);
     out << line;
     if (!out) log("error: cannot write " + s.metrics_file);
+  }
+  if (sync.failure()) {
+    log("run failed: " + *sync.failure());
+    return 3;
   }
   return 0;
 }

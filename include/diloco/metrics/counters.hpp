@@ -112,6 +112,10 @@ struct syncer_metrics {
   std::uint64_t send_failures = 0;           ///< updates the transport refused
   std::uint64_t staleness_sum = 0;           ///< Σ (revision at merge − base revision) over merged contributions
   std::uint64_t staleness_max = 0;
+  /// Rounds merged without every learner of the run: with a world size M,
+  /// fewer than M distinct contributors; otherwise fewer than the learners
+  /// live when the round closed. 0 in a healthy synchronous run.
+  std::uint64_t partial_rounds = 0;
 
   std::uint64_t rejected_total() const noexcept {
     std::uint64_t n = 0;
@@ -140,6 +144,7 @@ inline constexpr std::uint64_t syncer_metrics::*syncer_counter_fields[] = {
     &syncer_metrics::revived,               &syncer_metrics::updates_sent,
     &syncer_metrics::verdicts_sent,         &syncer_metrics::send_failures,
     &syncer_metrics::staleness_sum,         &syncer_metrics::staleness_max,
+    &syncer_metrics::partial_rounds,
 };
 inline constexpr std::size_t syncer_counter_count = std::size(syncer_counter_fields);
 static_assert(syncer_counter_count * sizeof(std::uint64_t) + sizeof(syncer_metrics::rejected) == sizeof(syncer_metrics),

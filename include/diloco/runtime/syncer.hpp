@@ -100,6 +100,11 @@ class syncer {
     if (options_.max_grace >= options_.heartbeat_timeout)
       throw std::invalid_argument("diloco::syncer: max_grace must be shorter than the heartbeat timeout");
     if (options_.max_learners == 0) throw std::invalid_argument("diloco::syncer: max_learners must be at least 1");
+    options_.world.check();
+    if (options_.world.size > options_.max_learners)
+      throw std::invalid_argument("diloco::syncer: world size M (" + std::to_string(options_.world.size) +
+                                  ") exceeds max_learners (" + std::to_string(options_.max_learners) + ")");
+    started_ = options_.world.size == 0;
     options_.screening.check();
     options_.membership.check();
     plan_ = fragment_plan::balanced(layout, c.fragments);  // validates P
@@ -123,6 +128,7 @@ class syncer {
   /// nothing else — except that a contribution refused for its content counts
   /// against its learner's quarantine.
   void handle(envelope&& e, time_point now) {
+    if (!first_message_) first_message_ = now;
     if (e.error == wire_error::unauthorized) return reject(reject_reason::unauthorized, e.msg.header);
     if (e.error != wire_error::none) return reject_undecodable(e.from, e.error);
     auto& h = e.msg.header;
@@ -182,11 +188,14 @@ class syncer {
       }
       if (!l.live && !l.gone_since) l.gone_since = now;  // restored from a checkpoint
     }
+    check_world(now);
     const auto forget_after = std::chrono::duration_cast<std::chrono::nanoseconds>(
         half_life() * options_.membership.forget_after);
     std::erase_if(learners_, [&](const auto& entry) {
       const auto& l = entry.second;
-      if (!l.gone_since || now - *l.gone_since < forget_after || in_open_round(entry.first)) return false;
+      if (!l.gone_since || now - *l.gone_since < forget_after || in_open_round(entry.first) ||
+          in_world(entry.first))
+        return false;
       ++metrics_.learners_forgotten;
       return true;
     });
@@ -200,8 +209,10 @@ class syncer {
     }
     for (const auto& [id, l] : learners_) {
       if (l.live) earliest(l.last_seen + options_.heartbeat_timeout);
-      if (l.gone_since && !in_open_round(id)) earliest(*l.gone_since + forget_after);
+      if (l.gone_since && !in_open_round(id) && !in_world(id)) earliest(*l.gone_since + forget_after);
+      if (in_world(id) && !l.live && !l.left && l.gone_since) earliest(*l.gone_since + options_.world.loss_wait);
     }
+    if (!started_ && first_message_) earliest(*first_message_ + options_.world.rendezvous_timeout);
     if (options_.log)
       if (auto line = log_limit_.summary(clock::now(), [](std::size_t c) { return category_name(c); }); !line.empty())
         options_.log(line);
@@ -224,7 +235,7 @@ class syncer {
     requires blocking_transport<Transport>
   {
     constexpr auto idle = std::chrono::milliseconds(50);
-    while (!stop.stop_requested() && !done()) {
+    while (!stop.stop_requested() && !failure_ && !done()) {
       const time_point now = clock::now();
       auto wait = std::chrono::nanoseconds(idle);
       if (auto next = poll(now)) wait = std::clamp<std::chrono::nanoseconds>(*next - now, {}, wait);
@@ -306,9 +317,18 @@ class syncer {
       l.bound = false;
     }
     metrics_ = state.metrics;
+    started_ = true;  // a saved run was past its rendezvous: learners rejoin one by one
     metrics_.contributions_lost += metrics_.contributions_pending;
     metrics_.contributions_pending = 0;
   }
+
+  /// Why the run failed, or nothing: the rendezvous timed out, or (with
+  /// `lost_learner::fail`) a learner of the world stayed dead. A failed
+  /// syncer handles no more messages and `run` returns.
+  const std::optional<std::string>& failure() const noexcept { return failure_; }
+
+  /// With a world size: whether all M learners have joined and been welcomed.
+  bool started() const noexcept { return started_; }
 
   /// Learners currently considered alive (joined, not left, heard from recently).
   std::size_t live_learners() const noexcept {
@@ -525,6 +545,13 @@ class syncer {
 
   void on_join(peer_id from, const message_header& h, time_point now) {
     if (h.learner == syncer_peer) return reject(reject_reason::unknown_learner, h);
+    if (options_.world.size > 0 && h.learner >= options_.world.size) {
+      log(log_category::membership, [&] {
+        return "learner " + std::to_string(h.learner) + " refused: the world has learners 0.." +
+               std::to_string(options_.world.size - 1);
+      });
+      return reject_sender(reject_reason::unknown_learner, from, h);
+    }
     if (h.layout != layout_.fingerprint() || h.element_count != layout_.size()) {
       // Answer anyway, so that the learner learns why it cannot take part.
       send_welcome(from, h.learner, h.incarnation);
@@ -577,8 +604,58 @@ class syncer {
     l.live = true;
     l.gone_since.reset();
     l.last_seen = now;
-    send_welcome(from, h.learner, h.incarnation);
-    for (std::uint32_t p = 0; p < fragments_.size(); ++p) send_fragment(h.learner, l, p, 0, update_status::resync, 0);
+    if (!started_) return start_if_complete(now);  // welcomed with everyone else at the rendezvous
+    welcome(h.learner, l);
+  }
+
+  /// The welcome and every fragment's global state.
+  void welcome(std::uint32_t id, const learner_entry& l) {
+    send_welcome(l.peer, id, l.incarnation);
+    for (std::uint32_t p = 0; p < fragments_.size(); ++p) send_fragment(id, l, p, 0, update_status::resync, 0);
+  }
+
+  bool in_world(std::uint32_t id) const noexcept { return id < options_.world.size; }
+
+  /// The rendezvous: once all M learners of the world are live, welcomes
+  /// them all at once, so that they start together from revision 0.
+  void start_if_complete(time_point now) {
+    const auto present = std::count_if(learners_.begin(), learners_.end(),
+                                       [this](const auto& kv) { return in_world(kv.first) && kv.second.live; });
+    if (std::size_t(present) < options_.world.size) return;
+    started_ = true;
+    log(log_category::membership, [&] {
+      return "all " + std::to_string(options_.world.size) + " learners joined after " +
+             seconds(now - first_message_.value_or(now)) + ": training starts";
+    });
+    for (const auto& [id, l] : learners_)
+      if (l.live) welcome(id, l);
+  }
+
+  /// Fails the run when the rendezvous has timed out, or when a learner of
+  /// the world stayed dead past `loss_wait` under `lost_learner::fail`.
+  void check_world(time_point now) {
+    if (options_.world.size == 0 || failure_) return;
+    const auto& w = options_.world;
+    if (!started_) {
+      if (!first_message_ || now - *first_message_ < w.rendezvous_timeout) return;
+      std::string missing;
+      std::size_t joined = 0;
+      for (std::uint32_t id = 0; id < w.size; ++id) {
+        const auto it = learners_.find(id);
+        if (it != learners_.end() && it->second.live) ++joined;
+        else missing += (missing.empty() ? "" : ", ") + std::to_string(id);
+      }
+      failure_ = "rendezvous timed out after " + seconds(now - *first_message_) + ": " + std::to_string(joined) +
+                 " of " + std::to_string(w.size) + " learners joined; missing learner ids: " + missing;
+    } else if (w.on_loss == lost_learner::fail) {
+      for (const auto& [id, l] : learners_)
+        if (in_world(id) && !l.live && !l.left && l.gone_since && now - *l.gone_since >= w.loss_wait) {
+          failure_ = "learner " + std::to_string(id) + " has been dead for " + seconds(now - *l.gone_since) +
+                     " (world option on_loss = fail, loss_wait " + seconds(w.loss_wait) + ")";
+          break;
+        }
+    }
+    if (failure_ && options_.log) options_.log("run failed: " + *failure_);
   }
 
   /// Whether `peer` is still connected: a `peer_conflict` reject about the
@@ -719,20 +796,35 @@ class syncer {
     return std::any_of(f.round.begin(), f.round.end(), [id](const auto& c) { return c.learner == id; });
   }
 
+  /// Distinct contributors a round without anyone missing has: M with a
+  /// world size, else the live learners that are not quarantined.
+  std::size_t whole_round() const {
+    if (options_.world.size > 0) return options_.world.size;
+    return static_cast<std::size_t>(std::count_if(learners_.begin(), learners_.end(), [](const auto& kv) {
+      return kv.second.live && !kv.second.quarantined;
+    }));
+  }
+
   /// Opens the grace window once the quorum is in, and closes the round when
   /// the window has passed or no live learner is missing.
   void advance_round(std::uint32_t p, time_point now) {
     auto& f = fragments_[p];
     if (f.round.empty()) return;
     // Learners that can still contribute: not departed, or already in the round.
+    // With a world size: its members, where a dead one counts only for
+    // `loss_wait` after it was declared dead, and the quorum is all of them.
+    const auto& w = options_.world;
     std::size_t possible = 0;
     bool everyone_in = true;
     for (const auto& [id, l] : learners_) {
       const bool in = contributed(f, id);
-      if ((!l.left && !l.quarantined) || in) ++possible;
+      const bool may_come = w.size == 0 ? !l.left : in_world(id) && !l.left &&
+                                                        (l.live || !l.gone_since || now - *l.gone_since < w.loss_wait);
+      if ((may_come && !l.quarantined) || in) ++possible;
       if (l.live && !l.quarantined && !in) everyone_in = false;
     }
-    if (!f.quorum && contributors(f) >= rounds::required_contributors(options_.quorum, possible)) {
+    const std::uint32_t quorum = w.size > 0 ? w.size : options_.quorum;
+    if (!f.quorum && contributors(f) >= rounds::required_contributors(quorum, possible)) {
       f.quorum = true;
       quorum_time_.add(double((now - f.opened).count()));
       f.deadline = now + grace();
@@ -848,6 +940,7 @@ class syncer {
     metrics_.staleness_max = std::max(metrics_.staleness_max, max_staleness);
     for (const auto& c : f.round) metrics_.staleness_sum += f.revision - 1 - c.base_revision;
 
+    if (contributors(f) < whole_round()) ++metrics_.partial_rounds;
     const auto contributors_merged = static_cast<std::uint32_t>(f.round.size());
     update_event event{p, f.revision, contributors_merged, max_staleness, scale, now, {}};
     if (options_.on_contribution)
@@ -959,6 +1052,9 @@ class syncer {
   detail::ema transfer_time_;
   detail::log_limiter log_limit_;
   syncer_metrics metrics_;
+  bool started_ = true;                     ///< past the rendezvous (always, without a world size)
+  std::optional<time_point> first_message_;  ///< when the rendezvous began
+  std::optional<std::string> failure_;
 };
 
 }  // namespace diloco

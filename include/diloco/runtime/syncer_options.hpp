@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -28,6 +29,45 @@ enum class update_recipients {
   contributors,
 };
 
+/// What a lock-step run with a world size does when one of its learners is
+/// declared dead (docs/design.md, "World size").
+enum class lost_learner {
+  /// Rounds keep waiting for it for `world_options::loss_wait` after it is
+  /// declared dead, then close with the learners that are left; it takes
+  /// part again when it rejoins. The default.
+  continue_without,
+  /// The run fails once a learner has been dead for `loss_wait`: the syncer
+  /// stops and `syncer::failure()` names the learner.
+  fail,
+};
+
+/// A run with a fixed set of learners, as synchronous data parallelism and
+/// DiLoCo need (docs/design.md, "World size").
+struct world_options {
+  /// M. 0: open membership (Decoupled DiLoCo's default): learners come and go
+  /// and a round needs the quorum K. Otherwise the learners are ids 0 … M−1;
+  /// nobody is welcomed until all M have joined (the rendezvous, so that all
+  /// start from the same global model at the same step), and every round
+  /// waits for every live one of them.
+  std::uint32_t size = 0;
+  /// The rendezvous fails (`syncer::failure()`, naming the missing ids) if
+  /// the M learners have not all joined this long after the first message.
+  std::chrono::nanoseconds rendezvous_timeout = std::chrono::seconds(60);
+  lost_learner on_loss = lost_learner::continue_without;
+  /// How long a dead learner still holds the rounds (after the heartbeat
+  /// timeout that declared it dead), or, with `lost_learner::fail`, how long
+  /// it may stay dead before the run fails.
+  std::chrono::nanoseconds loss_wait = std::chrono::seconds(0);
+
+  /// Throws `std::invalid_argument` naming the first bad setting.
+  void check() const {
+    if (size > 0 && rendezvous_timeout <= std::chrono::nanoseconds::zero())
+      throw std::invalid_argument("diloco::world_options: rendezvous_timeout must be positive");
+    if (loss_wait < std::chrono::nanoseconds::zero())
+      throw std::invalid_argument("diloco::world_options: loss_wait must not be negative");
+  }
+};
+
 /// What the syncer reports after each outer update.
 struct update_event {
   std::uint32_t fragment = 0;
@@ -45,7 +85,8 @@ struct update_event {
 /// every learner.
 struct syncer_options {
   training_config training;
-  std::uint32_t quorum = 1;          ///< K, distinct learners before a round may close
+  world_options world{};             ///< a fixed set of M learners (synchronous modes); off by default
+  std::uint32_t quorum = 1;          ///< K, distinct learners before a round may close (with a world: all of them)
   double grace_factor = 0.5;         ///< γ in [0, 1): share of the slack spent waiting for more learners
   std::chrono::nanoseconds max_grace = std::chrono::seconds(1);  ///< upper bound of one grace window
   std::uint32_t max_staleness = 16;  ///< S: refuse a base more than S revisions old
