@@ -238,6 +238,7 @@ std::string drive(Learner& l, const mlp& model, shard_sampler& sampler, double s
     if (s.stop_at > 0 && std::chrono::system_clock::now() >= stop_at) break;
     const auto b = sampler.next(s.batch);
     const auto r = l.step(b);
+    if (!r && l.ended()) return {};  // the syncer ended the run: done, not an error
     if (!r) return "learner " + std::to_string(i) + ": " + r.error().message();
     report.stepped(i, r->loss);
     const auto compute = model.last_compute();
@@ -373,6 +374,9 @@ outcome serve(const settings& s, const split& test_set, Outer outer, Merge merge
   // The syncer logs nothing unless given a sink: refusals and liveness
   // changes go to stderr with the progress lines.
   options.log = [](const std::string& line) { std::fprintf(stderr, "fashion_mnist syncer: %s\n", line.c_str()); };
+  // A learner killed and never restarted must not keep the syncer waiting:
+  // the run ends once every learner has left or been dead for 30 s.
+  if (!options.end.when_all_gone) options.end.when_all_gone = std::chrono::seconds(30);
   options.on_update = [&](const update_event& e) {
     ++updates;
     merged += e.contributors;

@@ -49,9 +49,9 @@ FIELDS = ("magic", "version", "kind", "codec", "status", "flags", "lock_step", "
           "sequence", "answers", "base_revision", "revision", "tokens", "steps", "element_count", "layout",
           "step_time_ns", "transfer_ns", "hold_ns", "mixing", "payload_crc", "header_crc")
 
-JOIN, WELCOME, CONTRIBUTION, UPDATE, HEARTBEAT, LEAVE, ACK, REJECT, LAYOUT, STATE = range(1, 11)
+JOIN, WELCOME, CONTRIBUTION, UPDATE, HEARTBEAT, LEAVE, ACK, REJECT, LAYOUT, STATE, END = range(1, 12)
 KIND_NAMES = {1: "join", 2: "welcome", 3: "contribution", 4: "update", 5: "heartbeat", 6: "leave",
-              7: "ack", 8: "reject", 9: "layout", 10: "state"}
+              7: "ack", 8: "reject", 9: "layout", 10: "state", 11: "end"}
 CODEC_NONE, CODEC_F32, CODEC_F64, CODEC_BYTES = 0, 1, 2, 3
 CODEC_DTYPE = {CODEC_F32: np.dtype("<f4"), CODEC_F64: np.dtype("<f8")}
 STATUS_MERGED, STATUS_RESYNC = 0, 1
@@ -330,6 +330,7 @@ class Learner:
         self.transfer_ns = 0
         self.last_heartbeat = 0.0
         self.welcomed = False
+        self.ended = False  # the syncer said the run is over (an `end` message)
         self.config = None
         self.plan = None
         self.codec = None                # the syncer's codec, learnt from its updates
@@ -415,6 +416,10 @@ class Learner:
             self.on_ack(header)
         elif kind == REJECT:
             self.on_reject(header)
+        elif kind == END:
+            if not self.ended:
+                log("the syncer ended the run")
+            self.ended = True
         else:
             self.stats["ignored_messages"] += 1
             log("ignored an unexpected %s" % KIND_NAMES[kind])
@@ -588,7 +593,7 @@ class Learner:
 
     def wait_until(self, condition, what):
         deadline = time.monotonic() + self.args.timeout
-        while not condition():
+        while not condition() and not self.ended:
             if time.monotonic() >= deadline:
                 raise Timeout("timed out after %gs waiting for %s" % (self.args.timeout, what))
             self.receive(0.05)
@@ -602,6 +607,8 @@ class Learner:
             self.counters.setdefault(p, [0, 0])
         losses = []
         for _ in range(self.args.steps):
+            if self.ended:
+                break
             started = time.monotonic()
             x, y = problem.sample(rng, self.args.batch)
             loss, grad = self.model.loss_and_grad(x, y)
@@ -643,6 +650,8 @@ class Learner:
         return losses
 
     def finish(self):
+        if self.ended:
+            return  # the syncer takes nothing more
         P = self.config["P"]
         # Wait for the answers of the contributions still in flight, then adopt them, so that
         # each fragment's base is fresh and its unsent work can go out against it.

@@ -24,6 +24,7 @@ enum class errc {
   bad_config,         ///< the syncer's training configuration is unusable
   superseded,         ///< another process joined as this learner with a newer incarnation
   quarantined,        ///< the syncer refuses this learner's contributions until it rejoins
+  ended,              ///< the syncer ended the run (not a failure: training is over)
 };
 
 namespace detail {
@@ -42,6 +43,7 @@ class error_category_impl final : public std::error_category {
       case errc::bad_config: return "unusable training configuration";
       case errc::superseded: return "superseded by a newer incarnation of this learner";
       case errc::quarantined: return "quarantined by the syncer (contributions clipped or refused too often)";
+      case errc::ended: return "the syncer ended the run";
     }
     return "unknown diloco error";
   }

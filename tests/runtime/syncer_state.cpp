@@ -229,14 +229,16 @@ BOOST_AUTO_TEST_CASE(counters_round_trip_field_by_field) {
   std::ostringstream out;
   write_syncer_metrics(out, m);
   // Tag, version, two counts and 8 bytes per counter.
-  BOOST_TEST(out.str().size() == 4 + 4 + 4 + 8 * 23 + 4 + 8 * 25);
+  BOOST_TEST(out.str().size() == 4 + 4 + 4 + 8 * 25 + 4 + 8 * 25);
   std::istringstream in(out.str());
   const auto back = read_syncer_metrics(in);
   BOOST_TEST(back.outer_updates == 3u);
   BOOST_TEST(back.staleness_max == 66u);   // the 22nd counter
   BOOST_TEST(back.partial_rounds == 69u);  // the 23rd
-  BOOST_TEST(back.rejected_for(reject_reason::truncated) == 72u);
-  BOOST_TEST(back.rejected_for(reject_reason::quarantined) == 144u);  // the 25th reason: (23 + 25) × 3
+  BOOST_TEST(back.tokens_merged == 72u);
+  BOOST_TEST(back.steps_merged == 75u);    // the 25th
+  BOOST_TEST(back.rejected_for(reject_reason::truncated) == 78u);
+  BOOST_TEST(back.rejected_for(reject_reason::quarantined) == 150u);  // the 25th reason: (25 + 25) × 3
   BOOST_TEST(back.rejected_for(reject_reason::none) == 0u);
 }
 
@@ -256,6 +258,7 @@ BOOST_AUTO_TEST_CASE(counters_saved_before_a_reason_or_a_counter_existed_read_as
   const auto p = read_syncer_metrics(before_partial_rounds);
   BOOST_TEST(p.staleness_max == 22u);
   BOOST_TEST(p.partial_rounds == 0u);
+  BOOST_TEST(p.tokens_merged == 0u);
 }
 
 BOOST_AUTO_TEST_CASE(counters_of_a_newer_diloco_are_refused_by_name) {
@@ -268,9 +271,9 @@ BOOST_AUTO_TEST_CASE(counters_of_a_newer_diloco_are_refused_by_name) {
     }
     return false;
   };
-  BOOST_TEST(refused(counters_block(24, 25), "24 counters, this version knows 23"));
-  BOOST_TEST(refused(counters_block(23, 26), "26 refusal reasons, this version knows 25"));
-  BOOST_TEST(refused(counters_block(23, 25).substr(0, 40), "truncated"));
+  BOOST_TEST(refused(counters_block(26, 25), "26 counters, this version knows 25"));
+  BOOST_TEST(refused(counters_block(25, 26), "26 refusal reasons, this version knows 25"));
+  BOOST_TEST(refused(counters_block(25, 25).substr(0, 40), "truncated"));
 }
 
 BOOST_FIXTURE_TEST_CASE(a_version_3_state_with_raw_counters_is_read, bench) {

@@ -67,7 +67,7 @@ BOOST_AUTO_TEST_CASE(every_kind_round_trips) {
   const auto payload = payload_of({1.5f, -2.0f, 3.25f});
   for (auto kind : {message_kind::join, message_kind::welcome, message_kind::contribution, message_kind::update,
                     message_kind::heartbeat, message_kind::leave, message_kind::ack, message_kind::reject,
-                    message_kind::state}) {
+                    message_kind::state, message_kind::end}) {
     const auto h = full_header(kind);
     const std::span<const std::byte> p = wire::carries_payload(kind) ? std::span<const std::byte>(payload)
                                                                       : std::span<const std::byte>();

@@ -85,7 +85,8 @@ std::optional<int> parse(int argc, char** argv, settings& s) {
   double heartbeat_s = std::chrono::duration<double>(o.heartbeat_timeout).count();
   double rendezvous_s = std::chrono::duration<double>(o.world.rendezvous_timeout).count();
   double loss_wait_s = 0;
-  std::string on_loss = "continue";
+  std::string on_loss = "continue", end_when_gone = "60";
+  double deadline_s = 0;
   std::string partial = "all", durability_text = "update";
 
   app.add_option("--endpoint", s.endpoint, "tcp://HOST:PORT or ipc://PATH to bind")->type_name("URL")
@@ -115,6 +116,26 @@ std::optional<int> parse(int argc, char** argv, settings& s) {
       ->type_name("continue|fail")->check(CLI::IsMember({"continue", "fail"}).description(""))->capture_default_str();
   app.add_option("--loss-wait", loss_wait_s, "with --world-size: how long a dead learner still holds the rounds, s")
       ->type_name("SEC")->check(in(interval<double>{.min = 0, .max = 1e9}))->capture_default_str();
+  app.add_option("--max-outer-updates", o.end.max_outer_updates,
+                 "end the run after this many outer updates, all fragments together (0: no limit)")
+      ->type_name("N")->check(whole)->capture_default_str();
+  app.add_option("--max-tokens", o.end.max_tokens, "end the run once this many tokens are trained in (0: no limit)")
+      ->type_name("N")->check(whole)->capture_default_str();
+  app.add_option("--max-steps", o.end.max_steps,
+                 "end the run once this many inner steps, all learners together, are trained in (0: no limit)")
+      ->type_name("N")->check(whole)->capture_default_str();
+  app.add_option("--deadline", deadline_s, "end the run SEC seconds after the first message (0: none)")
+      ->type_name("SEC")->check(in(interval<double>{.min = 0, .max = 1e9}))->capture_default_str();
+  app.add_option("--end-when-gone", end_when_gone,
+                 "end the run once every learner that joined has left or been dead SEC seconds (never: keep "
+                 "serving)")
+      ->type_name("SEC|never")
+      ->check(CLI::Validator(
+          [](std::string& text) {
+            return text == "never" ? std::string() : in(interval<double>{.min = 0, .max = 1e9})(text);
+          },
+          ""))
+      ->capture_default_str();
   app.add_option("--grace", o.grace_factor, "grace-window factor gamma in [0, 1)")->type_name("G")->check(fraction)
       ->capture_default_str();
   app.add_option("--max-staleness", o.max_staleness, "refuse outer gradients more than S revisions old")
@@ -196,6 +217,8 @@ std::optional<int> parse(int argc, char** argv, settings& s) {
   o.world.loss_wait = seconds_of(loss_wait_s);
   o.world.on_loss = on_loss == "fail" ? diloco::lost_learner::fail : diloco::lost_learner::continue_without;
   if (o.world.size > 0) o.quorum = o.world.size;
+  o.end.deadline = seconds_of(deadline_s);
+  if (end_when_gone != "never") o.end.when_all_gone = seconds_of(std::strtod(end_when_gone.c_str(), nullptr));
   if (heartbeat->count() > 0)
     o.heartbeat_timeout =
         std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::duration<double>(heartbeat_s));
@@ -366,6 +389,9 @@ int serve(const settings& s, diloco::zeromq::server& server, start& from, diloco
       {"staleness_max", m.staleness_max},
       {"partial_rounds", m.partial_rounds},
       {"failure", sync.failure() ? nlohmann::ordered_json(*sync.failure()) : nlohmann::ordered_json(nullptr)},
+      {"ended", sync.ended() ? nlohmann::ordered_json(*sync.ended()) : nlohmann::ordered_json(nullptr)},
+      {"tokens_merged", m.tokens_merged},
+      {"steps_merged", m.steps_merged},
       {"curve_admitted", server.admitted()},
       {"curve_denied", server.denied()},
       {"seconds", std::round(seconds * 1000) / 1000},  // milliseconds are all a run's length needs

@@ -212,7 +212,9 @@ def main():
         endpoint = "tcp://127.0.0.1:%d" % free_port()
         syncer_out = os.path.join(work, "syncer.out")
         with open(syncer_out, "wb") as out:
-            syncer = subprocess.Popen([args.syncer, "--endpoint", endpoint, "--fragments", "2", "--H", "10"],
+            # A service that keeps serving after its learner left, until SIGTERM.
+            syncer = subprocess.Popen([args.syncer, "--endpoint", endpoint, "--fragments", "2", "--H", "10",
+                                       "--end-when-gone", "never"],
                                       stdout=out, stderr=log_write, stdin=subprocess.DEVNULL,
                                       preexec_fn=die_with_parent)
         children.append(syncer)

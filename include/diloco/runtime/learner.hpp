@@ -195,7 +195,7 @@ class learner {
   /// whose last contribution is still unanswered against the same base are
   /// skipped: the syncer would count them as duplicates), then `leave`.
   void finish(time_point now) {
-    if (!joined()) return;
+    if (!joined() || ended()) return;  // after the end the syncer takes nothing more
     for (std::uint32_t p = 0; p < tracks_.size(); ++p) send_contribution(p, now, final_contribution);
     message m = make(message_kind::leave);
     send(m);
@@ -217,6 +217,9 @@ class learner {
 
   /// True once the welcome and every fragment's global state have arrived.
   bool joined() const noexcept { return welcomed_ && adopted_ == tracks_.size(); }
+
+  /// Whether the syncer ended the run (`error()` is then `errc::ended`).
+  bool ended() const noexcept { return error_ == make_error_code(errc::ended); }
 
   /// The error that stopped this learner (empty while it works).
   std::error_code error() const noexcept { return error_; }
@@ -253,6 +256,7 @@ class learner {
                                      .sequence = h.answers, .accepted = true});
         break;
       case message_kind::reject: on_reject(h, now); break;
+      case message_kind::end: error_ = make_error_code(errc::ended); break;
       default: ++metrics_.updates_ignored; break;
     }
   }

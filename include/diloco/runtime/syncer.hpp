@@ -101,6 +101,7 @@ class syncer {
       throw std::invalid_argument("diloco::syncer: max_grace must be shorter than the heartbeat timeout");
     if (options_.max_learners == 0) throw std::invalid_argument("diloco::syncer: max_learners must be at least 1");
     options_.world.check();
+    options_.end.check();
     if (options_.world.size > options_.max_learners)
       throw std::invalid_argument("diloco::syncer: world size M (" + std::to_string(options_.world.size) +
                                   ") exceeds max_learners (" + std::to_string(options_.max_learners) + ")");
@@ -129,6 +130,7 @@ class syncer {
   /// against its learner's quarantine.
   void handle(envelope&& e, time_point now) {
     if (!first_message_) first_message_ = now;
+    if (ended_ || failure_) return tell_ended(e);
     if (e.error == wire_error::unauthorized) return reject(reject_reason::unauthorized, e.msg.header);
     if (e.error != wire_error::none) return reject_undecodable(e.from, e.error);
     auto& h = e.msg.header;
@@ -213,6 +215,12 @@ class syncer {
       if (in_world(id) && !l.live && !l.left && l.gone_since) earliest(*l.gone_since + options_.world.loss_wait);
     }
     if (!started_ && first_message_) earliest(*first_message_ + options_.world.rendezvous_timeout);
+    const auto& end = options_.end;
+    if (first_message_ && end.deadline > std::chrono::nanoseconds::zero()) earliest(*first_message_ + end.deadline);
+    if (end.when_all_gone)
+      for (const auto& [id, l] : learners_)
+        if (!l.live && !l.left && l.gone_since) earliest(*l.gone_since + *end.when_all_gone);
+    check_end(now);
     if (options_.log)
       if (auto line = log_limit_.summary(clock::now(), [](std::size_t c) { return category_name(c); }); !line.empty())
         options_.log(line);
@@ -235,7 +243,7 @@ class syncer {
     requires blocking_transport<Transport>
   {
     constexpr auto idle = std::chrono::milliseconds(50);
-    while (!stop.stop_requested() && !failure_ && !done()) {
+    while (!stop.stop_requested() && !failure_ && !ended_ && !done()) {
       const time_point now = clock::now();
       auto wait = std::chrono::nanoseconds(idle);
       if (auto next = poll(now)) wait = std::clamp<std::chrono::nanoseconds>(*next - now, {}, wait);
@@ -324,8 +332,25 @@ class syncer {
 
   /// Why the run failed, or nothing: the rendezvous timed out, or (with
   /// `lost_learner::fail`) a learner of the world stayed dead. A failed
-  /// syncer handles no more messages and `run` returns.
+  /// syncer tells its live learners `end`, answers every later message with
+  /// `end`, and `run` returns.
   const std::optional<std::string>& failure() const noexcept { return failure_; }
+
+  /// Why the syncer ended the run (`end_options`), or nothing while it goes
+  /// on. An ended syncer has merged every open round and answers every
+  /// learner's message with `message_kind::end`.
+  const std::optional<std::string>& ended() const noexcept { return ended_; }
+
+  /// Ends the run now (as an end rule would): merges the open rounds, tells
+  /// every live learner, and `run` returns. `why` is what `ended()` reads.
+  void end_run(std::string why, time_point now) {
+    if (ended_) return;
+    flush(now);
+    for (const auto& [id, l] : learners_)
+      if (l.live) send_end(l.peer, id, l.incarnation);
+    ended_ = std::move(why);
+    if (options_.log) options_.log("run ended: " + *ended_);
+  }
 
   /// With a world size: whether all M learners have joined and been welcomed.
   bool started() const noexcept { return started_; }
@@ -376,6 +401,8 @@ class syncer {
     double norm;           ///< ‖Δ‖₂ as it arrived
     double pace;           ///< `norm` per step^(3/4) of its work (steps capped at H): what clipping compares
     bool final;
+    std::uint64_t tokens;  ///< of the work behind it, as the learner reported
+    std::uint64_t steps;
     time_point arrived;
     byte_buffer payload;
   };
@@ -424,8 +451,10 @@ class syncer {
     log(static_cast<std::size_t>(category), std::forward<Line>(line));
   }
 
+  /// `d` as "12.3 s" (to the tenth of a second).
   static std::string seconds(std::chrono::nanoseconds d) {
-    return std::to_string(std::chrono::duration<double>(d).count()) + " s";
+    const auto tenths = std::llround(std::chrono::duration<double>(d).count() * 10);
+    return std::to_string(tenths / 10) + "." + std::to_string(std::abs(tenths % 10)) + " s";
   }
 
   static std::string describe(const message_header& h) {
@@ -631,6 +660,49 @@ class syncer {
       if (l.live) welcome(id, l);
   }
 
+  /// Applies `end_options`: ends the run at the first limit reached.
+  void check_end(time_point now) {
+    if (ended_ || failure_) return;
+    const auto& e = options_.end;
+    const std::uint64_t p = fragments_.size();
+    if (e.max_outer_updates && metrics_.outer_updates >= e.max_outer_updates)
+      return end_run(std::to_string(metrics_.outer_updates) + " outer updates (max_outer_updates)", now);
+    if (e.max_tokens && metrics_.tokens_merged / p >= e.max_tokens)
+      return end_run(std::to_string(metrics_.tokens_merged / p) + " tokens trained (max_tokens)", now);
+    if (e.max_steps && metrics_.steps_merged / p >= e.max_steps)
+      return end_run(std::to_string(metrics_.steps_merged / p) + " inner steps trained (max_steps)", now);
+    if (first_message_ && e.deadline > std::chrono::nanoseconds::zero() && now - *first_message_ >= e.deadline)
+      return end_run("deadline of " + seconds(e.deadline) + " reached", now);
+    if (e.when_all_gone && started_ && !learners_.empty()) {
+      std::size_t left = 0;
+      for (const auto& [id, l] : learners_) {
+        if (l.live || (!l.left && (!l.gone_since || now - *l.gone_since < *e.when_all_gone))) return;
+        left += l.left;
+      }
+      return end_run("every learner is gone (" + std::to_string(left) + " left, " +
+                         std::to_string(learners_.size() - left) + " dead for " + seconds(*e.when_all_gone) +
+                         " or more)",
+                     now);
+    }
+  }
+
+  void send_end(peer_id to, std::uint32_t learner, std::uint32_t incarnation) {
+    message m;
+    m.header.kind = message_kind::end;
+    m.header.learner = learner;
+    m.header.incarnation = incarnation;
+    if (transport_.try_send(to, m)) ++metrics_.send_failures;
+  }
+
+  /// After the end: a learner's message is answered with `end` and changes
+  /// nothing (a learner that restarts or rejoins then learns it is over).
+  void tell_ended(const envelope& e) {
+    const auto& h = e.msg.header;
+    if (e.error != wire_error::none || h.learner == syncer_peer) return;
+    if (h.kind == message_kind::join || h.kind == message_kind::contribution || h.kind == message_kind::heartbeat)
+      send_end(e.from, h.learner, h.incarnation);
+  }
+
   /// Fails the run when the rendezvous has timed out, or when a learner of
   /// the world stayed dead past `loss_wait` under `lost_learner::fail`.
   void check_world(time_point now) {
@@ -655,7 +727,11 @@ class syncer {
           break;
         }
     }
-    if (failure_ && options_.log) options_.log("run failed: " + *failure_);
+    if (!failure_) return;
+    // The learners stop too: a failed run is over for them as well.
+    for (const auto& [id, l] : learners_)
+      if (l.live) send_end(l.peer, id, l.incarnation);
+    if (options_.log) options_.log("run failed: " + *failure_);
   }
 
   /// Whether `peer` is still connected: a `peer_conflict` reject about the
@@ -780,7 +856,7 @@ class syncer {
     const double norm = std::sqrt(squared);
     f.round.push_back(contribution_entry{id, h.incarnation, h.sequence, h.base_revision, weight, period_weight, norm,
                                          pace(norm, h.steps, options_.training.sync_period),
-                                         (h.flags & final_contribution) != 0, now,
+                                         (h.flags & final_contribution) != 0, h.tokens, h.steps, now,
                                          std::move(m.payload)});
     advance_round(h.fragment, now);
   }
@@ -938,7 +1014,11 @@ class syncer {
     metrics_.contributions_merged += f.round.size();
     metrics_.contributions_pending -= f.round.size();
     metrics_.staleness_max = std::max(metrics_.staleness_max, max_staleness);
-    for (const auto& c : f.round) metrics_.staleness_sum += f.revision - 1 - c.base_revision;
+    for (const auto& c : f.round) {
+      metrics_.staleness_sum += f.revision - 1 - c.base_revision;
+      metrics_.tokens_merged += c.tokens;
+      metrics_.steps_merged += c.steps;
+    }
 
     if (contributors(f) < whole_round()) ++metrics_.partial_rounds;
     const auto contributors_merged = static_cast<std::uint32_t>(f.round.size());
@@ -1055,6 +1135,7 @@ class syncer {
   bool started_ = true;                     ///< past the rendezvous (always, without a world size)
   std::optional<time_point> first_message_;  ///< when the rendezvous began
   std::optional<std::string> failure_;
+  std::optional<std::string> ended_;
 };
 
 }  // namespace diloco

@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -68,6 +69,29 @@ struct world_options {
   }
 };
 
+/// When the syncer ends a run by itself (docs/design.md, "The end of a
+/// run"): at the first limit reached. Every limit is off (0 or empty) by
+/// default. At the end the syncer merges the open rounds, tells every live
+/// learner (`message_kind::end`; `learner::step` then returns `errc::ended`),
+/// and `run` returns; `syncer::ended()` says why.
+struct end_options {
+  std::uint64_t max_outer_updates = 0;  ///< revisions created, all fragments together
+  std::uint64_t max_tokens = 0;         ///< tokens trained into the global model (merged, per fragment)
+  std::uint64_t max_steps = 0;          ///< inner steps trained into the global model (merged, per fragment)
+  std::chrono::nanoseconds deadline{0}; ///< wall time since the syncer's first message
+  /// Once a learner has joined: when every learner has left or has been
+  /// dead (silent past the heartbeat timeout) this much longer. Empty: never.
+  std::optional<std::chrono::nanoseconds> when_all_gone{};
+
+  /// Throws `std::invalid_argument` naming the first bad setting.
+  void check() const {
+    if (deadline < std::chrono::nanoseconds::zero())
+      throw std::invalid_argument("diloco::end_options: deadline must not be negative");
+    if (when_all_gone && *when_all_gone < std::chrono::nanoseconds::zero())
+      throw std::invalid_argument("diloco::end_options: when_all_gone must not be negative");
+  }
+};
+
 /// What the syncer reports after each outer update.
 struct update_event {
   std::uint32_t fragment = 0;
@@ -86,6 +110,7 @@ struct update_event {
 struct syncer_options {
   training_config training;
   world_options world{};             ///< a fixed set of M learners (synchronous modes); off by default
+  end_options end{};                 ///< when the run is over; no limit by default
   std::uint32_t quorum = 1;          ///< K, distinct learners before a round may close (with a world: all of them)
   double grace_factor = 0.5;         ///< γ in [0, 1): share of the slack spent waiting for more learners
   std::chrono::nanoseconds max_grace = std::chrono::seconds(1);  ///< upper bound of one grace window

@@ -33,6 +33,7 @@ enum class message_kind : std::uint8_t {
   reject = 8,        ///< syncer → learner: message `answers` was refused for `reason`
   layout = 9,        ///< learner → syncer: its parameter layout (asked for by a `state_wanted` welcome)
   state = 10,        ///< learner → syncer: its initial values of fragment `fragment` (idem)
+  end = 11,          ///< syncer → learner: the run is over (its end rule was met); stop training
 };
 
 /// Element encoding of a payload.

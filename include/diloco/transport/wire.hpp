@@ -147,7 +147,7 @@ inline decoded_header decode_header(std::span<const std::byte> frame, std::uint6
   h.reason = get<std::uint8_t>(frame, offset::reason);
   h.mixing = get<double>(frame, offset::mixing);
   const bool known_kind = kind >= static_cast<std::uint8_t>(message_kind::join) &&
-                          kind <= static_cast<std::uint8_t>(message_kind::state);
+                          kind <= static_cast<std::uint8_t>(message_kind::end);
   const bool reason_ok = kind == static_cast<std::uint8_t>(message_kind::reject) ? h.reason < reject_reason_count
                                                                                  : h.reason == 0;
   // Status only on updates, each flag only on the kind it belongs to.
