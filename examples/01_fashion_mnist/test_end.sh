@@ -13,14 +13,7 @@
 # Every process is bounded in time and killed on every exit path.
 set -u
 syncer=$(realpath "$1") fashion=$(realpath "$2")
-work=$(mktemp -d "${TMPDIR:-/tmp}/diloco_end.XXXXXX")
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
-  rm -rf "$work"
-}
-trap cleanup EXIT
-port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+source "$(dirname "$0")/processes.sh" diloco_end
 failures=0
 fail() { echo "FAIL $*"; failures=$((failures + 1)); }
 

@@ -5,14 +5,7 @@
 # Every process is bounded in time and killed on every exit path.
 set -u
 syncer=$(realpath "$1") keygen=$(realpath "$2") fashion=$(realpath "$3")
-work=$(mktemp -d "${TMPDIR:-/tmp}/diloco_service.XXXXXX")
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
-  rm -rf "$work"
-}
-trap cleanup EXIT
-port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+source "$(dirname "$0")/processes.sh" diloco_service
 failures=0
 
 run() {  # name, syncer extra args, learner extra args

@@ -9,14 +9,8 @@
 # refused none. Every process is bounded in time and killed on every exit.
 set -u
 syncer=$(realpath "$1") fashion=$(realpath "$2")
-work=$(mktemp -d "${TMPDIR:-/tmp}/diloco_restart.XXXXXX")
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
-  rm -rf "$work"
-}
-trap cleanup EXIT
-port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+source "$(dirname "$0")/processes.sh" diloco_restart
+port=$(port)
 endpoint="tcp://127.0.0.1:$port"
 args=(--endpoint "$endpoint" --learners 2 --fragments 4 --H 20 --checkpoint-dir "$work/checkpoints")
 

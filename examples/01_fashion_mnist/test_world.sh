@@ -9,14 +9,7 @@
 # Every process is bounded in time and killed on every exit path.
 set -u
 fashion=$(realpath "$1") runs=${2:-1} steps=${3:-200}
-work=$(mktemp -d "${TMPDIR:-/tmp}/diloco_world.XXXXXX")
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done
-  rm -rf "$work"
-}
-trap cleanup EXIT
-port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+source "$(dirname "$0")/processes.sh" diloco_world
 failures=0
 h=20
 
