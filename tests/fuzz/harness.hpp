@@ -278,12 +278,14 @@ class harness {
   }
 
   /// Whom each learner was last welcomed as (the endpoint of a join that
-  /// added, revived, moved or re-welcomed it: its state was sent); a
-  /// contribution accepted from any other endpoint breaks the identity
-  /// binding.
+  /// added, revived, moved or re-welcomed it: a join not refused whose state
+  /// was sent, or failed to send); a contribution accepted from any other
+  /// endpoint breaks the identity binding. A refused join binds nothing,
+  /// even when sending its reject failed (to a peer that is gone).
   void check_binding(const syncer_metrics& before, message_kind kind, std::uint32_t learner, peer_id from) {
     const auto& after = syncer_.metrics();
-    if (kind == message_kind::join && after.updates_sent + after.send_failures > before.updates_sent + before.send_failures)
+    if (kind == message_kind::join && after.rejected_total() == before.rejected_total() &&
+        after.updates_sent + after.send_failures > before.updates_sent + before.send_failures)
       bound_[learner] = from;
     if (after.contributions_accepted != before.contributions_accepted) {
       const auto it = bound_.find(learner);

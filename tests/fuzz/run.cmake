@@ -29,8 +29,11 @@ file(REMOVE_RECURSE ${BINARY_DIR}/seeds ${BINARY_DIR}/corpus ${BINARY_DIR}/artif
 file(MAKE_DIRECTORY ${BINARY_DIR}/corpus ${BINARY_DIR}/artifacts)
 execute_process(COMMAND ${build}/make_corpus ${BINARY_DIR}/seeds COMMAND_ERROR_IS_FATAL ANY)
 
+# regressions/: inputs that once failed, run first with the seeds (new
+# inputs go to corpus/, the first directory).
 execute_process(COMMAND ${build}/decode_fuzzer -max_total_time=${SECONDS} -timeout=10 -print_final_stats=1
                         -artifact_prefix=${BINARY_DIR}/artifacts/ ${BINARY_DIR}/corpus ${BINARY_DIR}/seeds
+                        ${SOURCE_DIR}/regressions
                 RESULT_VARIABLE result)
 if(NOT result EQUAL 0)
   file(GLOB crashes ${BINARY_DIR}/artifacts/*)
