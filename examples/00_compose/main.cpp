@@ -14,17 +14,16 @@ int main() {
   using namespace diloco;
   inproc::hub hub;  // learners and the syncer as threads of this process
   line_model init;  // the initial global parameters
-  syncer<outer::nesterov<float>, merge::token_weighted, inproc::endpoint> sync(
-      init.layout(), init.parameters(), hub.attach(syncer_peer),
-      presets::decoupled_diloco(/*H=*/20, /*P=*/2, /*K=*/1));
+  auto config = presets::decoupled_diloco(/*H=*/20, /*P=*/2, /*K=*/1);  // AdamW, Nesterov, token-weighted
+  config.inner = inner::adamw<float>({.learning_rate = 0.05});
+  auto sync = config.make_syncer(init.layout(), init.parameters(), hub.attach(syncer_peer));
   std::jthread server([&](std::stop_token stop) { sync.run(stop); });
 
   std::vector<std::jthread> learners;
   for (std::uint32_t id = 0; id < 4; ++id)
     learners.emplace_back([&, id] {
       line_model model;
-      learner<line_model, inner::adamw<float>, inproc::endpoint> unit(model, hub.attach(id), {.id = id},
-                                                                      inner::adamw<float>({.learning_rate = 0.05}));
+      auto unit = config.make_learner(model, hub.attach(id), {.id = id});
       for (int step = 0; step < 2000; ++step) {
         unit.step(line_model::sample(id, step)).value();
         std::this_thread::sleep_for(std::chrono::microseconds(200));  // stands in for real work

@@ -1,28 +1,75 @@
 // Named configurations: synchronous data parallelism, DiLoCo, Streaming DiLoCo
 // and Decoupled DiLoCo are settings of one runtime, so every comparison runs
-// the same code.
+// the same code. Each preset is a bundle (`setup`): the syncer's options
+// together with the inner step, outer optimizer and merge policy that belong
+// with them, so that a configuration cannot be assembled from mismatched
+// parts; `make_syncer` and `make_learner` build the two ends from it.
 #pragma once
 
 #include <algorithm>
 #include <cstdint>
 #include <optional>
+#include <span>
+#include <utility>
 
 #include "diloco/concepts/scalar.hpp"
 #include "diloco/inner/adamw.hpp"
 #include "diloco/inner/sgd.hpp"
+#include "diloco/merge/weighted_mean.hpp"
 #include "diloco/outer/from_inner.hpp"
 #include "diloco/outer/nesterov.hpp"
+#include "diloco/runtime/learner.hpp"
 #include "diloco/runtime/syncer.hpp"
 
 namespace diloco::presets {
 
+/// A configuration: the syncer's options (it derives from `syncer_options`,
+/// so it is what a syncer takes and its fields read as before) and the
+/// policies of both ends. Change a policy's settings by assigning the member
+/// (`config.inner = inner::adamw<float>({.learning_rate = 0.05})`).
+template <class InnerStep, class OuterOptimizer, class MergePolicy>
+struct setup : syncer_options {
+  using scalar_type = typename OuterOptimizer::scalar_type;
+  using inner_step_type = InnerStep;
+  using outer_optimizer_type = OuterOptimizer;
+  using merge_policy_type = MergePolicy;
+  template <class Transport>
+  using syncer_type = diloco::syncer<OuterOptimizer, MergePolicy, Transport>;
+  template <class Model, class Transport>
+  using learner_type = diloco::learner<Model, InnerStep, Transport>;
+
+  InnerStep inner{};
+  OuterOptimizer outer{};
+  MergePolicy merge{};
+
+  /// The syncer of this configuration, starting from `initial` (flat, in
+  /// `layout` order) and serving `transport`.
+  template <class Transport>
+  syncer_type<Transport> make_syncer(const parameter_layout& layout, std::span<const scalar_type> initial,
+                                     Transport& transport) const {
+    return syncer_type<Transport>(layout, initial, transport, *this, outer, merge);
+  }
+
+  /// A learner of this configuration training `model` over `transport`.
+  template <class Model, class Transport>
+  learner_type<Model, Transport> make_learner(Model& model, Transport& transport, learner_options options) const {
+    return learner_type<Model, Transport>(model, transport, std::move(options), inner);
+  }
+};
+
+/// The inner step of data parallelism: SGD with learning rate 1, so that a
+/// learner's outer gradient is its gradient.
+inline inner::sgd_options data_parallel_inner_options() { return inner::sgd_options{.learning_rate = 1.0}; }
+
 /// Synchronous data parallelism over `learners` learners: H = 1, one fragment,
 /// lock-step, a world of M = `learners` (a rendezvous first, every round
-/// waits for every live learner). Pair it with `data_parallel_inner<T>` (SGD,
-/// learning rate 1, so each outer gradient is the learner's gradient) and
-/// `data_parallel_outer<T>` (the real optimizer, applied to the average).
-inline syncer_options data_parallel(std::uint32_t learners) {
-  syncer_options o;
+/// waits for every live learner). Learners take inner SGD with learning rate
+/// 1; the syncer applies AdamW (`adamw`) to the averaged gradient.
+template <scalar T = float>
+setup<inner::sgd<T>, outer::from_inner<inner::adamw<T>>, merge::average> data_parallel(
+    std::uint32_t learners, inner::adamw_options adamw = {}) {
+  setup<inner::sgd<T>, outer::from_inner<inner::adamw<T>>, merge::average> o{
+      {}, inner::sgd<T>(data_parallel_inner_options()), outer::from_inner<inner::adamw<T>>(adamw), {}};
   o.training = training_config{.fragments = 1, .sync_period = 1, .overlap = 0, .mixing = 0.0, .lock_step = true};
   o.world.size = learners;
   o.quorum = learners;
@@ -33,15 +80,25 @@ inline syncer_options data_parallel(std::uint32_t learners) {
 template <scalar T>
 using data_parallel_inner = inner::sgd<T>;
 
-inline inner::sgd_options data_parallel_inner_options() { return inner::sgd_options{.learning_rate = 1.0}; }
-
 template <scalar T>
 using data_parallel_outer = outer::from_inner<inner::adamw<T>>;
 
+/// DiLoCo's outer optimizer (Nesterov, η = 0.7, μ = 0.9) and inner optimizer (AdamW).
+template <scalar T>
+using diloco_outer = outer::nesterov<T>;
+template <scalar T>
+using diloco_inner = inner::adamw<T>;
+
+/// The policies of the DiLoCo family: AdamW inside, Nesterov outside, merged by `Merge`.
+template <scalar T, class Merge>
+using diloco_setup = setup<inner::adamw<T>, outer::nesterov<T>, Merge>;
+
 /// DiLoCo (arXiv 2311.08105): every learner sends the whole model every H
-/// steps and waits for the merged result; a world of M = `learners`.
-inline syncer_options diloco(std::uint32_t learners, std::uint32_t sync_period) {
-  syncer_options o;
+/// steps and waits for the merged result; a world of M = `learners`; the
+/// learners' outer gradients are averaged.
+template <scalar T = float>
+diloco_setup<T, merge::average> diloco(std::uint32_t learners, std::uint32_t sync_period) {
+  diloco_setup<T, merge::average> o;
   o.training = training_config{.fragments = 1, .sync_period = sync_period, .overlap = 0, .mixing = 0.0, .lock_step = true};
   o.world.size = learners;
   o.quorum = learners;
@@ -52,9 +109,10 @@ inline syncer_options diloco(std::uint32_t learners, std::uint32_t sync_period) 
 /// Streaming DiLoCo (arXiv 2501.18512): P staggered fragments, answers used τ
 /// steps after the send, mixed in with α (0.5 was found robust); a world of
 /// M = `learners`.
-inline syncer_options streaming_diloco(std::uint32_t learners, std::uint32_t sync_period, std::uint32_t fragments,
-                                       std::uint32_t overlap, double mixing = 0.5) {
-  syncer_options o;
+template <scalar T = float>
+diloco_setup<T, merge::average> streaming_diloco(std::uint32_t learners, std::uint32_t sync_period,
+                                                 std::uint32_t fragments, std::uint32_t overlap, double mixing = 0.5) {
+  diloco_setup<T, merge::average> o;
   o.training = training_config{.fragments = fragments, .sync_period = sync_period, .overlap = overlap,
                                .mixing = mixing, .lock_step = true};
   o.world.size = learners;
@@ -64,12 +122,14 @@ inline syncer_options streaming_diloco(std::uint32_t learners, std::uint32_t syn
 }
 
 /// Decoupled DiLoCo (arXiv 2604.21428): nobody waits; a round closes with K
-/// learners plus an adaptive grace window; answers overwrite (α = 0). Open
-/// membership (no world size). τ defaults to min(5, H − 1): 5 steps of
-/// overlap, never as many as H.
-inline syncer_options decoupled_diloco(std::uint32_t sync_period, std::uint32_t fragments, std::uint32_t quorum = 1,
-                                       std::optional<std::uint32_t> overlap = std::nullopt) {
-  syncer_options o;
+/// learners plus an adaptive grace window; answers overwrite (α = 0);
+/// contributions weighted by their tokens. Open membership (no world size).
+/// τ defaults to min(5, H − 1): 5 steps of overlap, never as many as H.
+template <scalar T = float>
+diloco_setup<T, merge::token_weighted> decoupled_diloco(std::uint32_t sync_period, std::uint32_t fragments,
+                                                        std::uint32_t quorum = 1,
+                                                        std::optional<std::uint32_t> overlap = std::nullopt) {
+  diloco_setup<T, merge::token_weighted> o;
   const std::uint32_t tau = overlap.value_or(std::min<std::uint32_t>(5, sync_period > 0 ? sync_period - 1 : 0));
   o.training = training_config{.fragments = fragments, .sync_period = sync_period, .overlap = tau,
                                .mixing = 0.0, .lock_step = false};
@@ -77,11 +137,5 @@ inline syncer_options decoupled_diloco(std::uint32_t sync_period, std::uint32_t 
   o.grace_factor = 0.5;
   return o;
 }
-
-/// DiLoCo's outer optimizer (Nesterov, η = 0.7, μ = 0.9) and inner optimizer (AdamW).
-template <scalar T>
-using diloco_outer = outer::nesterov<T>;
-template <scalar T>
-using diloco_inner = inner::adamw<T>;
 
 }  // namespace diloco::presets
