@@ -22,6 +22,7 @@
 #include <diloco/diloco.hpp>
 #include <diloco/metrics/trace.hpp>
 #include <diloco/runtime/checkpoint.hpp>
+#include <diloco/runtime/journal.hpp>
 #include <diloco/runtime/syncer_checkpoint.hpp>
 #include <diloco/transport/zeromq.hpp>
 #include <diloco_tools/cli.hpp>
@@ -45,6 +46,7 @@ struct settings {
   std::uint32_t delay = 4;
   std::string merge = "tokens";
   std::string layout_file, curve_secret, save_file, metrics_file, checkpoint_dir, trace_file;
+  bool journal_sync = false;  ///< fdatasync the journal after each contribution
   std::vector<std::string> allow_files;
   double durability_seconds = 0;  ///< 0: before every published update
   std::uint64_t learners = 0;
@@ -200,6 +202,9 @@ std::optional<int> parse(int argc, char** argv, settings& s) {
   app.add_option("--checkpoint-dir", s.checkpoint_dir, "keep checkpoints there; on start, resume from the newest "
                                                         "intact one")
       ->type_name("DIR");
+  app.add_flag("--journal-sync", s.journal_sync,
+               "with --checkpoint-dir: flush the contribution journal to disk before each acknowledgement, so that "
+               "it survives the machine and not only the process (one disk flush per contribution)");
   app.add_option("--durability", durability_text,
                  "checkpoint before every outer update is published (update), or every SEC seconds")
       ->type_name("update|SEC")->check(durability)->capture_default_str();
@@ -311,7 +316,15 @@ int serve(const settings& s, diloco::zeromq::server& server, start& from, diloco
   auto options = s.options;
   options.log = log;
   const syncer_type* self = nullptr;
-  auto write_checkpoint = [&] { store->write(diloco::checkpoint_body(*self)); };
+  // With checkpoints, a journal beside them keeps what was acknowledged since
+  // the last one (docs/design.md, "Nothing acknowledged is lost").
+  std::optional<diloco::contribution_journal> journal;
+  if (store) journal.emplace(store->directory() / "journal.bin", s.journal_sync);
+  auto write_checkpoint = [&] {
+    store->write(diloco::checkpoint_body(*self));
+    journal->clear();  // the checkpoint holds all of it now: merged, or in an open round
+  };
+  if (journal) options.before_ack = [&](const diloco::message& m) { journal->append(m); };
   std::optional<diloco::trace_writer> trace;
   if (!s.trace_file.empty()) trace.emplace(s.trace_file);
   // Made durable (per-update durability), then traced, then published.
@@ -334,7 +347,25 @@ int serve(const settings& s, diloco::zeromq::server& server, start& from, diloco
   if (!from.state.empty()) {
     std::istringstream in(from.state);
     sync.load(in);  // throws corrupt_state with the reason
-    log("resumed at revisions " + revisions(sync) + "; learners rejoin by themselves");
+    log("resumed at revisions " + revisions(sync) + " with " + std::to_string(sync.metrics().contributions_pending) +
+        " contributions in open rounds; learners rejoin by themselves");
+  }
+  if (journal) {
+    auto journaled = diloco::contribution_journal::read(journal->path(), from.layout.size() * sizeof(float));
+    if (!from.state.empty()) {
+      std::size_t taken = 0;
+      for (auto& m : journaled.messages) taken += sync.replay(std::move(m), diloco::clock::now());
+      if (!journaled.messages.empty() || journaled.torn_bytes)
+        log("journal: " + std::to_string(taken) + " acknowledged contributions taken back, " +
+            std::to_string(journaled.messages.size() - taken) + " already in the checkpoint, " +
+            std::to_string(journaled.torn_bytes) + " torn bytes ignored");
+    } else if (!journaled.messages.empty()) {
+      log("journal: " + std::to_string(journaled.messages.size()) +
+          " records without a checkpoint beneath them (another run's) discarded");
+    }
+    // Durable before anything else is accepted: the journal then holds only
+    // what this process acknowledges.
+    write_checkpoint();
   }
   if (trace) {
     std::vector<std::uint64_t> at;

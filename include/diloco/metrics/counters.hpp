@@ -93,7 +93,7 @@ struct syncer_metrics {
   std::uint64_t contributions_accepted = 0;
   std::uint64_t contributions_merged = 0;
   std::uint64_t contributions_pending = 0;   ///< accepted, waiting in an open round
-  std::uint64_t contributions_lost = 0;      ///< accepted, pending when the syncer stopped without flushing (restored from a checkpoint)
+  std::uint64_t contributions_lost = 0;      ///< accepted, pending when the syncer stopped, restored from a checkpoint that kept no open rounds (before state version 5)
   std::uint64_t contributions_dropped = 0;   ///< accepted, in a round whose result was not published
   std::uint64_t rounds_dropped = 0;          ///< rounds not published (non-finite or too large a result)
   std::uint64_t contributions_clipped = 0;   ///< outer gradients scaled down to the clipping bound
@@ -118,6 +118,10 @@ struct syncer_metrics {
   std::uint64_t partial_rounds = 0;
   std::uint64_t tokens_merged = 0;           ///< Σ tokens of merged contributions, every fragment (P × the tokens trained)
   std::uint64_t steps_merged = 0;            ///< Σ inner steps of merged contributions, every fragment
+  /// Accepted contributions a restarted syncer took back from a journal
+  /// (`syncer::replay`): acknowledged by the syncer that crashed, after its
+  /// last checkpoint. They count as accepted and pending again.
+  std::uint64_t contributions_replayed = 0;
 
   std::uint64_t rejected_total() const noexcept {
     std::uint64_t n = 0;
@@ -147,7 +151,7 @@ inline constexpr std::uint64_t syncer_metrics::*syncer_counter_fields[] = {
     &syncer_metrics::verdicts_sent,         &syncer_metrics::send_failures,
     &syncer_metrics::staleness_sum,         &syncer_metrics::staleness_max,
     &syncer_metrics::partial_rounds,        &syncer_metrics::tokens_merged,
-    &syncer_metrics::steps_merged,
+    &syncer_metrics::steps_merged,          &syncer_metrics::contributions_replayed,
 };
 inline constexpr std::size_t syncer_counter_count = std::size(syncer_counter_fields);
 static_assert(syncer_counter_count * sizeof(std::uint64_t) + sizeof(syncer_metrics::rejected) == sizeof(syncer_metrics),

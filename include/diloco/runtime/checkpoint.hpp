@@ -26,6 +26,24 @@
 
 namespace diloco {
 
+namespace detail {
+
+/// Writes all of `data` to `fd` (retrying short writes and EINTR); false on
+/// an I/O error, with `errno` set.
+inline bool write_all(int fd, std::string_view data) {
+  while (!data.empty()) {
+    const ssize_t n = ::write(fd, data.data(), data.size());
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return false;
+    }
+    data.remove_prefix(static_cast<std::size_t>(n));
+  }
+  return true;
+}
+
+}  // namespace detail
+
 /// A directory of numbered checkpoints, `checkpoint-<sequence>.bin`.
 ///
 /// File format (little-endian): `DLCK`, u32 version 1, u64 sequence, u64
@@ -60,7 +78,7 @@ class checkpoint_store {
 
     const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
     if (fd < 0) fail("cannot create " + temporary.string());
-    const bool ok = write_all(fd, header) && write_all(fd, body) && ::fsync(fd) == 0;
+    const bool ok = detail::write_all(fd, header) && detail::write_all(fd, body) && ::fsync(fd) == 0;
     const int saved_errno = errno;
     ::close(fd);
     if (!ok) {
@@ -107,18 +125,6 @@ class checkpoint_store {
 
   [[noreturn]] static void fail(const std::string& what) {
     throw std::system_error(errno, std::generic_category(), "diloco::checkpoint_store: " + what);
-  }
-
-  static bool write_all(int fd, std::string_view data) {
-    while (!data.empty()) {
-      const ssize_t n = ::write(fd, data.data(), data.size());
-      if (n < 0) {
-        if (errno == EINTR) continue;
-        return false;
-      }
-      data.remove_prefix(static_cast<std::size_t>(n));
-    }
-    return true;
   }
 
   void sync_directory() const {

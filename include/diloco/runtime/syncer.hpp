@@ -287,35 +287,61 @@ class syncer {
 
   /// Writes everything a restarted syncer needs: the global fragments and
   /// their revisions, the idempotency keys, each learner's incarnation,
-  /// expected weights and quarantine, the counters and the outer optimizer's
-  /// state. Open rounds are not written: a contribution accepted but not yet
-  /// merged is lost with the process, and `load` counts it in
-  /// `contributions_lost`. Cost: one pass over the parameters and the
-  /// optimizer state.
+  /// expected weights and quarantine, the counters, the open rounds (the
+  /// contributions accepted and not merged yet) and the outer optimizer's
+  /// state. What it cannot know are contributions accepted after it: a
+  /// journal (`before_ack`, `replay`) keeps those. Cost: one pass over the
+  /// parameters, the open rounds and the optimizer state.
   void save(std::ostream& out) const {
-    write_syncer_state<T>(out, layout_.fingerprint(), layout_.size(), fragments_, learners_, metrics_);
+    std::vector<std::vector<saved_contribution<std::span<const T>>>> rounds(fragments_.size());
+    for (std::size_t p = 0; p < fragments_.size(); ++p)
+      for (const auto& c : fragments_[p].round)
+        rounds[p].push_back({c.learner, c.incarnation, c.sequence, c.base_revision, c.tokens, c.steps, c.final,
+                             c.payload.template as<const T>()});
+    write_syncer_state<T>(out, layout_.fingerprint(), layout_.size(), fragments_, learners_, metrics_, rounds);
     outer_.save(out);
   }
 
-  /// Restores what `save` wrote, for the same layout and fragment count.
+  /// Restores what `save` wrote, for the same layout and fragment count;
+  /// `now` is when the restored open rounds count as opened.
   /// All or nothing: throws `corrupt_state` (naming what is wrong) and
   /// leaves the syncer unchanged on a truncated, corrupt or foreign state, or
   /// one whose parameters are not all finite. Every restored learner starts
   /// as not live: it is welcomed again when it rejoins (learners do so by
-  /// themselves when their contributions go unanswered).
-  void load(std::istream& in) {
+  /// themselves when their contributions go unanswered). A state written
+  /// before open rounds were kept (version 4 or 3) counts what was pending
+  /// in `contributions_lost`.
+  void load(std::istream& in, time_point now = clock::now()) {
     syncer_state_shape shape{layout_.fingerprint(), layout_.size(), {}, options_.max_learners};
     for (const auto& f : fragments_) shape.fragment_sizes.push_back(f.global.size());
     auto state = read_syncer_state<T>(in, shape);
     // Last, because it is all or nothing by itself (the OuterOptimizer
     // contract): once it succeeds nothing below can fail.
     outer_.load(in);
+    std::size_t restored = 0;
     for (std::size_t p = 0; p < fragments_.size(); ++p) {
       auto& f = fragments_[p];
       static_cast<fragment_record<T>&>(f) = std::move(state.fragments[p]);
       f.round.clear();
       f.quorum = false;
       f.deadline.reset();
+      f.opened = now;
+      for (auto& c : state.rounds[p]) {
+        message_header h;
+        h.learner = c.learner;
+        h.incarnation = c.incarnation;
+        h.sequence = c.sequence;
+        h.base_revision = c.base_revision;
+        h.tokens = c.tokens;
+        h.steps = c.steps;
+        h.flags = c.final ? final_contribution : 0;
+        byte_buffer payload = pool_.acquire(c.values.size() * sizeof(T));
+        std::copy(c.values.begin(), c.values.end(), payload.template as<T>().begin());
+        double squared = 0.0;
+        detail::finite_squared_norm(payload.template as<const T>(), squared);
+        add_to_round(f, h, std::move(payload), squared, now);
+        ++restored;
+      }
     }
     learners_.clear();
     for (auto& [id, record] : state.learners) {
@@ -326,8 +352,57 @@ class syncer {
     }
     metrics_ = state.metrics;
     started_ = true;  // a saved run was past its rendezvous: learners rejoin one by one
-    metrics_.contributions_lost += metrics_.contributions_pending;
-    metrics_.contributions_pending = 0;
+    if (restored != metrics_.contributions_pending) {
+      // Only a state without open rounds (before version 5) gets here.
+      metrics_.contributions_lost += metrics_.contributions_pending - std::min<std::uint64_t>(restored, metrics_.contributions_pending);
+      metrics_.contributions_pending = restored;
+    }
+  }
+
+  /// Takes back a contribution that a syncer of this run accepted and
+  /// acknowledged after its last checkpoint (what `before_ack` journaled),
+  /// into its fragment's open round, as if it had just arrived — without
+  /// answering anyone and without counting its learner alive. Call it after
+  /// `load`, for each journaled message in order. Exactly once: a
+  /// contribution the restored state already has (merged, or in an open
+  /// round) is recognized by its idempotency key and skipped, as is one that
+  /// is malformed, stale or of an incarnation the table has retired. Returns
+  /// whether it was taken.
+  bool replay(message&& m, time_point now) {
+    const auto& h = m.header;
+    if (h.kind != message_kind::contribution || h.learner == syncer_peer || h.fragment >= fragments_.size() ||
+        h.codec != codec_of<T>)
+      return false;
+    if (options_.world.size > 0 && !in_world(h.learner)) return false;
+    auto& f = fragments_[h.fragment];
+    double squared = 0.0;
+    const auto max_tokens = options_.screening.max_tokens_per_step;
+    if (h.element_count != f.global.size() || m.payload.size() != f.global.size() * sizeof(T) || h.steps == 0 ||
+        h.steps > h.revision || h.tokens / h.steps > max_tokens ||
+        (h.tokens / h.steps == max_tokens && h.tokens % h.steps != 0) || h.base_revision > f.revision || f.revision - h.base_revision > options_.max_staleness ||
+        f.seen.contains({h.learner, h.incarnation, h.base_revision}) ||
+        !detail::finite_squared_norm(m.payload.template as<const T>(), squared))
+      return false;
+    auto it = learners_.find(h.learner);
+    if (it != learners_.end() && (h.incarnation < it->second.incarnation || it->second.quarantined)) return false;
+    if (it == learners_.end()) {
+      if (learners_.size() >= options_.max_learners && !make_room(now)) return false;
+      it = learners_.try_emplace(h.learner).first;
+      it->second.expected_weight.assign(fragments_.size(), std::nan(""));
+      it->second.gone_since = now;
+    }
+    auto& l = it->second;
+    if (h.incarnation > l.incarnation) {  // it restarted after the checkpoint: it rejoins as that incarnation
+      l.incarnation = h.incarnation;
+      l.left = false;
+    }
+    l.live = false;
+    l.bound = false;
+    f.seen.emplace(idempotency_key{h.learner, h.incarnation, h.base_revision}, h.sequence);
+    ++metrics_.contributions_accepted;
+    ++metrics_.contributions_replayed;
+    add_to_round(f, h, std::move(m.payload), squared, now);
+    return true;
   }
 
   /// Why the run failed, or nothing: the rendezvous timed out, or (with
@@ -832,7 +907,7 @@ class syncer {
       reject(reject_reason::stale, h, &l);
       return send_fragment(id, l, h.fragment, h.sequence, update_status::resync, 0);
     }
-    if (const auto [key, fresh] = f.seen.try_emplace({id, h.incarnation, h.base_revision}, h.sequence); !fresh) {
+    if (const auto key = f.seen.find({id, h.incarnation, h.base_revision}); key != f.seen.end()) {
       // The very contribution again (a network duplicate or a replay): the
       // original was answered, answering its copy would read as a refusal of
       // the original. Another one against the same base: refused with a
@@ -841,24 +916,33 @@ class syncer {
       reject(reject_reason::duplicate, h, &l);
       return send_fragment(id, l, h.fragment, h.sequence, update_status::resync, 0);
     }
-    // tokens ≤ steps · 2^64 and steps ≥ 1: both weights are finite in double.
-    const double weight = merge_.weight(h.tokens, h.steps);
-    const double period_weight = merge_.weight(rounds::period_tokens(h.tokens, h.steps, options_.training.sync_period),
-                                               options_.training.sync_period);
+    if (options_.before_ack) options_.before_ack(m);  // durable first; may throw, nothing recorded yet
+    f.seen.emplace(idempotency_key{id, h.incarnation, h.base_revision}, h.sequence);
     accept_from(h, l, now);
     ++metrics_.contributions_accepted;
     if (options_.on_contribution)
       options_.on_contribution(contribution_event{id, h.incarnation, h.sequence, h.fragment, h.base_revision, true,
                                                   reject_reason::none});
     send_ack(l, h);
+    add_to_round(f, h, std::move(m.payload), squared, now);
+    advance_round(h.fragment, now);
+  }
+
+  /// Puts an accepted contribution into fragment f's open round, with its
+  /// merge weights and norm (`squared`: ‖payload‖², checked finite).
+  void add_to_round(fragment_state& f, const message_header& h, byte_buffer&& payload, double squared,
+                    time_point now) {
+    // tokens ≤ steps · 2^64 and steps ≥ 1: both weights are finite in double.
+    const double weight = merge_.weight(h.tokens, h.steps);
+    const double period_weight = merge_.weight(rounds::period_tokens(h.tokens, h.steps, options_.training.sync_period),
+                                               options_.training.sync_period);
+    const double norm = std::sqrt(squared);
     ++metrics_.contributions_pending;
     if (f.round.empty()) f.opened = now;
-    const double norm = std::sqrt(squared);
-    f.round.push_back(contribution_entry{id, h.incarnation, h.sequence, h.base_revision, weight, period_weight, norm,
-                                         pace(norm, h.steps, options_.training.sync_period),
+    f.round.push_back(contribution_entry{h.learner, h.incarnation, h.sequence, h.base_revision, weight, period_weight,
+                                         norm, pace(norm, h.steps, options_.training.sync_period),
                                          (h.flags & final_contribution) != 0, h.tokens, h.steps, now,
-                                         std::move(m.payload)});
-    advance_round(h.fragment, now);
+                                         std::move(payload)});
   }
 
   /// Distinct learners in fragment p's open round.
@@ -1029,12 +1113,18 @@ class syncer {
     // Keys older than S revisions can never be accepted again: forget them.
     std::erase_if(f.seen, [&](const auto& entry) { return std::get<2>(entry.first) + options_.max_staleness < f.revision; });
 
+    // The merged round leaves the fragment before anything is published: a
+    // checkpoint that `before_publish` writes must not keep it as open.
+    const std::vector<contribution_entry> merged = std::move(f.round);
+    f.round.clear();
+    f.quorum = false;
+    f.deadline.reset();
     if (options_.before_publish) options_.before_publish(event);
     for (const auto& [id, l] : learners_) {
       if (!l.live) continue;
       std::uint64_t answers = 0;
       std::int64_t hold = 0;
-      for (const auto& c : f.round)
+      for (const auto& c : merged)
         if (c.learner == id && c.sequence > answers) {
           answers = c.sequence;
           hold = (now - c.arrived).count();
@@ -1042,10 +1132,6 @@ class syncer {
       if (answers != 0 || options_.recipients == update_recipients::live_learners)
         send_fragment(id, l, p, answers, update_status::merged, hold);
     }
-
-    f.round.clear();
-    f.quorum = false;
-    f.deadline.reset();
     if (options_.on_update) options_.on_update(event);
   }
 

@@ -148,6 +148,13 @@ struct syncer_options {
   /// Called when a round is dropped instead of published (its contributions
   /// then count as `contributions_dropped`).
   std::function<void(const drop_event&)> on_drop{};
+  /// Called with every contribution the syncer accepts, before anything of
+  /// it is recorded and before its acknowledgement leaves: the place to make
+  /// it durable (`contribution_journal::append`), so that an acknowledged
+  /// contribution survives a crash of the syncer (`syncer::replay` takes it
+  /// back). If it throws, the contribution is neither recorded nor
+  /// acknowledged and the exception leaves `handle`.
+  std::function<void(const message&)> before_ack{};
 };
 
 }  // namespace diloco

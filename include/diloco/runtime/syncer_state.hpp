@@ -11,6 +11,7 @@
 #include <istream>
 #include <map>
 #include <ostream>
+#include <span>
 #include <string>
 #include <tuple>
 #include <vector>
@@ -46,6 +47,22 @@ struct learner_record {
   std::vector<double> expected_weight;
 };
 
+/// A contribution accepted (and acknowledged) but not merged yet, as a
+/// checkpoint keeps it: who sent it, against which base, the work behind it
+/// and its outer gradient. `Values` is `std::span<const T>` when written and
+/// `std::vector<T>` when read back.
+template <class Values>
+struct saved_contribution {
+  std::uint32_t learner = 0;
+  std::uint32_t incarnation = 0;
+  std::uint64_t sequence = 0;
+  std::uint64_t base_revision = 0;
+  std::uint64_t tokens = 0;
+  std::uint64_t steps = 0;
+  bool final = false;
+  Values values{};
+};
+
 /// A syncer state as read back (the outer optimizer's state follows it in
 /// the stream and is read by the optimizer).
 template <std::floating_point T>
@@ -53,6 +70,9 @@ struct syncer_state {
   std::vector<fragment_record<T>> fragments;
   std::map<std::uint32_t, learner_record> learners;
   syncer_metrics metrics;
+  /// Per fragment, its open round (empty in a version 3 or 4 state, which
+  /// did not keep them).
+  std::vector<std::vector<saved_contribution<std::vector<T>>>> rounds;
 };
 
 /// What a state must match to be read into a syncer: its model (layout
@@ -65,24 +85,29 @@ struct syncer_state_shape {
   std::uint32_t max_learners = 0;
 };
 
-/// The version `write_syncer_state` writes. Version 3 (counters as one raw
-/// struct, 22 counters and 25 refusal reasons) is still read.
-inline constexpr std::uint32_t syncer_state_version = 4;
+/// The version `write_syncer_state` writes. Versions 4 (no open rounds) and
+/// 3 (also counters as one raw struct, 22 counters and 25 refusal reasons)
+/// are still read.
+inline constexpr std::uint32_t syncer_state_version = 5;
 
-/// Writes a syncer state (little-endian): tag `SYNC` version 4; u64 layout
+/// Writes a syncer state (little-endian): tag `SYNC` version 5; u64 layout
 /// fingerprint, u64 parameter count, u32 fragment count; per fragment u64
 /// revision, its values (u64 count, then each), u64 key count and per key u32
 /// learner, u32 incarnation, u64 base revision, u64 sequence; u64 learner
 /// count and per learner u32 id, u32 incarnation, u8 flags (1 left, 2
 /// quarantined), u32 strikes, its expected weights (u64 count, then each as
-/// f64); the counters (`write_syncer_metrics`). `Fragment` and `Learner` are
-/// the caller's own records, which extend the ones saved here. Cost: one pass
-/// over the parameters.
+/// f64); the counters (`write_syncer_metrics`); then per fragment its open
+/// round: u64 count and per contribution u32 learner, u32 incarnation, u64
+/// sequence, u64 base revision, u64 tokens, u64 steps, u8 final, its values
+/// (u64 count, then each). `Fragment` and `Learner` are the caller's own
+/// records, which extend the ones saved here; `rounds[p]` lists fragment p's
+/// open round. Cost: one pass over the parameters and the open rounds.
 template <std::floating_point T, std::derived_from<fragment_record<T>> Fragment,
           std::derived_from<learner_record> Learner>
 void write_syncer_state(std::ostream& out, std::uint64_t layout_fingerprint, std::uint64_t parameter_count,
                         const std::vector<Fragment>& fragments, const std::map<std::uint32_t, Learner>& learners,
-                        const syncer_metrics& metrics) {
+                        const syncer_metrics& metrics,
+                        const std::vector<std::vector<saved_contribution<std::span<const T>>>>& rounds) {
   serial::write_tag(out, "SYNC", syncer_state_version);
   serial::write_pod<std::uint64_t>(out, layout_fingerprint);
   serial::write_pod<std::uint64_t>(out, parameter_count);
@@ -109,6 +134,22 @@ void write_syncer_state(std::ostream& out, std::uint64_t layout_fingerprint, std
     serial::write_array(out, l.expected_weight);
   }
   write_syncer_metrics(out, metrics);
+  for (std::size_t p = 0; p < fragments.size(); ++p) {
+    const auto none = std::span<const saved_contribution<std::span<const T>>>{};
+    const auto round = p < rounds.size() ? std::span(rounds[p]) : none;
+    serial::write_pod<std::uint64_t>(out, round.size());
+    for (const auto& c : round) {
+      serial::write_pod(out, c.learner);
+      serial::write_pod(out, c.incarnation);
+      serial::write_pod(out, c.sequence);
+      serial::write_pod(out, c.base_revision);
+      serial::write_pod(out, c.tokens);
+      serial::write_pod(out, c.steps);
+      serial::write_pod<std::uint8_t>(out, c.final ? 1 : 0);
+      serial::write_pod<std::uint64_t>(out, c.values.size());
+      for (const T v : c.values) serial::write_pod(out, v);
+    }
+  }
 }
 
 namespace detail {
@@ -128,10 +169,12 @@ inline syncer_metrics read_syncer_metrics_v3(std::istream& in) {
 
 }  // namespace detail
 
-/// Reads what `write_syncer_state` wrote (version 4, or 3) for a syncer of
+/// Reads what `write_syncer_state` wrote (version 5, 4 or 3) for a syncer of
 /// `shape`. Throws `corrupt_state`, naming what is wrong, on a truncated or
 /// corrupt state, one of another model or fragment count, one with more
-/// learners than `shape.max_learners`, or parameters that are not all finite.
+/// learners than `shape.max_learners`, parameters or open contributions that
+/// are not all finite, or an open contribution of a learner not in the table,
+/// without work, of the wrong size, or from the future.
 /// Memory grows with what is actually read.
 template <std::floating_point T>
 syncer_state<T> read_syncer_state(std::istream& in, const syncer_state_shape& shape) {
@@ -139,8 +182,8 @@ syncer_state<T> read_syncer_state(std::istream& in, const syncer_state_shape& sh
   if (!in.read(tag, 4)) throw corrupt_state("diloco: truncated state, expected tag SYNC");
   if (std::string(tag, 4) != "SYNC") throw corrupt_state("diloco: state tag mismatch, expected SYNC");
   const auto version = serial::read_pod<std::uint32_t>(in, "format version");
-  if (version != 3 && version != syncer_state_version)
-    throw corrupt_state("diloco: unsupported state version " + std::to_string(version) + " for SYNC (reads 3 and " +
+  if (version < 3 || version > syncer_state_version)
+    throw corrupt_state("diloco: unsupported state version " + std::to_string(version) + " for SYNC (reads 3 to " +
                         std::to_string(syncer_state_version) + ")");
   if (serial::read_pod<std::uint64_t>(in, "layout fingerprint") != shape.layout_fingerprint ||
       serial::read_pod<std::uint64_t>(in, "parameter count") != shape.parameter_count)
@@ -183,6 +226,37 @@ syncer_state<T> read_syncer_state(std::istream& in, const syncer_state_shape& sh
       throw corrupt_state("diloco: expected weights of the wrong size");
   }
   state.metrics = version == 3 ? detail::read_syncer_metrics_v3(in) : read_syncer_metrics(in);
+  state.rounds.resize(state.fragments.size());
+  if (version < 5) return state;
+  for (std::size_t p = 0; p < state.fragments.size(); ++p) {
+    const auto size_of_round = serial::read_pod<std::uint64_t>(in, "open round size");
+    if (size_of_round > std::uint64_t{shape.max_learners} * 64)
+      throw corrupt_state("diloco: implausible open round size " + std::to_string(size_of_round));
+    for (std::uint64_t i = 0; i < size_of_round; ++i) {
+      saved_contribution<std::vector<T>> c;
+      c.learner = serial::read_pod<std::uint32_t>(in, "open contribution learner");
+      c.incarnation = serial::read_pod<std::uint32_t>(in, "open contribution incarnation");
+      c.sequence = serial::read_pod<std::uint64_t>(in, "open contribution sequence");
+      c.base_revision = serial::read_pod<std::uint64_t>(in, "open contribution base revision");
+      c.tokens = serial::read_pod<std::uint64_t>(in, "open contribution tokens");
+      c.steps = serial::read_pod<std::uint64_t>(in, "open contribution steps");
+      const auto final = serial::read_pod<std::uint8_t>(in, "open contribution flags");
+      if (final > 1) throw corrupt_state("diloco: bad open contribution flags");
+      c.final = final == 1;
+      const std::size_t size = shape.fragment_sizes[p];
+      c.values = serial::read_array<T>(in, size, "open contribution");
+      if (c.values.size() != size) throw corrupt_state("diloco: an open contribution has the wrong size");
+      if (!std::all_of(c.values.begin(), c.values.end(), [](T v) { return std::isfinite(v); }))
+        throw corrupt_state("diloco: an open contribution is not finite");
+      if (c.steps == 0) throw corrupt_state("diloco: an open contribution without work");
+      if (c.base_revision > state.fragments[p].revision)
+        throw corrupt_state("diloco: an open contribution against a future revision");
+      const auto l = state.learners.find(c.learner);
+      if (l == state.learners.end() || l->second.incarnation < c.incarnation)
+        throw corrupt_state("diloco: an open contribution of a learner not in the table");
+      state.rounds[p].push_back(std::move(c));
+    }
+  }
   return state;
 }
 
