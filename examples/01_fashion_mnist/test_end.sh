@@ -29,11 +29,16 @@ run() {  # name, expected syncer status, syncer args...
   local learners=()
   for id in 0 1 2; do
     timeout 120 "$fashion" --role learner --endpoint "$endpoint" --learners 3 --learner-id "$id" --steps 3000 \
-      > "$work/$name.learner$id.json" 2> "$work/$name.learner$id.log" &
+      --trace "$work/$name.learner$id.trace" > "$work/$name.learner$id.json" 2> "$work/$name.learner$id.log" &
     learners+=($!)
     pids+=($!)
   done
-  sleep 2
+  # Killed once it has joined (its trace says so), not at a fixed time: on a
+  # loaded machine a learner can take seconds to load the data set. Bounded: 60 s.
+  for _ in $(seq 600); do
+    grep -q '"joined"' "$work/$name.learner2.trace" 2>/dev/null && break
+    sleep 0.1
+  done
   pkill -KILL -P "${learners[2]}"  # the learner itself, not the `timeout` that bounds it
   local killed_at=$SECONDS
   for p in "${learners[0]}" "${learners[1]}"; do wait "$p" || fail "$name: a surviving learner failed"; done
