@@ -11,11 +11,16 @@ final global model evaluated on the test set.
                                         data parallel under one fault schedule (a table)
   chaos.py BIN_DIR --mode decoupled     one run (options below)
 
+--learner-checkpoints N makes every learner save a checkpoint every N inner
+steps in DIR/learnerL/, so that a learner restarted after a kill resumes from
+it (docs/design.md, "Learner checkpoints").
+
 BIN_DIR is the build directory (tools/ and examples/01_fashion_mnist/ below it).
 """
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -34,6 +39,8 @@ def run(bins, out, mode, args, faults=True):
     """One chaos run in `out`; returns its report with the test accuracy added."""
     os.makedirs(out, exist_ok=True)
     m = args.learners
+    for i in range(m):  # a learner checkpoint of an earlier run in `out` is not this run's
+        shutil.rmtree(os.path.join(out, f"learner{i}"), ignore_errors=True)
     syncer = (f"{bins}/tools/diloco_syncer --endpoint {{endpoint}} --trace {{trace}} --quiet "
               f"--checkpoint-dir {{dir}}/checkpoints --save {{dir}}/final.f32 --metrics {{dir}}/syncer.json "
               f"--heartbeat-timeout {args.heartbeat_timeout} "
@@ -41,6 +48,8 @@ def run(bins, out, mode, args, faults=True):
     learner = (f"{bins}/examples/01_fashion_mnist/fashion_mnist --role learner --mode {mode} --learners {m} "
                f"--endpoint {{endpoint}} --learner-id {{id}} --incarnation {{incarnation}} --trace {{trace}} "
                f"--stop-at {{stop_at}} --steps 100000000 --progress 0 --seed {args.seed}")
+    if args.learner_checkpoints > 0:
+        learner += f" --checkpoint-dir {{dir}}/learner{{id}} --checkpoint-every {args.learner_checkpoints}"
     command = [f"{bins}/tools/diloco_chaos", "--out", out, "--learners", str(m), "--duration", str(args.duration),
                "--syncer", syncer, "--learner", learner, "--seed", str(args.seed),
                "--title", f"{mode}_{'faults' if faults else 'no_faults'}", "--downtime-bound", str(args.bound)]
@@ -106,6 +115,8 @@ def main():
     p.add_argument("--heartbeat-timeout", type=float, default=3,
                    help="the syncer declares a silent learner dead after this (shorter than a pause)")
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--learner-checkpoints", type=int, default=0, metavar="N",
+                   help="learners save a checkpoint every N inner steps and resume from it after a restart (0: off)")
     args = p.parse_args()
     out = args.out or tempfile.mkdtemp(prefix="diloco_chaos.")
 

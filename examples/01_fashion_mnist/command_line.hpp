@@ -32,7 +32,7 @@ using diloco_tools::split_list;
 
 /// Refuses settings that contradict each other; fills in the defaults that
 /// depend on the mode.
-inline void check(command& c, std::optional<std::uint32_t> fragments) {
+inline void check(command& c, std::optional<std::uint32_t> fragments, std::optional<std::uint64_t> checkpoint_every) {
   settings& s = c.run;
   auto refuse = [](const std::string& why) { throw CLI::ValidationError(why); };
   if (!s.speeds.empty() && s.speeds.size() != s.learners)
@@ -45,6 +45,9 @@ inline void check(command& c, std::optional<std::uint32_t> fragments) {
   if (s.part != role::in_process && s.endpoint.empty()) refuse("--role syncer and --role learner need --endpoint");
   if (s.part == role::learner && s.learner_id >= s.learners) refuse("--learner-id must be below --learners");
   if (s.curve_secret.empty() != s.curve_peer.empty()) refuse("--curve-secret and --curve-peer go together");
+  if (!s.checkpoint_dir.empty() && s.part != role::learner) refuse("--checkpoint-dir is for --role learner");
+  if (checkpoint_every && s.checkpoint_dir.empty()) refuse("--checkpoint-every needs --checkpoint-dir");
+  if (checkpoint_every) s.checkpoint_every = *checkpoint_every;
 }
 
 /// Reads the command line into `c`. Returns nothing to go on, or the exit
@@ -62,6 +65,7 @@ inline std::optional<int> parse_command_line(int argc, char** argv, command& c) 
 
   settings& s = c.run;
   std::optional<std::uint32_t> fragments;
+  std::optional<std::uint64_t> checkpoint_every;
   using u32 = std::uint32_t;
   using u64 = std::uint64_t;
   constexpr double real_max = std::numeric_limits<double>::max();
@@ -177,6 +181,15 @@ inline std::optional<int> parse_command_line(int argc, char** argv, command& c) 
   add_number<double>(app, "--stop-at", s.stop_at, {0.0, real_max},
                      "role learner: finish (final contributions, leave) at this wall time, seconds since the epoch",
                      "UNIX_SECONDS");
+  app.add_option("--checkpoint-dir", s.checkpoint_dir,
+                 "role learner: resume from the newest learner checkpoint in DIR, if any, and save one there every "
+                 "--checkpoint-every steps")
+      ->type_name("DIR");
+  app.add_option_function<std::string>(
+         "--checkpoint-every",
+         [&](const std::string& v) { checkpoint_every = parse_number<u64>("--checkpoint-every", v, {1}); },
+         "role learner: inner steps between two learner checkpoints (" + std::to_string(s.checkpoint_every) + ")")
+      ->type_name("N");
   app.add_option("--evaluate", c.evaluate_file,
                  "only evaluate the parameters in FILE (raw little-endian f32, as diloco_syncer --save writes them) "
                  "on the test set")
@@ -186,7 +199,7 @@ inline std::optional<int> parse_command_line(int argc, char** argv, command& c) 
     if (const auto extra = app.remaining(); !extra.empty())
       throw CLI::ValidationError((extra.front().starts_with("-") ? "unknown option '" : "unexpected argument '") +
                                  extra.front() + "'");
-    check(c, fragments);
+    check(c, fragments, checkpoint_every);
   });
   return diloco_tools::parse(app, argc, argv);
 }

@@ -58,6 +58,12 @@ refused "bad value '-1' for --progress" -- --progress -1
 refused "bad value '-5' for --stop-at" -- --stop-at -5
 refused "bad value '-1' for --learner-id" -- --learner-id -1
 refused "bad value '-1' for --incarnation" -- --incarnation -1
+refused "bad value '0' for --checkpoint-every" -- --role learner --endpoint tcp://127.0.0.1:1 --checkpoint-dir d \
+  --checkpoint-every 0
+refused "bad value '-5' for --checkpoint-every" -- --role learner --endpoint tcp://127.0.0.1:1 --checkpoint-dir d \
+  --checkpoint-every -5
+refused "--checkpoint-every needs --checkpoint-dir" -- --role learner --endpoint tcp://127.0.0.1:1 --checkpoint-every 10
+refused "--checkpoint-dir is for --role learner" -- --checkpoint-dir d
 refused "bad value 'x' for --stall" -- --stall x:1:1
 refused "--stall takes LEARNER:AFTER:STEPS" -- --stall 1:1
 refused "--stall names a learner that does not exist" -- --learners 2 --stall 2:1:1

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <functional>
 #include <iomanip>
 #include <sstream>
 #include <memory>
@@ -20,6 +21,7 @@
 
 #include <diloco/diloco.hpp>
 #include <diloco/metrics/trace.hpp>
+#include <diloco/runtime/learner_checkpoint.hpp>
 #include <diloco/transport/zeromq.hpp>
 
 #include "idx.hpp"
@@ -83,6 +85,8 @@ struct settings {
   double progress_seconds = 2.0;  ///< 0 disables progress lines
   std::string trace_file;         ///< role learner: append events to this file (docs/chaos.md)
   double stop_at = 0;             ///< role learner: finish at this wall time (s since the epoch), 0: never
+  std::string checkpoint_dir;     ///< role learner: resume from and save learner checkpoints here (empty: none)
+  std::uint64_t checkpoint_every = 100;  ///< role learner: inner steps between two checkpoints
   std::chrono::milliseconds sim_step_time{10};
 };
 
@@ -227,20 +231,23 @@ inline std::uint64_t steps_of(const settings& s, std::uint32_t i) {
 
 /// Runs learner `i` for `steps_of(s, i)` steps on a blocking transport, emulating
 /// its speed (a learner at speed v sleeps so that a step takes 1/v as long)
-/// and its stall, then finishes it. Returns an error message, or nothing.
+/// and its stall, then finishes it. A learner restored from a checkpoint
+/// counts the steps it had. `after_step`, if any, runs after every step.
+/// Returns an error message, or nothing.
 template <class Learner>
 std::string drive(Learner& l, const mlp& model, shard_sampler& sampler, double speed, std::uint32_t i,
-                  const settings& s, progress& report) {
+                  const settings& s, progress& report, const std::function<void()>& after_step = {}) {
   std::chrono::steady_clock::duration busy{};
   const auto stop_at = std::chrono::system_clock::time_point(
       std::chrono::duration_cast<std::chrono::system_clock::duration>(std::chrono::duration<double>(s.stop_at)));
-  for (std::uint64_t step = 0; step < steps_of(s, i); ++step) {
+  for (std::uint64_t step = l.metrics().steps; step < steps_of(s, i); ++step) {
     if (s.stop_at > 0 && std::chrono::system_clock::now() >= stop_at) break;
     const auto b = sampler.next(s.batch);
     const auto r = l.step(b);
     if (!r && l.ended()) return {};  // the syncer ended the run: done, not an error
     if (!r) return "learner " + std::to_string(i) + ": " + r.error().message();
     report.stepped(i, r->loss);
+    if (after_step) after_step();
     const auto compute = model.last_compute();
     busy += compute;
     if (speed < 1.0) std::this_thread::sleep_for(std::chrono::duration<double>(compute) * (1.0 / speed - 1.0));
@@ -445,10 +452,30 @@ outcome learn(const settings& s, const split& train_set, Inner inner) {
     trace->learner_line(s.learner_id, s.incarnation, "start", pid);
   }
   learner<mlp, Inner, zeromq::client> l(model, client, options, inner);
+  std::optional<checkpoint_store> checkpoints;
+  std::function<void()> after_step;
+  if (!s.checkpoint_dir.empty()) {
+    static_assert(checkpointable<Inner>, "learner checkpoints need a checkpointable inner step");
+    checkpoints.emplace(s.checkpoint_dir);
+    std::vector<std::string> skipped;
+    try {
+      if (const auto k = load_latest_learner_checkpoint(l, *checkpoints, &skipped))
+        std::fprintf(stderr, "fashion_mnist learner %u: resuming from learner checkpoint %llu at step %llu\n",
+                     s.learner_id, static_cast<unsigned long long>(*k), static_cast<unsigned long long>(l.local_step()));
+    } catch (const corrupt_state& e) {
+      std::fprintf(stderr, "fashion_mnist learner %u: not resuming, the newest checkpoint in %s is unusable: %s\n",
+                   s.learner_id, s.checkpoint_dir.c_str(), e.what());
+    }
+    for (const auto& why : skipped)
+      std::fprintf(stderr, "fashion_mnist learner %u: skipped checkpoint %s\n", s.learner_id, why.c_str());
+    after_step = [&] {
+      if (l.metrics().steps % s.checkpoint_every == 0) save_learner_checkpoint(l, *checkpoints);
+    };
+  }
   const double speed = s.learner_id < s.speeds.size() ? s.speeds[s.learner_id] : 1.0;
   const auto started = std::chrono::steady_clock::now();
   outcome out;
-  out.error = drive(l, model, sampler, speed, s.learner_id, s, report);
+  out.error = drive(l, model, sampler, speed, s.learner_id, s, report, after_step);
   out.completed = out.error.empty();
   out.inner_steps = l.local_step();
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();

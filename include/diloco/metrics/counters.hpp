@@ -205,6 +205,7 @@ struct learner_metrics {
   std::uint64_t joins_sent = 0;
   std::uint64_t rejoins_sent = 0;            ///< joins repeated because contributions went unanswered
   std::uint64_t states_sent = 0;             ///< times it gave a model-less syncer its layout and parameters
+  std::uint64_t fragments_resumed = 0;       ///< fragments whose loaded work it kept when it joined (`learner::load`)
   std::uint64_t identity_conflicts = 0;      ///< `peer_conflict` rejects: another connection claimed this learner
   std::uint64_t incarnations_skipped = 0;    ///< times it took a newer incarnation before starting (its own was over)
   std::uint64_t wait_ns = 0;                 ///< time `poll` kept it from stepping: joining, lock-step waits

@@ -7,15 +7,21 @@
 #include <chrono>
 #include <cstdint>
 #include <deque>
+#include <cstring>
 #include <functional>
+#include <istream>
 #include <limits>
 #include <optional>
+#include <ostream>
 #include <span>
+#include <sstream>
+#include <stdexcept>
 #include <system_error>
 #include <utility>
 #include <vector>
 
 #include "diloco/concepts/check.hpp"
+#include "diloco/concepts/checkpointable.hpp"
 #include "diloco/concepts/inner_step.hpp"
 #include "diloco/concepts/model.hpp"
 #include "diloco/concepts/scalar.hpp"
@@ -26,6 +32,7 @@
 #include "diloco/metrics/events.hpp"
 #include "diloco/params/fragments.hpp"
 #include "diloco/runtime/config.hpp"
+#include "diloco/runtime/learner_state.hpp"
 #include "diloco/transport/buffer.hpp"
 #include "diloco/transport/message.hpp"
 #include "diloco/transport/wire.hpp"
@@ -69,7 +76,9 @@ struct learner_options {
 /// `θ_p ← α·θ_p + (1−α)·Θ_p` (the first state and resyncs overwrite), no
 /// earlier than τ steps after the send it answers; the adopted fragment
 /// becomes the new base and its counters reset.
-/// Inner-optimizer state is kept.
+/// Inner-optimizer state is kept. With a checkpointable inner step, `save`
+/// and `load` let a restarted learner resume (docs/design.md, "Learner
+/// checkpoints").
 ///
 /// Two ways to drive it:
 /// - `step(batch)` (blocking transports): one call per inner step; joins,
@@ -238,6 +247,67 @@ class learner {
   InnerStep& inner() noexcept { return inner_; }
   Transport& transport() noexcept { return transport_; }
 
+  /// Writes this learner's state (`write_learner_state`; docs/design.md,
+  /// "Learner checkpoints"): θ, the inner step's state, the schedule, per
+  /// fragment its revision, base and counters, the local step and the
+  /// totals. Before the learner has joined: a state loaded and not used yet,
+  /// else no fragments. Cost: θ, the bases and the inner state copied once
+  /// in memory and checksummed; the writes to `out` block.
+  void save(std::ostream& out) const
+    requires checkpointable<InnerStep>
+  {
+    learner_state<T> s;
+    s.learner = options_.id;
+    s.incarnation = options_.incarnation;
+    const std::span<const T> theta = model_.parameters();
+    s.parameters.assign(theta.begin(), theta.end());
+    if (joined()) {
+      s.config = config_;
+      for (const auto& f : tracks_) s.fragments.push_back({!f.in_flight, f.revision, f.base, f.tokens, f.steps});
+    } else if (restored_ && !welcomed_) {
+      s.config = restored_->config;
+      s.fragments = restored_->fragments;
+    }
+    s.local_step = step_;
+    s.tokens = metrics_.tokens;
+    s.steps = metrics_.steps;
+    std::ostringstream inner;
+    inner_.save(inner);
+    s.inner = std::move(inner).str();
+    write_learner_state(out, s, model_.layout());
+  }
+
+  /// Restores a state `save` wrote, before the learner is welcomed: θ, the
+  /// inner step's state, the local step and the totals at once; the
+  /// fragments when it joins, where each one whose global revision has not
+  /// moved since is resumed (docs/design.md, "Learner checkpoints").
+  /// All or nothing: throws `corrupt_state` naming what is wrong (truncated,
+  /// corrupt, another learner or model, wrong sizes, values not finite, an
+  /// inner state the inner step refuses) and leaves the learner, its model
+  /// and its inner step as they were. Throws `std::invalid_argument` when
+  /// this learner's incarnation is not newer than the one that saved (the
+  /// syncer has seen that one: a restarted process needs a new incarnation),
+  /// and `std::logic_error` once the learner has been welcomed.
+  void load(std::istream& in)
+    requires checkpointable<InnerStep>
+  {
+    if (welcomed_) throw std::logic_error("diloco::learner::load: the learner has joined already");
+    auto s = read_learner_state<T>(in, model_.layout(), options_.id);
+    if (s.incarnation >= options_.incarnation)
+      throw std::invalid_argument("diloco::learner::load: the state was saved by incarnation " +
+                                  std::to_string(s.incarnation) + "; this learner's incarnation " +
+                                  std::to_string(options_.incarnation) + " must be newer");
+    std::istringstream inner(std::move(s.inner));
+    inner_.load(inner);  // last: all or nothing by itself (Checkpointable), and nothing below can fail
+    std::copy(s.parameters.begin(), s.parameters.end(), model_.parameters().begin());
+    s.parameters = {};
+    s.inner = {};
+    step_ = s.local_step;
+    metrics_.tokens = s.tokens;
+    metrics_.steps = s.steps;
+    restored_ = std::move(s);
+  }
+
   /// Handles one received envelope (what `poll` does for each arrival).
   void receive(envelope&& e, time_point now) {
     const auto& h = e.msg.header;
@@ -285,6 +355,7 @@ class learner {
     std::uint64_t last_sent = 0;  ///< sequence of the latest contribution of this fragment
     std::uint64_t resynced = 0;   ///< the send whose resync was taken even though older
     bool resync_wanted = false;   ///< lock-step: asked for the current state in place of an overdue answer
+    bool resumed = false;         ///< θ_p and the counters were kept from a loaded state at the join
   };
 
   message make(message_kind kind) {
@@ -519,7 +590,10 @@ class learner {
     // Mixing blends a merged revision into local progress; the first state,
     // and a resync after the learner fell behind, overwrite.
     const bool mix = config_.mixing != 0.0 && f.adopted && f.inbox->status == update_status::merged;
-    if (!mix) {
+    const bool resume = !f.adopted && resumes(p, global);
+    if (resume) {
+      // θ_p keeps the work done since this very base before the restart.
+    } else if (!mix) {
       plan_.scatter(p, global, theta);
     } else {
       const T a = T(config_.mixing);
@@ -533,14 +607,28 @@ class learner {
     const bool completes_join = !f.adopted && ++adopted_ == tracks_.size();
     f.adopted = true;
     f.revision = f.inbox->revision;
-    if (completes_join && config_.lock_step && step_ == 0) {
+    f.tokens = resume ? restored_->fragments[p].tokens : 0;
+    f.steps = resume ? restored_->fragments[p].steps : 0;
+    f.resumed = resume;
+    if (resume) ++metrics_.fragments_resumed;
+    if (completes_join && config_.lock_step &&
+        (step_ == 0 || std::any_of(tracks_.begin(), tracks_.end(), [](const auto& t) { return !t.resumed; }))) {
       // Joining a lock-step run that is under way: every round needs every
       // learner, so start in phase with the others. Fragment 0 has completed
-      // one round per revision, each H steps long.
+      // one round per revision, each H steps long. A loaded learner is in
+      // phase already only if no fragment has moved since it saved; else it
+      // starts afresh on every fragment.
       step_ = tracks_[0].revision * config_.sync_period;
+      for (std::uint32_t q = 0; q < tracks_.size(); ++q) {
+        auto& t = tracks_[q];
+        if (!t.resumed) continue;
+        plan_.scatter(q, std::span<const T>(t.base), theta);
+        t.tokens = t.steps = 0;
+        t.resumed = false;
+        --metrics_.fragments_resumed;
+      }
     }
-    f.tokens = 0;
-    f.steps = 0;
+    if (completes_join) restored_.reset();
     if (answer) {
       f.in_flight.reset();
       f.resync_wanted = false;
@@ -548,6 +636,20 @@ class learner {
     f.inbox.reset();
     ++metrics_.updates_adopted;
     if (options_.on_event) emit({.what = learner_event::kind::adopted, .fragment = p, .revision = f.revision});
+  }
+
+  /// Whether fragment p, adopted for the first time at `global`, resumes the
+  /// loaded state: the same P and H, no contribution of it was in flight
+  /// when it was saved (the syncer may still merge that one: its work would
+  /// count twice), and the global state is the very base it saved (same
+  /// revision, same bits).
+  bool resumes(std::uint32_t p, std::span<const T> global) const {
+    if (!restored_ || !restored_->config || restored_->config->fragments != config_.fragments ||
+        restored_->config->sync_period != config_.sync_period)
+      return false;
+    const auto& r = restored_->fragments[p];
+    return r.resumable && r.revision == tracks_[p].inbox->revision && r.base.size() == global.size() &&
+           std::memcmp(r.base.data(), global.data(), global.size() * sizeof(T)) == 0;
   }
 
   /// Ends the wait under way, if any: its time counts as waiting, not work.
@@ -619,6 +721,7 @@ class learner {
   detail::ema transfer_time_;
   std::deque<message> outbox_;
   learner_metrics metrics_;
+  std::optional<learner_state<T>> restored_;  ///< loaded, until the join completes (θ and inner state taken at once)
 };
 
 }  // namespace diloco
