@@ -118,6 +118,7 @@ struct syncer_metrics {
   std::uint64_t partial_rounds = 0;
   std::uint64_t tokens_merged = 0;           ///< Σ tokens of merged contributions, every fragment (P × the tokens trained)
   std::uint64_t steps_merged = 0;            ///< Σ inner steps of merged contributions, every fragment
+  std::uint64_t losses_ignored = 0;          ///< heartbeat losses left out of the training loss: NaN or infinite
 
   std::uint64_t rejected_total() const noexcept {
     std::uint64_t n = 0;
@@ -147,7 +148,7 @@ inline constexpr std::uint64_t syncer_metrics::*syncer_counter_fields[] = {
     &syncer_metrics::verdicts_sent,         &syncer_metrics::send_failures,
     &syncer_metrics::staleness_sum,         &syncer_metrics::staleness_max,
     &syncer_metrics::partial_rounds,        &syncer_metrics::tokens_merged,
-    &syncer_metrics::steps_merged,
+    &syncer_metrics::steps_merged,          &syncer_metrics::losses_ignored,
 };
 inline constexpr std::size_t syncer_counter_count = std::size(syncer_counter_fields);
 static_assert(syncer_counter_count * sizeof(std::uint64_t) + sizeof(syncer_metrics::rejected) == sizeof(syncer_metrics),
