@@ -176,6 +176,10 @@ inline std::optional<int> parse_command_line(int argc, char** argv, command& c) 
   app.add_flag("--insecure", s.insecure, "syncer: serve a non-loopback endpoint without CURVE");
   add_number<double>(app, "--progress", s.progress_seconds, {0.0, real_max},
                      "seconds between progress lines on stderr, 0 for none (2)", "SECONDS");
+  add_number<u64>(app, "--eval-every", s.eval_every, {0},
+                  "print the test accuracy of the global model on stderr every N outer updates, 0 for never (" +
+                      std::to_string(s.eval_every) + ")",
+                  "N");
   app.add_option("--trace", s.trace_file, "role learner: append its events to FILE as JSON lines (docs/chaos.md)")
       ->type_name("FILE");
   add_number<double>(app, "--stop-at", s.stop_at, {0.0, real_max},

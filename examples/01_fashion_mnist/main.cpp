@@ -139,6 +139,7 @@ json result_line(const fashion::settings& s, const diloco::syncer_options& optio
           {"speeds", std::move(speeds)},
           {"test_accuracy", six_digits(r.test_accuracy)},
           {"test_loss", six_digits(r.test_loss)},
+          {"train_loss", r.train_loss ? json(six_digits(*r.train_loss)) : json(nullptr)},
           {"outer_updates", r.outer_updates},
           {"inner_steps", r.inner_steps},
           {"contributions_merged", r.contributions_merged},

@@ -55,6 +55,7 @@ refused "--clip must be 0 \(off\) or at least 1" -- --clip 0.5
 refused "bad value '-3' for --quarantine-after" -- --quarantine-after -3
 refused "bad value '0' for --absent-half-life" -- --absent-half-life 0
 refused "bad value '-1' for --progress" -- --progress -1
+refused "bad value '-1' for --eval-every" -- --eval-every -1
 refused "bad value '-5' for --stop-at" -- --stop-at -5
 refused "bad value '-1' for --learner-id" -- --learner-id -1
 refused "bad value '-1' for --incarnation" -- --incarnation -1

@@ -58,7 +58,7 @@ def run(program, name, seed, steps):
         cmd = [program, *SHRINK_BASE, *SHRINKING[name], "--steps", str(SHRINK_STEPS)]
     else:
         cmd = [program, *CONFIGS[name], "--learners", "4", "--steps", str(steps)]
-    cmd += ["--seed", str(seed), "--transport", "sim", "--progress", "0"]
+    cmd += ["--seed", str(seed), "--transport", "sim", "--progress", "0", "--eval-every", "0"]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=1200)
     if done.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} exited {done.returncode}: {done.stderr.strip()}")

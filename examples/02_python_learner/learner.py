@@ -6,7 +6,7 @@ the initial parameters when the syncer asks for them (a `state_wanted`
 welcome), trains a small two-layer MLP on a seeded synthetic problem (Gaussian
 blobs) with plain SGD in numpy, sends one fragment of Delta = base - theta
 every H inner steps on the staggered schedule, adopts the merged updates, sends
-heartbeats, and finally sends each fragment's unsent work and leaves.
+heartbeats (with its mean training loss since the previous one), and finally sends each fragment's unsent work and leaves.
 
 Dependencies: the standard library, pyzmq and numpy (Debian: python3-zmq,
 python3-numpy). Prints progress to stderr and one JSON line to stdout.
@@ -50,6 +50,13 @@ FIELDS = ("magic", "version", "kind", "codec", "status", "flags", "lock_step", "
           "step_time_ns", "transfer_ns", "hold_ns", "mixing", "payload_crc", "header_crc")
 
 JOIN, WELCOME, CONTRIBUTION, UPDATE, HEARTBEAT, LEAVE, ACK, REJECT, LAYOUT, STATE, END = range(1, 12)
+# heartbeat: the mean training loss since the previous heartbeat travels as the f64
+# bits of the 8 bytes an update's hold_ns takes; all-zero bits mean "no loss", so
+# a loss of exactly 0.0 travels as -0.0.
+def loss_bits(loss):
+    return struct.unpack("<q", struct.pack("<d", -0.0 if loss == 0.0 else loss))[0]
+
+
 KIND_NAMES = {1: "join", 2: "welcome", 3: "contribution", 4: "update", 5: "heartbeat", 6: "leave",
               7: "ack", 8: "reject", 9: "layout", 10: "state", 11: "end"}
 CODEC_NONE, CODEC_F32, CODEC_F64, CODEC_BYTES = 0, 1, 2, 3
@@ -329,6 +336,8 @@ class Learner:
         self.step_time_ns = 0
         self.transfer_ns = 0
         self.last_heartbeat = 0.0
+        self.loss_sum = 0.0              # training losses since the last heartbeat, which sends their mean
+        self.loss_steps = 0
         self.welcomed = False
         self.ended = False  # the syncer said the run is over (an `end` message)
         self.config = None
@@ -373,8 +382,12 @@ class Learner:
         if self.welcomed and (force or now - self.last_heartbeat >= 1.0):
             self.last_heartbeat = now
             self.stats["heartbeats"] += 1
+            fields = {}
+            if self.loss_steps:
+                fields["hold_ns"] = loss_bits(self.loss_sum / self.loss_steps)
+                self.loss_sum, self.loss_steps = 0.0, 0
             self.send(HEARTBEAT, tokens=self.tokens_total, steps=self.step,
-                      step_time_ns=self.step_time_ns, transfer_ns=self.transfer_ns)
+                      step_time_ns=self.step_time_ns, transfer_ns=self.transfer_ns, **fields)
 
     # -- receiving -----------------------------------------------------------
     def receive(self, wait_s):
@@ -614,6 +627,8 @@ class Learner:
             loss, grad = self.model.loss_and_grad(x, y)
             self.model.theta -= self.args.lr * grad
             losses.append(loss)
+            self.loss_sum += loss
+            self.loss_steps += 1
             if self.args.step_ms > 0:
                 time.sleep(self.args.step_ms / 1000.0)
             self.step += 1

@@ -22,6 +22,7 @@ struct constant_gradient_model {
   parameter_layout layout_;
   std::vector<double> params = std::vector<double>(8, 0.0);
   std::vector<double> grads = std::vector<double>(8, 1.0);
+  double loss = 0.0;  ///< what the next step reports
 
   constant_gradient_model() {
     layout_.add("a", 4);
@@ -30,7 +31,7 @@ struct constant_gradient_model {
   const parameter_layout& layout() const { return layout_; }
   std::span<double> parameters() { return params; }
   std::span<const double> gradients() const { return grads; }
-  step_stats compute_gradients(const int&) { return {0.0, 8}; }
+  step_stats compute_gradients(const int&) { return {loss, 8}; }
 };
 
 using test_learner = learner<constant_gradient_model, inner::sgd<double>, inproc::endpoint>;
@@ -150,6 +151,36 @@ BOOST_FIXTURE_TEST_CASE(fragments_leave_on_the_staggered_schedule_with_their_out
   BOOST_TEST(sent[0].header.fragment == 0u);
   BOOST_TEST(sent[0].header.steps == 4u);
   BOOST_TEST(values(sent[0]) == std::vector<double>(4, 2.0), boost::test_tools::per_element());
+}
+
+BOOST_FIXTURE_TEST_CASE(a_heartbeat_carries_the_mean_loss_of_the_steps_since_the_last_one, fixture) {
+  join(1, 100, 0);
+  auto heartbeats = [this] {
+    std::vector<message> got;
+    for (auto& m : received())
+      if (m.header.kind == message_kind::heartbeat) got.push_back(std::move(m));
+    return got;
+  };
+  auto first = heartbeats();  // sent on joining, before any step: no loss
+  BOOST_TEST_REQUIRE(first.size() == 1u);
+  BOOST_TEST(!first[0].header.loss.has_value());
+  for (const double loss : {1.0, 2.0, 6.0}) {
+    model.loss = loss;
+    BOOST_TEST_REQUIRE(l.poll(now));
+    l.train_step(0, now);
+  }
+  BOOST_TEST(heartbeats().empty());  // within the heartbeat interval
+  now += 1s;
+  BOOST_TEST(l.poll(now));
+  auto second = heartbeats();
+  BOOST_TEST_REQUIRE(second.size() == 1u);
+  BOOST_TEST_REQUIRE(second[0].header.loss.has_value());
+  BOOST_TEST(*second[0].header.loss == 3.0);  // (1 + 2 + 6) / 3
+  now += 1s;
+  BOOST_TEST(l.poll(now));  // no step since: a heartbeat without a loss
+  auto third = heartbeats();
+  BOOST_TEST_REQUIRE(third.size() == 1u);
+  BOOST_TEST(!third[0].header.loss.has_value());
 }
 
 BOOST_FIXTURE_TEST_CASE(an_answer_is_adopted_tau_steps_after_its_send, fixture) {

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -260,6 +261,98 @@ BOOST_FIXTURE_TEST_CASE(silent_learners_are_declared_dead_and_revived, fixture) 
   deliver(s);
   BOOST_TEST(s.live_learners() == 2u);
   BOOST_TEST(s.metrics().revived == 1u);
+}
+
+BOOST_FIXTURE_TEST_CASE(the_training_loss_is_the_mean_of_the_live_learners_latest_finite_reports, fixture) {
+  auto o = options(1);
+  std::vector<std::optional<double>> at_updates;
+  o.on_update = [&](const update_event& e) { at_updates.push_back(e.training_loss); };
+  test_syncer s(layout, initial, syncer_end, o);
+  join_all(s, 3);
+  BOOST_TEST(!s.training_loss().has_value());  // nobody reported one yet
+  auto report = [&](std::uint32_t id, std::optional<double> loss) {
+    auto m = heartbeat(id);
+    m.header.loss = loss;
+    send(id, std::move(m));
+    deliver(s);
+  };
+  report(0, 2.5);
+  report(1, 1.0);
+  report(2, 0.25);
+  BOOST_TEST(*s.training_loss() == 1.25);  // (2.5 + 1 + 0.25) / 3
+  report(1, std::nan(""));
+  report(2, std::numeric_limits<double>::infinity());
+  report(0, -std::numeric_limits<double>::infinity());
+  BOOST_TEST(s.metrics().losses_ignored == 3u);
+  BOOST_TEST(*s.training_loss() == 1.25);  // the last finite reports stand
+  BOOST_TEST(s.live_learners() == 3u);     // a bad loss costs the report, not the heartbeat
+  BOOST_TEST(s.metrics().rejected_total() == 0u);
+  report(0, std::nullopt);  // no step since its last heartbeat: its report stands
+  BOOST_TEST(*s.training_loss() == 1.25);
+  report(0, 0.5);
+  BOOST_TEST(*s.training_loss() == (0.5 + 1.0 + 0.25) / 3);
+  send(2, leave(2));
+  deliver(s);
+  BOOST_TEST(*s.training_loss() == 0.75);  // (0.5 + 1) / 2: learner 2 left
+  send(0, contribution(0, std::vector<double>(6, 0.0), 0, 1, 100));
+  deliver(s);
+  BOOST_TEST_REQUIRE(at_updates.size() == 1u);
+  BOOST_TEST_REQUIRE(at_updates[0].has_value());
+  BOOST_TEST(*at_updates[0] == 0.75);
+}
+
+BOOST_FIXTURE_TEST_CASE(the_evaluation_hook_sees_the_global_model_every_n_outer_updates, fixture) {
+  auto o = options(1);
+  o.training.fragments = 2;
+  o.evaluate_every = 2;
+  struct seen {
+    std::uint64_t outer_updates;
+    std::vector<double> parameters;
+    std::vector<std::uint64_t> revisions;
+    std::optional<double> loss;
+  };
+  std::vector<seen> calls;
+  std::vector<std::vector<double>> global_then;
+  const test_syncer* self = nullptr;
+  o.on_evaluate = [&](const evaluation_context& c) {
+    const auto p = c.parameters_as<double>();
+    calls.push_back({c.outer_updates, {p.begin(), p.end()}, {c.revisions.begin(), c.revisions.end()}, c.training_loss});
+    global_then.push_back(self->parameters());
+  };
+  test_syncer s(layout, initial, syncer_end, o);
+  self = &s;
+  join_all(s, 1);
+  auto hb = heartbeat(0);
+  hb.header.loss = 0.4;
+  send(0, std::move(hb));
+  deliver(s);
+  // Five rounds, alternating fragments, each Δ = 1 on every element of its
+  // fragment: outer SGD with η = 1 moves that fragment by −1.
+  for (std::uint64_t k = 0; k < 5; ++k) {
+    const std::uint32_t p = std::uint32_t(k % 2);
+    auto m = contribution(0, std::vector<double>(s.plan()[p].size(), 1.0), s.revision(p), 1, 10 + k);
+    m.header.fragment = p;
+    send(0, std::move(m));
+    deliver(s);
+  }
+  BOOST_TEST(s.total_revisions() == 5u);
+  BOOST_TEST_REQUIRE(calls.size() == 2u);  // at 2 and 4, not at 1, 3, 5
+  BOOST_TEST(calls[0].outer_updates == 2u);
+  BOOST_TEST(calls[1].outer_updates == 4u);
+  // After 2 updates every element moved by −1 (both fragments once), after 4 by −2.
+  std::vector<double> minus_one, minus_two;
+  for (double v : initial) {
+    minus_one.push_back(v - 1);
+    minus_two.push_back(v - 2);
+  }
+  BOOST_TEST(calls[0].parameters == minus_one, boost::test_tools::per_element());
+  BOOST_TEST(calls[1].parameters == minus_two, boost::test_tools::per_element());
+  BOOST_TEST(calls[0].parameters == global_then[0], boost::test_tools::per_element());
+  BOOST_TEST(calls[1].parameters == global_then[1], boost::test_tools::per_element());
+  BOOST_TEST(calls[0].revisions == (std::vector<std::uint64_t>{1, 1}), boost::test_tools::per_element());
+  BOOST_TEST(calls[1].revisions == (std::vector<std::uint64_t>{2, 2}), boost::test_tools::per_element());
+  BOOST_TEST_REQUIRE(calls[1].loss.has_value());
+  BOOST_TEST(*calls[1].loss == 0.4);
 }
 
 BOOST_FIXTURE_TEST_CASE(a_learner_that_joins_again_from_a_new_peer_moves_there, fixture) {

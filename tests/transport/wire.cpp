@@ -40,6 +40,7 @@ message_header full_header(message_kind kind) {
   h.step_time_ns = 2'000'000;
   h.transfer_ns = 150'000;
   h.hold_ns = -5;
+  h.loss = 0.75;  // a heartbeat's only: it takes the bytes of an update's hold_ns
   h.mixing = 0.25;
   return h;
 }
@@ -97,7 +98,10 @@ BOOST_AUTO_TEST_CASE(every_kind_round_trips) {
     BOOST_TEST(g.layout == h.layout);
     BOOST_TEST(g.step_time_ns == h.step_time_ns);
     BOOST_TEST(g.transfer_ns == h.transfer_ns);
-    BOOST_TEST(g.hold_ns == h.hold_ns);
+    const bool heartbeat = kind == message_kind::heartbeat;
+    BOOST_TEST(g.hold_ns == (heartbeat ? 0 : h.hold_ns));
+    BOOST_TEST(g.loss.has_value() == heartbeat);
+    if (heartbeat) BOOST_TEST(*g.loss == 0.75);
     BOOST_TEST(g.mixing == h.mixing);
     BOOST_TEST(d.payload_bytes == p.size());
     BOOST_TEST(int(wire::check_payload(d, p)) == int(wire_error::none));
@@ -125,6 +129,51 @@ BOOST_AUTO_TEST_CASE(fields_sit_at_the_documented_offsets_in_little_endian) {
   BOOST_TEST(byte(135) == 0x3Fu);
   // No payload: its checksum is CRC-32C of nothing, 0.
   for (std::size_t i = 136; i < 140; ++i) BOOST_TEST(byte(i) == 0u);
+}
+
+BOOST_AUTO_TEST_CASE(a_heartbeat_carries_its_loss_as_f64_where_an_update_has_hold_ns) {
+  auto h = full_header(message_kind::heartbeat);
+  auto bytes_at_120 = [](const std::array<std::byte, wire::header_size>& frame) {
+    std::uint64_t bits = 0;
+    std::memcpy(&bits, frame.data() + 120, 8);
+    return bits;
+  };
+  // 0.6931471805599453 (ln 2) is binary64 0x3FE62E42FEFA39EF.
+  h.loss = 0.6931471805599453;
+  auto frame = wire::encode_header(h, {});
+  BOOST_TEST(bytes_at_120(frame) == 0x3FE62E42FEFA39EFull);
+  auto d = wire::decode_header(frame, limit);
+  BOOST_TEST_REQUIRE(int(d.error) == int(wire_error::none));
+  BOOST_TEST_REQUIRE(d.header.loss.has_value());
+  BOOST_TEST(*d.header.loss == 0.6931471805599453);
+  // No loss: all-zero bytes, read back as none (what a learner that predates
+  // the field sends).
+  h.loss.reset();
+  frame = wire::encode_header(h, {});
+  BOOST_TEST(bytes_at_120(frame) == 0u);
+  BOOST_TEST(!wire::decode_header(frame, limit).header.loss.has_value());
+  // A loss of exactly 0 is a loss: it travels as −0.0 (0x8000000000000000).
+  h.loss = 0.0;
+  frame = wire::encode_header(h, {});
+  BOOST_TEST(bytes_at_120(frame) == 0x8000000000000000ull);
+  d = wire::decode_header(frame, limit);
+  BOOST_TEST_REQUIRE(d.header.loss.has_value());
+  BOOST_TEST(*d.header.loss == 0.0);
+  // A NaN or an infinity is no header error: the heartbeat still counts, the
+  // syncer ignores the loss.
+  for (double bad : {std::nan(""), std::numeric_limits<double>::infinity(), -1.0}) {
+    h.loss = bad;
+    d = wire::decode_header(wire::encode_header(h, {}), limit);
+    BOOST_TEST_REQUIRE(int(d.error) == int(wire_error::none));
+    BOOST_TEST_REQUIRE(d.header.loss.has_value());
+    BOOST_TEST((std::isnan(bad) ? std::isnan(*d.header.loss) : *d.header.loss == bad));
+  }
+  // Other kinds keep hold_ns there and carry no loss.
+  auto u = full_header(message_kind::update);
+  const auto payload = payload_of({1.0f, 2.0f, 3.0f});
+  const auto uf = wire::encode_header(u, payload);
+  BOOST_TEST(bytes_at_120(uf) == std::uint64_t(-5));
+  BOOST_TEST(!wire::decode_header(uf, limit).header.loss.has_value());
 }
 
 BOOST_AUTO_TEST_CASE(wrong_lengths_are_truncated) {

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include <diloco/diloco.hpp>
+#include <diloco/metrics/prometheus.hpp>
 #include <diloco/metrics/trace.hpp>
 #include <diloco/runtime/checkpoint.hpp>
 #include <diloco/runtime/journal.hpp>
@@ -30,6 +31,7 @@
 #include <nlohmann/json.hpp>
 
 #include "log_sink.hpp"
+#include "metrics_server.hpp"
 
 namespace {
 
@@ -45,7 +47,9 @@ struct settings {
   double outer_lr = 0.7, outer_momentum = 0.9;
   std::uint32_t delay = 4;
   std::string merge = "tokens";
-  std::string layout_file, curve_secret, save_file, metrics_file, checkpoint_dir, trace_file;
+  std::string layout_file, curve_secret, save_file, metrics_file, checkpoint_dir, trace_file, metrics_jsonl;
+  std::optional<std::uint16_t> metrics_port;  ///< serve the counters for Prometheus on 127.0.0.1
+  double metrics_interval = 10;               ///< seconds between two lines of `metrics_jsonl`
   bool journal_sync = false;  ///< fdatasync the journal after each contribution
   std::vector<std::string> allow_files;
   double durability_seconds = 0;  ///< 0: before every published update
@@ -199,6 +203,16 @@ std::optional<int> parse(int argc, char** argv, settings& s) {
       ->type_name("FILE");
   app.add_option("--metrics", s.metrics_file, "also write the final counters (the JSON line) to FILE")
       ->type_name("FILE");
+  std::uint64_t metrics_port = 0;
+  const CLI::Option* metrics_port_given = app.add_option("--metrics-port", metrics_port,
+                 "serve the counters in the Prometheus text format at http://127.0.0.1:PORT/metrics (0: a free "
+                 "port, logged)")
+      ->type_name("PORT")->check(in(interval<std::uint64_t>{.min = 0, .max = 65535}));
+  app.add_option("--metrics-jsonl", s.metrics_jsonl,
+                 "append every counter to FILE as one JSON line every --metrics-interval seconds, and once at the end")
+      ->type_name("FILE");
+  app.add_option("--metrics-interval", s.metrics_interval, "seconds between two --metrics-jsonl lines")
+      ->type_name("SEC")->check(in(interval<double>{.min = 0, .max = 1e9, .open_min = true}))->capture_default_str();
   app.add_option("--checkpoint-dir", s.checkpoint_dir, "keep checkpoints there; on start, resume from the newest "
                                                         "intact one")
       ->type_name("DIR");
@@ -215,6 +229,7 @@ std::optional<int> parse(int argc, char** argv, settings& s) {
   if (const auto status = diloco_tools::parse(app, argc, argv)) return status;
 
   if (overlap->count() == 0) t.overlap = t.sync_period / 10;
+  if (metrics_port_given->count() > 0) s.metrics_port = static_cast<std::uint16_t>(metrics_port);
   const auto seconds_of = [](double v) {
     return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::duration<double>(v));
   };
@@ -254,6 +269,13 @@ diloco_syncer::log_sink& sink() {
 }
 
 void log(const std::string& line) { sink().write(stamp() + " diloco_syncer: " + line); }
+
+/// The Prometheus endpoint (--metrics-port): up from before the first
+/// learner provides the model, until the end of `main`.
+std::optional<diloco_syncer::metrics_server>& scrapes() {
+  static std::optional<diloco_syncer::metrics_server> instance;
+  return instance;
+}
 
 std::size_t number_of(const std::string& text, const std::string& path, int line) {
   std::istringstream in(text);
@@ -302,6 +324,30 @@ start from_checkpoint(const std::string& body) {
   return st;
 }
 
+/// Every counter and gauge of `sync` as one JSON object (a `--metrics-jsonl`
+/// line): the time, each `syncer_metrics` counter by name, `rejected` by
+/// reason (zeros included), the learners, the training loss (null while
+/// unknown) and each fragment's revision.
+template <class Syncer>
+nlohmann::ordered_json counters_json(const Syncer& sync, double seconds) {
+  const auto& m = sync.metrics();
+  const auto g = diloco::syncer_gauges::of(sync);
+  nlohmann::ordered_json line;
+  line["time"] = std::round(std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count() *
+                            1000) / 1000;
+  line["seconds"] = std::round(seconds * 1000) / 1000;
+  for (const auto& c : diloco::syncer_counter_descriptions) line[std::string(c.name)] = m.*c.field;
+  nlohmann::ordered_json rejected = nlohmann::ordered_json::object();
+  for (std::size_t r = 0; r < diloco::reject_reason_count; ++r)
+    rejected[std::string(diloco::to_string(static_cast<diloco::reject_reason>(r)))] = m.rejected[r];
+  line["rejected"] = std::move(rejected);
+  line["live_learners"] = g.live_learners;
+  line["known_learners"] = g.known_learners;
+  line["training_loss"] = g.training_loss ? nlohmann::ordered_json(*g.training_loss) : nlohmann::ordered_json(nullptr);
+  line["revisions"] = g.revisions;
+  return line;
+}
+
 template <class Syncer>
 std::string revisions(const Syncer& sync) {
   std::string out;
@@ -334,14 +380,17 @@ int serve(const settings& s, diloco::zeromq::server& server, start& from, diloco
   };
   if (trace) options.on_contribution = [&](const diloco::contribution_event& e) { trace->contribution(e); };
   if (trace) options.on_drop = [&](const diloco::drop_event& e) { trace->dropped(e); };
-  if (!s.quiet)
-    options.on_update = [](const diloco::update_event& e) {
+  std::optional<double> loss;  // the training loss as of the latest outer update
+  options.on_update = [&loss, quiet = s.quiet](const diloco::update_event& e) {
+    loss = e.training_loss;
+    if (!quiet) {
       char line[160];
       std::snprintf(line, sizeof line, "%s update fragment=%u revision=%llu contributors=%u staleness=%llu scale=%.3f",
                     stamp().c_str(), e.fragment, static_cast<unsigned long long>(e.revision), e.contributors,
                     static_cast<unsigned long long>(e.max_staleness), e.scale);
       sink().write(line);
-    };
+    }
+  };
   syncer_type sync(from.layout, from.initial, server, options, std::move(outer), std::move(merge));
   self = &sync;
   if (!from.state.empty()) {
@@ -374,9 +423,33 @@ int serve(const settings& s, diloco::zeromq::server& server, start& from, diloco
     trace->write("syncer", "start", diloco_tools::trace_fields(fields));
   }
   const auto started = std::chrono::steady_clock::now();
+  // Counters for Prometheus (republished every 200 ms at most) and as JSON
+  // lines (every --metrics-interval, and once at the end).
+  auto* page = scrapes() ? &*scrapes() : nullptr;
+  if (page) page->publish(diloco::prometheus_text(sync.metrics(), diloco::syncer_gauges::of(sync)));
+  std::optional<std::ofstream> jsonl;
+  if (!s.metrics_jsonl.empty()) {
+    jsonl.emplace(s.metrics_jsonl, std::ios::app);
+    if (!*jsonl) throw std::runtime_error("cannot write " + s.metrics_jsonl);
+  }
+  const auto since_start = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count(); };
+  auto write_jsonl = [&] {
+    *jsonl << counters_json(sync, since_start()).dump() << '\n' << std::flush;
+    if (!*jsonl) log("error: cannot write " + s.metrics_jsonl);
+  };
+  auto last_published = started, last_jsonl = started;
   for (auto& join : from.joins) sync.handle(std::move(join), diloco::clock::now());
   auto last_checkpoint = std::chrono::steady_clock::now();
   sync.run_until(stop, [&] {
+    const auto now = std::chrono::steady_clock::now();
+    if (page && now - last_published >= std::chrono::milliseconds(200)) {
+      page->publish(diloco::prometheus_text(sync.metrics(), diloco::syncer_gauges::of(sync)));
+      last_published = now;
+    }
+    if (jsonl && now - last_jsonl >= std::chrono::duration<double>(s.metrics_interval)) {
+      write_jsonl();
+      last_jsonl = now;
+    }
     if (store && s.durability_seconds > 0 &&
         std::chrono::steady_clock::now() - last_checkpoint > std::chrono::duration<double>(s.durability_seconds)) {
       write_checkpoint();
@@ -386,6 +459,8 @@ int serve(const settings& s, diloco::zeromq::server& server, start& from, diloco
   });
   if (store) write_checkpoint();  // after the final flush
   if (trace) trace->write("syncer", "stop");
+  if (jsonl) write_jsonl();
+  if (page) page->publish(diloco::prometheus_text(sync.metrics(), diloco::syncer_gauges::of(sync)));
 
   const auto& m = sync.metrics();
   if (!s.save_file.empty()) {
@@ -403,6 +478,7 @@ int serve(const settings& s, diloco::zeromq::server& server, start& from, diloco
       {"outer_updates", m.outer_updates},
       {"contributions_accepted", m.contributions_accepted},
       {"contributions_merged", m.contributions_merged},
+      {"contributions_replayed", m.contributions_replayed},
       {"contributions_dropped", m.contributions_dropped},
       {"rounds_dropped", m.rounds_dropped},
       {"contributions_clipped", m.contributions_clipped},
@@ -423,6 +499,8 @@ int serve(const settings& s, diloco::zeromq::server& server, start& from, diloco
       {"ended", sync.ended() ? nlohmann::ordered_json(*sync.ended()) : nlohmann::ordered_json(nullptr)},
       {"tokens_merged", m.tokens_merged},
       {"steps_merged", m.steps_merged},
+      {"training_loss", loss ? nlohmann::ordered_json(*loss) : nlohmann::ordered_json(nullptr)},
+      {"losses_ignored", m.losses_ignored},
       {"curve_admitted", server.admitted()},
       {"curve_denied", server.denied()},
       {"seconds", std::round(seconds * 1000) / 1000},  // milliseconds are all a run's length needs
@@ -506,6 +584,11 @@ int main(int argc, char** argv) {
     log("listening on " + server.endpoint() + ", P=" + std::to_string(s.options.training.fragments) +
         " H=" + std::to_string(s.options.training.sync_period) + " tau=" + std::to_string(s.options.training.overlap) +
         " K=" + std::to_string(s.options.quorum));
+    if (s.metrics_port) {
+      scrapes().emplace(*s.metrics_port);  // throws when the port cannot be bound
+      scrapes()->publish(diloco::prometheus_text(diloco::syncer_metrics{}));
+      log("metrics at http://127.0.0.1:" + std::to_string(scrapes()->port()) + "/metrics");
+    }
     std::optional<diloco::checkpoint_store> store;
     std::optional<start> from;
     if (!s.checkpoint_dir.empty()) {
@@ -549,6 +632,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "diloco_syncer: error: %s\n", e.what());
     status = 1;
   }
+  scrapes().reset();
   // Wake the signal thread if no signal came.
   if (!stop.stop_requested()) pthread_kill(waiter.native_handle(), SIGTERM);
   return status;

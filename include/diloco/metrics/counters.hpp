@@ -122,6 +122,7 @@ struct syncer_metrics {
   /// (`syncer::replay`): acknowledged by the syncer that crashed, after its
   /// last checkpoint. They count as accepted and pending again.
   std::uint64_t contributions_replayed = 0;
+  std::uint64_t losses_ignored = 0;          ///< heartbeat losses left out of the training loss: NaN or infinite
 
   std::uint64_t rejected_total() const noexcept {
     std::uint64_t n = 0;
@@ -152,6 +153,7 @@ inline constexpr std::uint64_t syncer_metrics::*syncer_counter_fields[] = {
     &syncer_metrics::staleness_sum,         &syncer_metrics::staleness_max,
     &syncer_metrics::partial_rounds,        &syncer_metrics::tokens_merged,
     &syncer_metrics::steps_merged,          &syncer_metrics::contributions_replayed,
+    &syncer_metrics::losses_ignored,
 };
 inline constexpr std::size_t syncer_counter_count = std::size(syncer_counter_fields);
 static_assert(syncer_counter_count * sizeof(std::uint64_t) + sizeof(syncer_metrics::rejected) == sizeof(syncer_metrics),

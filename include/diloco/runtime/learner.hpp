@@ -171,6 +171,8 @@ class learner {
     ++step_;
     ++metrics_.steps;
     metrics_.tokens += stats.tokens;
+    loss_sum_ += stats.loss;
+    ++loss_steps_;
     for (auto& f : tracks_) {
       f.tokens += stats.tokens;
       ++f.steps;
@@ -382,6 +384,9 @@ class learner {
     m.header.tokens = metrics_.tokens;
     m.header.step_time_ns = static_cast<std::int64_t>(step_time_.value());
     m.header.transfer_ns = static_cast<std::int64_t>(transfer_time_.value());
+    if (loss_steps_ > 0) m.header.loss = loss_sum_ / double(loss_steps_);
+    loss_sum_ = 0.0;
+    loss_steps_ = 0;
     send(m);
     ++metrics_.heartbeats_sent;
     next_heartbeat_ = now + options_.heartbeat_interval;
@@ -719,6 +724,8 @@ class learner {
   std::optional<time_point> wait_began_;  ///< since when `poll` has said "not yet"
   detail::ema step_time_;
   detail::ema transfer_time_;
+  double loss_sum_ = 0.0;        ///< Σ `step_stats::loss` since the last heartbeat, which sends their mean
+  std::uint64_t loss_steps_ = 0;
   std::deque<message> outbox_;
   learner_metrics metrics_;
   std::optional<learner_state<T>> restored_;  ///< loaded, until the join completes (θ and inner state taken at once)

@@ -162,6 +162,7 @@ class syncer {
     accept_from(h, l, now);
     switch (h.kind) {
       case message_kind::heartbeat:
+        note_loss(h, l);
         break;
       default:  // leave
         l.left = true;
@@ -436,6 +437,23 @@ class syncer {
                                                   [](const auto& kv) { return kv.second.live; }));
   }
 
+  /// The training loss now: the mean, one vote per learner, of the latest
+  /// loss each live learner reported in its heartbeats (a learner's report
+  /// leaves the mean when it leaves or is declared dead). Nothing while no
+  /// live learner has reported one. NaN and infinite reports are ignored
+  /// (`losses_ignored`). Cost: one pass over the learner table.
+  std::optional<double> training_loss() const noexcept {
+    double sum = 0.0;
+    std::size_t n = 0;
+    for (const auto& [id, l] : learners_)
+      if (l.live && l.loss) {
+        sum += *l.loss;
+        ++n;
+      }
+    if (n == 0) return std::nullopt;
+    return sum / double(n);
+  }
+
   /// Learners in the table: live, or gone for less than `membership.forget_after`.
   std::size_t known_learners() const noexcept { return learners_.size(); }
 
@@ -464,6 +482,7 @@ class syncer {
     time_point last_seen{};
     std::optional<time_point> gone_since;  ///< when it left or was declared dead
     std::optional<time_point> unreachable_since;  ///< a send to its connection failed (a claim is pending)
+    std::optional<double> loss;  ///< the latest finite training loss it reported
   };
 
   struct contribution_entry {
@@ -1107,6 +1126,7 @@ class syncer {
     if (contributors(f) < whole_round()) ++metrics_.partial_rounds;
     const auto contributors_merged = static_cast<std::uint32_t>(f.round.size());
     update_event event{p, f.revision, contributors_merged, max_staleness, scale, now, {}};
+    event.training_loss = training_loss();
     if (options_.on_contribution)
       for (const auto& c : f.round)
         event.contributions.push_back({c.learner, c.incarnation, c.sequence, f.revision - 1 - c.base_revision});
@@ -1133,6 +1153,7 @@ class syncer {
         send_fragment(id, l, p, answers, update_status::merged, hold);
     }
     if (options_.on_update) options_.on_update(event);
+    if (options_.evaluate_every && metrics_.outer_updates % options_.evaluate_every == 0) evaluate(now);
   }
 
   /// Applies the outer step to fragment p if its result is publishable: the
@@ -1190,6 +1211,29 @@ class syncer {
     if (options_.on_drop) options_.on_drop(event);
   }
 
+  /// A heartbeat's loss becomes the learner's latest unless it is NaN or
+  /// infinite (counted): one bad report must not poison the mean. A finite
+  /// value can still be a lie; it weighs one vote, as every learner's does.
+  void note_loss(const message_header& h, learner_entry& l) {
+    if (!h.loss) return;
+    if (!std::isfinite(*h.loss)) {
+      ++metrics_.losses_ignored;
+      return;
+    }
+    l.loss = *h.loss;
+  }
+
+  /// Calls `on_evaluate` with the global parameters gathered into `flat_`.
+  void evaluate(time_point now) {
+    if (!options_.on_evaluate) return;
+    flat_.resize(layout_.size());
+    copy_parameters(flat_);
+    revisions_.clear();
+    for (const auto& f : fragments_) revisions_.push_back(f.revision);
+    options_.on_evaluate(evaluation_context{std::span<const T>(flat_), metrics_.outer_updates, revisions_,
+                                            training_loss(), now});
+  }
+
   /// ": learner 1/2 norm 0.5 weight 3, …" for a log line.
   std::string describe_round(const fragment_state& f) const {
     std::string s = ":";
@@ -1211,6 +1255,8 @@ class syncer {
   std::vector<double> scratch_;   ///< medians
   std::vector<double> clipped_paces_;  ///< a closing round's paces after clipping
   std::vector<rounds::round_member> members_;  ///< the learner table as a closing round's scale sees it
+  std::vector<T> flat_;                        ///< the global parameters for `on_evaluate`
+  std::vector<std::uint64_t> revisions_;       ///< each fragment's revision for `on_evaluate`
   std::map<std::uint32_t, learner_entry> learners_;
   buffer_pool pool_;
   detail::ema step_time_;

@@ -2,12 +2,15 @@
 // sink its log lines go to.
 #pragma once
 
+#include <cassert>
 #include <chrono>
 #include <cstdint>
 #include <functional>
 #include <optional>
+#include <span>
 #include <stdexcept>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include "diloco/metrics/events.hpp"
@@ -103,6 +106,29 @@ struct update_event {
   /// Who was merged; filled only when `syncer_options::on_contribution` is
   /// set (accounting runs want it, others need not pay for it).
   std::vector<merged_contribution> contributions{};
+  /// The training loss as of this outer update: `syncer::training_loss()`
+  /// when the revision was created (none while no live learner reports one).
+  std::optional<double> training_loss{};
+};
+
+/// What `syncer_options::on_evaluate` is given: the global model after an
+/// outer update, and where the run stands.
+struct evaluation_context {
+  /// The global parameters, flat in the layout's order, in the syncer's
+  /// scalar type (`parameters_as<T>()`). Valid during the call only.
+  std::variant<std::span<const float>, std::span<const double>> parameters;
+  std::uint64_t outer_updates = 0;           ///< revisions created so far, all fragments: a multiple of `evaluate_every`
+  std::span<const std::uint64_t> revisions;  ///< each fragment's revision (valid during the call only)
+  std::optional<double> training_loss{};     ///< `syncer::training_loss()` now
+  time_point at{};
+
+  /// The parameters as `T`s; `T` must be the syncer's scalar type.
+  template <class T>
+  std::span<const T> parameters_as() const noexcept {
+    assert(std::holds_alternative<std::span<const T>>(parameters) && "diloco: not the syncer's scalar type");
+    const auto* p = std::get_if<std::span<const T>>(&parameters);
+    return p ? *p : std::span<const T>{};
+  }
 };
 
 /// Settings of the syncer (docs/design.md, "Syncer"). `training` is sent to
@@ -155,6 +181,17 @@ struct syncer_options {
   /// back). If it throws, the contribution is neither recorded nor
   /// acknowledged and the exception leaves `handle`.
   std::function<void(const message&)> before_ack{};
+  /// `on_evaluate` is called after every `evaluate_every`-th outer update
+  /// (revisions created, all fragments together: N, 2N, …; 0: never).
+  std::uint64_t evaluate_every = 0;
+  /// Evaluates the global model (test accuracy, a validation loss), on the
+  /// syncer's thread, after the revision is published and `on_update` has
+  /// run. Cost: one pass over the parameters to gather the fragments into a
+  /// flat buffer the syncer keeps (the model's size in memory), then the
+  /// hook's own work, during which the syncer handles no message: learners
+  /// keep training, but rounds wait. A hook slower than the time between N
+  /// outer updates should copy the parameters and evaluate elsewhere.
+  std::function<void(const evaluation_context&)> on_evaluate{};
 };
 
 }  // namespace diloco

@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <type_traits>
 
 #include "diloco/concepts/scalar.hpp"
@@ -82,6 +83,11 @@ struct message_header {
   std::int64_t step_time_ns = 0;         ///< heartbeat, contribution: smoothed duration of one inner step
   std::int64_t transfer_ns = 0;          ///< heartbeat, contribution: smoothed network time of a round trip
   std::int64_t hold_ns = 0;              ///< update: how long the syncer held the answered contribution
+  /// heartbeat: the learner's mean training loss (`step_stats::loss`) over
+  /// its inner steps since its previous heartbeat; none when it took no step
+  /// since then. On the wire it takes the 8 bytes `hold_ns` has in updates
+  /// (docs/protocol.md), so a receiver that predates it ignores it.
+  std::optional<double> loss{};
   // welcome: the training configuration every learner adopts
   std::uint32_t fragment_count = 0;      ///< P
   std::uint32_t sync_period = 0;         ///< H, inner steps

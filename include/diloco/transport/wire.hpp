@@ -37,6 +37,8 @@ inline constexpr std::size_t magic = 0, version = 4, kind = 6, codec = 7, status
                              base_revision = 56, revision = 64, tokens = 72, steps = 80, element_count = 88,
                              layout = 96, step_time_ns = 104, transfer_ns = 112, hold_ns = 120, mixing = 128,
                              payload_crc = 136, header_crc = 140;
+/// A heartbeat's training loss (f64) takes the bytes an update's `hold_ns` has.
+inline constexpr std::size_t loss = hold_ns;
 }  // namespace offset
 
 /// Bytes per element of a codec (0 for `none` and unknown codecs).
@@ -68,6 +70,20 @@ T get(std::span<const std::byte> in, std::size_t at) noexcept {
   T value;
   std::memcpy(&value, in.data() + at, sizeof(T));
   return value;
+}
+
+/// A heartbeat's loss as it travels: the bits of the f64, all zero for no
+/// loss. A loss of +0.0 travels as −0.0, whose bits are not all zero.
+inline std::uint64_t loss_bits(std::optional<double> loss) noexcept {
+  if (!loss) return 0;
+  return std::bit_cast<std::uint64_t>(*loss == 0.0 ? -0.0 : *loss);
+}
+
+/// The loss in those bits, as sent: NaN, infinite and negative values are
+/// the receiver's to judge (the syncer ignores and counts non-finite ones).
+inline std::optional<double> loss_of(std::uint64_t bits) noexcept {
+  if (bits == 0) return std::nullopt;
+  return std::bit_cast<double>(bits);
 }
 
 }  // namespace detail
@@ -102,7 +118,10 @@ inline void encode_header(const message_header& h, std::span<const std::byte> pa
   put<std::uint64_t>(out, offset::layout, h.layout);
   put<std::int64_t>(out, offset::step_time_ns, h.step_time_ns);
   put<std::int64_t>(out, offset::transfer_ns, h.transfer_ns);
-  put<std::int64_t>(out, offset::hold_ns, h.hold_ns);
+  if (h.kind == message_kind::heartbeat)
+    put<std::uint64_t>(out, offset::loss, detail::loss_bits(h.loss));
+  else
+    put<std::int64_t>(out, offset::hold_ns, h.hold_ns);
   put<double>(out, offset::mixing, h.mixing);
   put<std::uint32_t>(out, offset::payload_crc, crc32c(payload));
   put<std::uint32_t>(out, offset::header_crc, crc32c(std::span<const std::byte>(out.data(), offset::header_crc)));
@@ -128,7 +147,8 @@ struct decoded_header {
 /// version, header CRC (`bad_checksum`), every enumerated field, status (0
 /// except on updates), flags (only those of the kind), reason and reserved
 /// field, mixing finite in [0, 1) (`bad_header`), and the payload size the
-/// header implies (`oversized`).
+/// header implies (`oversized`). A heartbeat's loss is passed on unchecked:
+/// a bad value costs the learner its loss report, not its heartbeat.
 inline decoded_header decode_header(std::span<const std::byte> frame, std::uint64_t max_payload_bytes) noexcept {
   using detail::get;
   decoded_header d;
@@ -191,7 +211,10 @@ inline decoded_header decode_header(std::span<const std::byte> frame, std::uint6
   h.layout = get<std::uint64_t>(frame, offset::layout);
   h.step_time_ns = get<std::int64_t>(frame, offset::step_time_ns);
   h.transfer_ns = get<std::int64_t>(frame, offset::transfer_ns);
-  h.hold_ns = get<std::int64_t>(frame, offset::hold_ns);
+  if (h.kind == message_kind::heartbeat)
+    h.loss = detail::loss_of(get<std::uint64_t>(frame, offset::loss));
+  else
+    h.hold_ns = get<std::int64_t>(frame, offset::hold_ns);
   d.payload_crc = get<std::uint32_t>(frame, offset::payload_crc);
 
   if (carries_payload(h.kind)) {
