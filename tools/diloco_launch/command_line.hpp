@@ -66,7 +66,7 @@ inline std::optional<int> parse_command_line(int argc, const char* const* argv, 
   auto& p = c.plan;
   std::string ids_text, syncer_text, endpoint;
   bool no_syncer = false;
-  double restart_delay = 1.0, grace = 30.0, kill_after = 10.0;
+  double restart_delay = 1.0, learner_grace = 30.0, syncer_grace = 90.0, kill_after = 10.0;
   auto* learners = diloco_tools::add_number<std::uint32_t>(app, "--learners", p.learners, {1, 65536},
                                                             "M: the number of learners, ids 0 .. M-1", "M");
   learners->required();
@@ -90,9 +90,13 @@ inline std::optional<int> parse_command_line(int argc, const char* const* argv, 
                                    "seconds before a learner's first restart, doubled for each next one, at most 30 "
                                    "(1)",
                                    "SEC");
-  diloco_tools::add_number<double>(app, "--grace", grace, {0.0, 86400.0},
-                                   "seconds learners get to end after the syncer ended, and the syncer after the "
-                                   "last learner, before SIGTERM (30)",
+  diloco_tools::add_number<double>(app, "--learner-grace", learner_grace, {0.0, 86400.0},
+                                   "seconds learners get to end by themselves after the syncer ended, before SIGTERM "
+                                   "(30)",
+                                   "SEC");
+  diloco_tools::add_number<double>(app, "--syncer-grace", syncer_grace, {0.0, 86400.0},
+                                   "seconds the syncer gets to end by itself after the last learner ended, before "
+                                   "SIGTERM (90)",
                                    "SEC");
   diloco_tools::add_number<double>(app, "--kill-after", kill_after, {0.0, 3600.0},
                                    "seconds between SIGTERM (or a SIGINT passed on) and SIGKILL (10)", "SEC");
@@ -122,7 +126,8 @@ inline std::optional<int> parse_command_line(int argc, const char* const* argv, 
       return std::chrono::milliseconds(static_cast<std::int64_t>(seconds * 1000.0 + 0.5));
     };
     p.restart_delay = ms(restart_delay);
-    p.grace = ms(grace);
+    p.learner_grace = ms(learner_grace);
+    p.syncer_grace = ms(syncer_grace);
     p.kill_after = ms(kill_after);
   });
   return diloco_tools::parse(app, split, argv);

@@ -33,7 +33,8 @@ launch::launch_plan plan_of(std::string syncer_script, std::string learner_scrip
   plan.endpoint = "tcp://127.0.0.1:5555";
   plan.learners = learners;
   plan.restart_delay = 50ms;
-  plan.grace = 300ms;
+  plan.learner_grace = 300ms;
+  plan.syncer_grace = 300ms;
   plan.kill_after = 300ms;
   return plan;
 }

@@ -58,9 +58,12 @@ struct launch_plan {
   std::chrono::milliseconds restart_delay = 1s;
   std::chrono::milliseconds max_restart_delay = 30s;
   /// After the syncer ends: how long learners still running get to end by
-  /// themselves (the syncer told them `end`) before they get SIGTERM. After
-  /// the last learner ends: how long the syncer gets before SIGTERM.
-  std::chrono::milliseconds grace = 30s;
+  /// themselves (the syncer told them `end`) before they get SIGTERM.
+  std::chrono::milliseconds learner_grace = 30s;
+  /// After the last learner ends: how long the syncer gets to end by itself
+  /// before SIGTERM. A learner whose `leave` was lost keeps diloco_syncer up
+  /// for its heartbeat timeout (10 s) + --end-when-gone (60 s).
+  std::chrono::milliseconds syncer_grace = 90s;
   /// After SIGTERM (or a forwarded SIGINT): how long before SIGKILL.
   std::chrono::milliseconds kill_after = 10s;
 };
@@ -323,7 +326,7 @@ inline launch_report run(launch_plan plan, const launch_sinks& sinks) {
       for (auto& o : members)
         if (!is_syncer(o) && !o.process) o.retire();  // no restart without a syncer
       if (learners_left && !report.interrupted_by)
-        learners_term_at = steady::now() + plan.grace;
+        learners_term_at = steady::now() + plan.learner_grace;
       return;
     }
     const bool abnormal = s.shell_code() != 0;
@@ -391,19 +394,19 @@ inline launch_report run(launch_plan plan, const launch_sinks& sinks) {
     // With every learner done, the syncer has `grace` to end by itself.
     if (has_syncer && !syncer_gone && !syncer_term_at &&
         std::all_of(members.begin(), members.end(), [&](const member& m) { return is_syncer(m) || m.done; }))
-      syncer_term_at = now + plan.grace;
+      syncer_term_at = now + plan.syncer_grace;
     auto due = [&](std::optional<steady::time_point>& at) {
       if (!at || *at > now) return false;
       at.reset();
       return true;
     };
     if (due(learners_term_at)) {
-      note("learners still running " + detail::seconds_text(plan.grace) + " s after the syncer ended: SIGTERM");
+      note("learners still running " + detail::seconds_text(plan.learner_grace) + " s after the syncer ended: SIGTERM");
       signal_all(SIGTERM, true, false);
       if (!kill_at) kill_at = now + plan.kill_after;
     }
     if (due(syncer_term_at)) {
-      note("the syncer still runs after every learner ended: SIGTERM");
+      note("the syncer still runs " + detail::seconds_text(plan.syncer_grace) + " s after the last learner ended: SIGTERM");
       signal_all(SIGTERM, false, true);
       if (!kill_at) kill_at = now + plan.kill_after;
     }
