@@ -1,111 +1,44 @@
-// `fashion_mnist --role all`: starts 1 syncer and M learner processes of this
-// same program on this machine, connected over ZeroMQ TCP on a free loopback
-// port, waits for them and prints the syncer's result.
+// `fashion_mnist --role all`: 1 syncer and M learner processes of this same
+// program on this machine, connected over ZeroMQ TCP on a free loopback port,
+// run by diloco_launch's supervisor (tools/support/diloco_tools/launch): a
+// learner that dies is restarted with its next incarnation, SIGINT and SIGTERM
+// reach every process, and every line they write comes prefixed with
+// "[syncer] " or "[learner N] " — except the syncer's result, which is printed
+// last, unprefixed, with the inner steps the learners counted.
 #pragma once
 
-#include <spawn.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
-#include <chrono>
 #include <cstdio>
-#include <cstring>
-#include <stdexcept>
+#include <filesystem>
+#include <map>
 #include <string>
-#include <thread>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
+#include <diloco_tools/launch/supervisor.hpp>
 #include <diloco_tools/loopback.hpp>
 
 #include "trainer.hpp"
 
-extern char** environ;
-
 namespace fashion {
 
-/// Starting, reading and waiting for the processes of `--role all`.
-namespace process {
-
-struct child {
-  pid_t pid = -1;
-  int out = -1;  ///< read end of its standard output
-};
-
-/// Starts this program again with `args`; its standard output comes back
-/// through a pipe, its standard error is shared.
-inline child spawn(const std::vector<std::string>& args) {
-  int pipe_fds[2];
-  if (::pipe(pipe_fds) != 0) throw std::runtime_error(std::string("pipe: ") + std::strerror(errno));
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_adddup2(&actions, pipe_fds[1], STDOUT_FILENO);
-  posix_spawn_file_actions_addclose(&actions, pipe_fds[0]);
-  std::vector<char*> argv;
-  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  child c;
-  const int rc = posix_spawn(&c.pid, "/proc/self/exe", &actions, nullptr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&actions);
-  ::close(pipe_fds[1]);
-  if (rc != 0) {
-    ::close(pipe_fds[0]);
-    throw std::runtime_error(std::string("cannot start a process: ") + std::strerror(rc));
-  }
-  c.out = pipe_fds[0];
-  return c;
-}
-
-/// Everything the child writes until it closes its output.
-inline std::string drain(int fd) {
-  std::string text;
-  char buffer[4096];
-  for (ssize_t n; (n = ::read(fd, buffer, sizeof buffer)) != 0;) {
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      break;
-    }
-    text.append(buffer, static_cast<std::size_t>(n));
-  }
-  ::close(fd);
-  return text;
-}
-
-/// Waits for `pid` at most `limit`; kills it (SIGKILL) after that. Returns
-/// its exit status, or -1 if it had to be killed or died of a signal.
-inline int reap(pid_t pid, std::chrono::seconds limit) {
-  const auto end = std::chrono::steady_clock::now() + limit;
-  int status = 0;
-  while (::waitpid(pid, &status, WNOHANG) == 0) {
-    if (std::chrono::steady_clock::now() > end) {
-      ::kill(pid, SIGKILL);
-      ::waitpid(pid, &status, 0);
-      return -1;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
-
-inline std::string last_line(const std::string& text) {
-  const auto end = text.find_last_not_of('\n');
-  if (end == std::string::npos) return {};
-  const auto begin = text.rfind('\n', end);
-  return text.substr(begin == std::string::npos ? 0 : begin + 1, end - (begin == std::string::npos ? 0 : begin + 1) + 1);
-}
-
-}  // namespace process
-
 inline int launch_all(int argc, char** argv, const settings& s) {
-  const std::string endpoint =
+  namespace launch = diloco_tools::launch;
+  launch::launch_plan plan;
+  plan.endpoint =
       s.endpoint.empty() ? "tcp://127.0.0.1:" + std::to_string(diloco_tools::free_loopback_port()) : s.endpoint;
-  std::vector<std::string> common{argv[0]};
+  plan.learners = s.learners;
+  // The syncer ends by itself once every learner has left, or 30 s after the
+  // last one went silent (a lost leave: 10 s of heartbeat timeout first).
+  plan.syncer_grace = std::chrono::seconds(60);
   // Every option but the ones each process gets its own value of, in both
-  // spellings: "--role all" and "--role=all".
+  // spellings ("--role all" and "--role=all"), braces escaped from the
+  // placeholders.
+  std::vector<std::string> common{std::filesystem::read_symlink("/proc/self/exe").string()};
   for (int i = 1; i < argc; ++i) {
     const std::string_view a = argv[i];
     bool own = false;
-    for (const std::string_view flag : {"--role", "--endpoint", "--learner-id"}) {
+    for (const std::string_view flag : {"--role", "--endpoint", "--learner-id", "--incarnation"}) {
       if (a == flag) {
         own = true;
         ++i;
@@ -113,54 +46,55 @@ inline int launch_all(int argc, char** argv, const settings& s) {
         own = true;
       }
     }
-    if (!own) common.emplace_back(a);
+    if (!own) common.push_back(launch::escape_braces(a));
   }
-  std::fprintf(stderr, "fashion_mnist: starting 1 syncer and %u learner processes on %s\n", s.learners, endpoint.c_str());
+  plan.syncer = common;
+  plan.syncer.insert(plan.syncer.end(), {"--role", "syncer", "--endpoint", "{endpoint}"});
+  plan.learner = common;
+  plan.learner.insert(plan.learner.end(), {"--role", "learner", "--endpoint", "{endpoint}", "--learner-id", "{id}",
+                                           "--incarnation", "{incarnation}", "--progress", "0"});
+  std::fprintf(stderr, "fashion_mnist: starting 1 syncer and %u learner processes on %s\n", s.learners,
+               plan.endpoint.c_str());
 
-  auto with = [&](std::initializer_list<std::string> extra) {
-    auto args = common;
-    args.insert(args.end(), extra);
-    return args;
-  };
-  const auto syncer = process::spawn(with({"--role", "syncer", "--endpoint", endpoint}));
-  std::vector<process::child> learners;
-  for (std::uint32_t i = 0; i < s.learners; ++i)
-    learners.push_back(process::spawn(
-        with({"--role", "learner", "--endpoint", endpoint, "--learner-id", std::to_string(i), "--progress", "0"})));
-
-  bool failed = false;
-  std::uint64_t inner_steps = 0;
-  for (std::uint32_t i = 0; i < s.learners; ++i) {
-    const std::string out = process::drain(learners[i].out);
-    const int status = process::reap(learners[i].pid, std::chrono::seconds(10));
-    const auto line = nlohmann::json::parse(process::last_line(out), nullptr, /*allow_exceptions=*/false);
-    if (status != 0 || !line.is_object() || !line.contains("inner_steps") || !line["inner_steps"].is_number_unsigned()) {
-      std::fprintf(stderr, "fashion_mnist: learner %u failed (exit status %d)\n", i, status);
-      failed = true;
-      continue;
-    }
-    inner_steps += line["inner_steps"].get<std::uint64_t>();
-  }
-  // With every learner gone the syncer stops by itself; do not wait forever.
+  // The syncer's stdout is its result line, kept for the end; each learner's
+  // last stdout line is its own result (inner steps), also shown.
   std::string result;
-  {
-    std::thread reader([&] { result = process::drain(syncer.out); });
-    const int status = process::reap(syncer.pid, failed ? std::chrono::seconds(1) : std::chrono::seconds(120));
-    reader.join();
-    if (status != 0) {
-      std::fprintf(stderr, "fashion_mnist: the syncer failed (exit status %d)\n", status);
-      return 1;
+  std::map<std::uint32_t, std::string> learner_results;
+  auto sinks = launch::prefixed_sinks("fashion_mnist");
+  sinks.line = [print = sinks.line, &result, &learner_results](const launch::process_name& p, launch::stream stream,
+                                                               std::string_view line) {
+    if (stream == launch::stream::out && p.syncer) {
+      if (!line.empty()) result = line;
+      return;
     }
+    if (stream == launch::stream::out && !line.empty()) learner_results[p.id] = line;
+    print(p, stream, line);
+  };
+  const auto report = launch::run(plan, sinks);
+  const int status = launch::worst_status(report);
+
+  std::uint64_t inner_steps = 0;
+  for (const auto& l : report.learners) {
+    const auto line = nlohmann::json::parse(learner_results[l.id], nullptr, /*allow_exceptions=*/false);
+    if (line.is_object() && line.contains("inner_steps") && line["inner_steps"].is_number_unsigned())
+      inner_steps += line["inner_steps"].get<std::uint64_t>();
+    else if (l.status && l.status->shell_code() == 0)
+      std::fprintf(stderr, "fashion_mnist: learner %u printed no result line\n", l.id);
   }
+  std::string restarts;
+  for (const auto& l : report.learners)
+    if (l.restarts > 0) restarts += " learner " + std::to_string(l.id) + " x" + std::to_string(l.restarts);
+  std::fprintf(stderr, "fashion_mnist: every process ended, worst exit status %d; restarts:%s\n", status,
+               restarts.empty() ? " none" : restarts.c_str());
   // The syncer's result line, with the inner steps the learners counted.
-  auto line = nlohmann::ordered_json::parse(process::last_line(result), nullptr, /*allow_exceptions=*/false);
+  auto line = nlohmann::ordered_json::parse(result, nullptr, /*allow_exceptions=*/false);
   if (!line.is_object()) {
     std::fprintf(stderr, "fashion_mnist: the syncer printed no result line\n");
-    return 1;
+    return status != 0 ? status : 1;
   }
   line["inner_steps"] = inner_steps;
   std::printf("%s\n", line.dump().c_str());
-  return failed ? 1 : 0;
+  return status;
 }
 
 }  // namespace fashion

@@ -1,6 +1,6 @@
 # Sourced by the process tests of this folder (test_service.sh,
-# test_syncer_restart.sh, test_world.sh, test_end.sh): a work directory
-# removed on exit, `pids` (every background process started; all killed
+# test_syncer_restart.sh, test_world.sh, test_end.sh, test_launch_restart.sh):
+# a work directory removed on exit, `pids` (every background process started; all killed
 # with SIGKILL on exit), and `port` (a free loopback TCP port).
 #   source processes.sh NAME   # work directory ${TMPDIR:-/tmp}/NAME.XXXXXX
 work=$(mktemp -d "${TMPDIR:-/tmp}/$1.XXXXXX")

@@ -22,10 +22,10 @@
 
 #include <diloco_tools/cli.hpp>
 #include <diloco_tools/loopback.hpp>
+#include <diloco_tools/process.hpp>
 #include <nlohmann/json.hpp>
 
 #include "analyze.hpp"
-#include "process.hpp"
 #include "report_json.hpp"
 #include "runner.hpp"
 
@@ -87,7 +87,7 @@ fs::path plot_script() {
 void plot(const fs::path& dir, const std::string& title) {
   const std::string python = fs::exists(DILOCO_CHAOS_PYTHON) ? DILOCO_CHAOS_PYTHON : "python3";
   const fs::path script = plot_script();
-  auto child = diloco_chaos::child_process::spawn(
+  auto child = diloco_tools::child_process::spawn(
       {{python, script.string(), (dir / "report.json").string(), (dir / "timeline.png").string(), "--title", title}});
   const auto status = child.wait_for(std::chrono::minutes(2));
   if (!status) {

@@ -20,12 +20,15 @@
 
 #include <diloco/metrics/trace.hpp>
 #include <diloco_tools/json.hpp>
+#include <diloco_tools/process.hpp>
 #include <nlohmann/json.hpp>
 
-#include "process.hpp"
 #include "schedule.hpp"
 
 namespace diloco_chaos {
+
+using diloco_tools::child_process;
+using diloco_tools::exit_status;
 
 /// What to run and how it fails. Times in seconds from the start of the run.
 struct runner_options {

@@ -18,15 +18,15 @@
 #include <string>
 #include <thread>
 
-#include "process.hpp"
+#include <diloco_tools/process.hpp>
 
 namespace {
 
 using namespace std::chrono_literals;
 namespace fs = std::filesystem;
-using diloco_chaos::child_process;
-using diloco_chaos::exit_status;
-using diloco_chaos::process_spec;
+using diloco_tools::child_process;
+using diloco_tools::exit_status;
+using diloco_tools::process_spec;
 
 struct scratch {
   fs::path dir = fs::temp_directory_path() / ("diloco-process-" + std::to_string(::getpid()) + "-" +

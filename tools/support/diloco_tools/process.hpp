@@ -1,6 +1,7 @@
-// A child process for chaos runs (POSIX): started in its own process group
-// with its output in files, so that it can be killed, paused and resumed as a
-// whole, and always reaped — no zombie and no stray process outlives it.
+// A child process (POSIX) for the tools that run others (diloco_chaos,
+// diloco_launch): started in its own process group with its output in files
+// or pipes, so that it can be killed, paused and resumed as a whole, and
+// always reaped — no zombie and no stray process outlives it.
 #pragma once
 
 #include <fcntl.h>
@@ -17,20 +18,26 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <system_error>
 #include <thread>
 #include <utility>
 #include <vector>
 
-namespace diloco_chaos {
+namespace diloco_tools {
 
 /// What to start: `argv[0]` is looked up in `PATH` unless it contains a '/'.
-/// The child inherits the environment and stdin.
+/// The child inherits the environment (with `environment` on top) and stdin
+/// (unless `null_stdin`).
 struct process_spec {
   std::vector<std::string> argv{};
   std::filesystem::path stdout_path{};  ///< empty: inherit the parent's stdout
   std::filesystem::path stderr_path{};  ///< empty: inherit the parent's stderr; equal to `stdout_path`: one shared file
   bool append = true;                 ///< append to the files; false truncates them
+  int stdout_fd = -1;  ///< >= 0: this descriptor (a pipe's write end) becomes its stdout, `stdout_path` unused
+  int stderr_fd = -1;  ///< >= 0: this descriptor becomes its stderr, `stderr_path` unused
+  std::vector<std::string> environment{};  ///< "NAME=VALUE" entries that replace or add to the inherited ones
+  bool null_stdin = false;                 ///< stdin from /dev/null (a child in its own group must not read the tty)
 };
 
 /// How a child ended: `exited` with `code`, or killed by `signal`.
@@ -41,6 +48,8 @@ struct exit_status {
 
   /// "exit 3" or "signal 9".
   std::string to_string() const { return exited ? "exit " + std::to_string(code) : "signal " + std::to_string(signal); }
+  /// As a shell reports it: the exit code, or 128 + the signal.
+  int shell_code() const { return exited ? code : 128 + signal; }
   bool operator==(const exit_status&) const = default;
 };
 
@@ -58,10 +67,10 @@ class child_process {
   /// `std::system_error` naming the program when it cannot be started (no
   /// such program, not executable, an output file that cannot be opened).
   static child_process spawn(const process_spec& spec) {
-    if (spec.argv.empty()) throw std::invalid_argument("diloco_chaos::child_process: argv is empty");
+    if (spec.argv.empty()) throw std::invalid_argument("diloco_tools::child_process: argv is empty");
     const std::string& program = spec.argv.front();
     auto fail = [&](int error) {
-      std::string what = "diloco_chaos::child_process: cannot start '" + program + "'";
+      std::string what = "diloco_tools::child_process: cannot start '" + program + "'";
       if (!spec.stdout_path.empty()) what += " (stdout to '" + spec.stdout_path.string() + "')";
       if (!spec.stderr_path.empty()) what += " (stderr to '" + spec.stderr_path.string() + "')";
       throw std::system_error(error, std::generic_category(), what);
@@ -70,9 +79,14 @@ class child_process {
     if (setup.error) fail(setup.error);
     const int flags = O_WRONLY | O_CREAT | (spec.append ? O_APPEND : O_TRUNC);
     int error = 0;
-    if (!spec.stdout_path.empty())
+    if (spec.null_stdin) error = posix_spawn_file_actions_addopen(&setup.actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
+    if (!error && spec.stdout_fd >= 0)
+      error = posix_spawn_file_actions_adddup2(&setup.actions, spec.stdout_fd, STDOUT_FILENO);
+    else if (!error && !spec.stdout_path.empty())
       error = posix_spawn_file_actions_addopen(&setup.actions, STDOUT_FILENO, spec.stdout_path.c_str(), flags, 0644);
-    if (!error && !spec.stderr_path.empty()) {
+    if (!error && spec.stderr_fd >= 0) {
+      error = posix_spawn_file_actions_adddup2(&setup.actions, spec.stderr_fd, STDERR_FILENO);
+    } else if (!error && !spec.stderr_path.empty()) {
       error = spec.stderr_path == spec.stdout_path
                   ? posix_spawn_file_actions_adddup2(&setup.actions, STDOUT_FILENO, STDERR_FILENO)
                   : posix_spawn_file_actions_addopen(&setup.actions, STDERR_FILENO, spec.stderr_path.c_str(), flags, 0644);
@@ -81,9 +95,25 @@ class child_process {
     std::vector<char*> argv;
     for (const auto& a : spec.argv) argv.push_back(const_cast<char*>(a.c_str()));
     argv.push_back(nullptr);
+    std::vector<std::string> merged;
+    std::vector<char*> envp;
+    char** env = environ;
+    if (!spec.environment.empty()) {
+      auto name_of = [](std::string_view entry) { return entry.substr(0, entry.find('=')); };
+      for (char** e = environ; *e; ++e) {
+        const std::string_view entry = *e;
+        bool replaced = false;
+        for (const auto& mine : spec.environment) replaced = replaced || name_of(mine) == name_of(entry);
+        if (!replaced) merged.emplace_back(entry);
+      }
+      merged.insert(merged.end(), spec.environment.begin(), spec.environment.end());
+      for (auto& e : merged) envp.push_back(e.data());
+      envp.push_back(nullptr);
+      env = envp.data();
+    }
     pid_t pid = -1;
     // glibc reports a failed exec (or open) in the child as this result.
-    error = posix_spawnp(&pid, program.c_str(), &setup.actions, &setup.attributes, argv.data(), environ);
+    error = posix_spawnp(&pid, program.c_str(), &setup.actions, &setup.attributes, argv.data(), env);
     if (error) fail(error);
     return child_process(pid);
   }
@@ -124,7 +154,7 @@ class child_process {
     // WNOWAIT keeps the leader a zombie, so its group id stays reserved while
     // the rest of the group is killed.
     while (::waitid(P_PID, static_cast<id_t>(pid_), &info, WEXITED | WNOHANG | WNOWAIT) != 0)
-      if (errno != EINTR) throw std::system_error(errno, std::generic_category(), "diloco_chaos::child_process: waitid");
+      if (errno != EINTR) throw std::system_error(errno, std::generic_category(), "diloco_tools::child_process: waitid");
     if (info.si_pid == 0) return std::nullopt;
     ::kill(-pid_, SIGKILL);
     return reap();
@@ -188,7 +218,7 @@ class child_process {
   exit_status reap() {
     int raw = 0;
     while (::waitpid(pid_, &raw, 0) < 0)
-      if (errno != EINTR) throw std::system_error(errno, std::generic_category(), "diloco_chaos::child_process: waitpid");
+      if (errno != EINTR) throw std::system_error(errno, std::generic_category(), "diloco_tools::child_process: waitpid");
     status_ = WIFEXITED(raw) ? exit_status{true, WEXITSTATUS(raw), 0} : exit_status{false, 0, WTERMSIG(raw)};
     return *status_;
   }
@@ -206,4 +236,4 @@ class child_process {
   std::optional<exit_status> status_;
 };
 
-}  // namespace diloco_chaos
+}  // namespace diloco_tools
