@@ -6,7 +6,10 @@
 // ends from them.
 #include <boost/test/unit_test.hpp>
 
+#include <chrono>
 #include <cmath>
+#include <stdexcept>
+#include <string>
 #include <type_traits>
 #include <vector>
 
@@ -71,6 +74,41 @@ BOOST_AUTO_TEST_CASE(a_bundle_builds_a_syncer_and_learners_that_train_together) 
     BOOST_TEST(std::abs(theta[k] - truth.weight(k)) < 0.05, "weight " << k << ": " << theta[k] << " vs " << truth.weight(k));
   BOOST_TEST(std::abs(theta[4] - 0.5) < 0.05);
   BOOST_TEST(sync.metrics().outer_updates > 10u);
+}
+
+/// The message of the `std::invalid_argument` that `f` throws ("" if none).
+template <class F>
+std::string refusal(F&& f) {
+  try {
+    f();
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  return "";
+}
+
+BOOST_AUTO_TEST_CASE(an_option_error_names_the_option_and_its_value) {
+  toy::linear_regression<double> init(4, 7);
+  inproc::hub hub;
+  auto& end = hub.attach(syncer_peer);
+  auto config = presets::diloco<double>(4, 5);
+  config.training.overlap = 7;
+  BOOST_TEST(refusal([&] { config.make_syncer(init.layout(), init.parameters(), end); }) ==
+             "diloco::syncer: overlap tau = 7: must be smaller than the sync period H = 5");
+  config.training.overlap = 0;
+  config.screening.clip_factor = 0.5;
+  BOOST_TEST(refusal([&] { config.make_syncer(init.layout(), init.parameters(), end); }) ==
+             "diloco::screening_options: clip_factor = 0.5: must be 0 (off) or a finite value >= 1");
+  config.screening.clip_factor = 8;
+  config.world.loss_wait = -std::chrono::milliseconds(250);
+  BOOST_TEST(refusal([&] { config.make_syncer(init.layout(), init.parameters(), end); }) ==
+             "diloco::world_options: loss_wait = -0.25 s: must not be negative");
+  timeouts t;
+  t.heartbeat = std::chrono::seconds(1);
+  t.dead_after = std::chrono::seconds(2);
+  BOOST_TEST(refusal([&] { t.check(); }) ==
+             "diloco::timeouts: dead_after = 2 s: must be at least 3 heartbeats (3 x 1 s), so that one lost heartbeat "
+             "is no death");
 }
 
 BOOST_AUTO_TEST_SUITE_END()

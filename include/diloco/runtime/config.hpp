@@ -5,7 +5,10 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <string_view>
+#include <utility>
 
+#include "diloco/detail/bad_option.hpp"
 #include "diloco/transport/message.hpp"
 
 namespace diloco {
@@ -49,15 +52,24 @@ struct timeouts {
   /// - a lock-step wait outlasts a rejoin (`answer_timeout ≥ rejoin_after`),
   ///   else the learner gives up on an answer its rejoin would have brought.
   void check() const {
-    auto fail = [](const std::string& why) { throw std::invalid_argument("diloco::timeouts: " + why); };
     using std::chrono::nanoseconds;
-    if (heartbeat <= nanoseconds::zero() || join_retry <= nanoseconds::zero() || dead_after <= nanoseconds::zero() ||
-        rejoin_after <= nanoseconds::zero() || answer_timeout <= nanoseconds::zero())
-      fail("every timeout must be positive");
-    if (dead_after < 3 * heartbeat) fail("dead_after must be at least 3 heartbeats, so that one lost heartbeat is no death");
-    if (join_retry > rejoin_after) fail("join_retry must not exceed rejoin_after");
-    if (rejoin_after < 2 * heartbeat) fail("rejoin_after must be at least 2 heartbeats");
-    if (answer_timeout < rejoin_after) fail("answer_timeout must not be shorter than rejoin_after");
+    using detail::bad_option, detail::show_option;
+    constexpr std::string_view self = "diloco::timeouts";
+    const std::pair<const char*, nanoseconds> all[] = {{"heartbeat", heartbeat}, {"join_retry", join_retry},
+                                                       {"dead_after", dead_after}, {"rejoin_after", rejoin_after},
+                                                       {"answer_timeout", answer_timeout}};
+    for (const auto& [name, value] : all)
+      if (value <= nanoseconds::zero()) bad_option(self, name, value, "every timeout must be positive");
+    if (dead_after < 3 * heartbeat)
+      bad_option(self, "dead_after", dead_after,
+                 "must be at least 3 heartbeats (3 x " + show_option(heartbeat) + "), so that one lost heartbeat is no death");
+    if (join_retry > rejoin_after)
+      bad_option(self, "join_retry", join_retry, "must not exceed rejoin_after (" + show_option(rejoin_after) + ")");
+    if (rejoin_after < 2 * heartbeat)
+      bad_option(self, "rejoin_after", rejoin_after, "must be at least 2 heartbeats (2 x " + show_option(heartbeat) + ")");
+    if (answer_timeout < rejoin_after)
+      bad_option(self, "answer_timeout", answer_timeout,
+                 "must not be shorter than rejoin_after (" + show_option(rejoin_after) + ")");
   }
 };
 

@@ -13,6 +13,8 @@
 #include <stdexcept>
 #include <vector>
 
+#include "diloco/detail/bad_option.hpp"
+
 namespace diloco {
 
 /// Settings of the syncer's screening of contributions and of its own output.
@@ -66,14 +68,15 @@ struct screening_options {
 
   /// Throws `std::invalid_argument` naming the first bad setting.
   void check() const {
+    constexpr std::string_view self = "diloco::screening_options";
     if (!(clip_factor == 0.0 || (clip_factor >= 1.0 && std::isfinite(clip_factor))))
-      throw std::invalid_argument("diloco::screening_options: clip_factor must be 0 (off) or a finite value >= 1");
-    if (min_reference == 0) throw std::invalid_argument("diloco::screening_options: min_reference must be at least 1");
-    if (!(max_update_ratio >= 0.0)) throw std::invalid_argument("diloco::screening_options: max_update_ratio must be >= 0");
+      detail::bad_option(self, "clip_factor", clip_factor, "must be 0 (off) or a finite value >= 1");
+    if (min_reference == 0) detail::bad_option(self, "min_reference", min_reference, "must be at least 1");
+    if (!(max_update_ratio >= 0.0)) detail::bad_option(self, "max_update_ratio", max_update_ratio, "must be >= 0");
     if (!(update_floor >= 0.0 && std::isfinite(update_floor)))
-      throw std::invalid_argument("diloco::screening_options: update_floor must be finite and >= 0");
+      detail::bad_option(self, "update_floor", update_floor, "must be finite and >= 0");
     if (max_tokens_per_step == 0)
-      throw std::invalid_argument("diloco::screening_options: max_tokens_per_step must be at least 1");
+      detail::bad_option(self, "max_tokens_per_step", max_tokens_per_step, "must be at least 1");
   }
 };
 
@@ -98,9 +101,10 @@ struct membership_options {
 
   void check() const {
     if (!(absent_half_life > 0.0 && absent_half_life <= 1e4))
-      throw std::invalid_argument("diloco::membership_options: absent_half_life must be in (0, 10000] periods");
+      detail::bad_option("diloco::membership_options", "absent_half_life", absent_half_life,
+                         "must be in (0, 10000] periods");
     if (!(forget_after > 0.0 && forget_after <= 64.0))
-      throw std::invalid_argument("diloco::membership_options: forget_after must be in (0, 64] half-lives");
+      detail::bad_option("diloco::membership_options", "forget_after", forget_after, "must be in (0, 64] half-lives");
   }
 };
 

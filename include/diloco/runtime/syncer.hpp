@@ -19,6 +19,7 @@
 #include <utility>
 #include <vector>
 
+#include "diloco/detail/bad_option.hpp"
 #include "diloco/concepts/merge_policy.hpp"
 #include "diloco/concepts/outer_optimizer.hpp"
 #include "diloco/concepts/transport.hpp"
@@ -88,18 +89,22 @@ class syncer {
         bad != initial.end())
       throw std::invalid_argument("diloco::syncer: initial parameter " + std::to_string(bad - initial.begin()) +
                                   " is not finite");
-    if (c.sync_period == 0) throw std::invalid_argument("diloco::syncer: sync period H must be at least 1");
+    constexpr std::string_view self = "diloco::syncer";
+    if (c.sync_period == 0) detail::bad_option(self, "sync period H", c.sync_period, "must be at least 1");
     if (c.overlap >= c.sync_period)
-      throw std::invalid_argument("diloco::syncer: overlap tau must be smaller than the sync period H");
-    if (!(c.mixing >= 0.0 && c.mixing < 1.0)) throw std::invalid_argument("diloco::syncer: mixing alpha must be in [0, 1)");
-    if (options_.quorum == 0) throw std::invalid_argument("diloco::syncer: quorum K must be at least 1");
+      detail::bad_option(self, "overlap tau", c.overlap,
+                         "must be smaller than the sync period H = " + std::to_string(c.sync_period));
+    if (!(c.mixing >= 0.0 && c.mixing < 1.0)) detail::bad_option(self, "mixing alpha", c.mixing, "must be in [0, 1)");
+    if (options_.quorum == 0) detail::bad_option(self, "quorum K", options_.quorum, "must be at least 1");
     if (!(options_.grace_factor >= 0.0 && options_.grace_factor < 1.0))
-      throw std::invalid_argument("diloco::syncer: grace factor gamma must be in [0, 1)");
+      detail::bad_option(self, "grace factor gamma", options_.grace_factor, "must be in [0, 1)");
     if (options_.heartbeat_timeout <= std::chrono::nanoseconds::zero())
-      throw std::invalid_argument("diloco::syncer: heartbeat timeout must be positive");
+      detail::bad_option(self, "heartbeat_timeout", options_.heartbeat_timeout, "must be positive");
     if (options_.max_grace >= options_.heartbeat_timeout)
-      throw std::invalid_argument("diloco::syncer: max_grace must be shorter than the heartbeat timeout");
-    if (options_.max_learners == 0) throw std::invalid_argument("diloco::syncer: max_learners must be at least 1");
+      detail::bad_option(self, "max_grace", options_.max_grace,
+                         "must be shorter than the heartbeat timeout (" +
+                             detail::show_option(options_.heartbeat_timeout) + ")");
+    if (options_.max_learners == 0) detail::bad_option(self, "max_learners", options_.max_learners, "must be at least 1");
     options_.world.check();
     options_.end.check();
     if (options_.world.size > options_.max_learners)

@@ -13,6 +13,8 @@
 #include <variant>
 #include <vector>
 
+#include "diloco/detail/bad_option.hpp"
+
 #include "diloco/metrics/events.hpp"
 #include "diloco/runtime/config.hpp"
 #include "diloco/runtime/rounds.hpp"
@@ -66,9 +68,9 @@ struct world_options {
   /// Throws `std::invalid_argument` naming the first bad setting.
   void check() const {
     if (size > 0 && rendezvous_timeout <= std::chrono::nanoseconds::zero())
-      throw std::invalid_argument("diloco::world_options: rendezvous_timeout must be positive");
+      detail::bad_option("diloco::world_options", "rendezvous_timeout", rendezvous_timeout, "must be positive");
     if (loss_wait < std::chrono::nanoseconds::zero())
-      throw std::invalid_argument("diloco::world_options: loss_wait must not be negative");
+      detail::bad_option("diloco::world_options", "loss_wait", loss_wait, "must not be negative");
   }
 };
 
@@ -89,9 +91,9 @@ struct end_options {
   /// Throws `std::invalid_argument` naming the first bad setting.
   void check() const {
     if (deadline < std::chrono::nanoseconds::zero())
-      throw std::invalid_argument("diloco::end_options: deadline must not be negative");
+      detail::bad_option("diloco::end_options", "deadline", deadline, "must not be negative");
     if (when_all_gone && *when_all_gone < std::chrono::nanoseconds::zero())
-      throw std::invalid_argument("diloco::end_options: when_all_gone must not be negative");
+      detail::bad_option("diloco::end_options", "when_all_gone", *when_all_gone, "must not be negative");
   }
 };
 
