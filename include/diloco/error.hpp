@@ -25,6 +25,7 @@ enum class errc {
   superseded,         ///< another process joined as this learner with a newer incarnation
   quarantined,        ///< the syncer refuses this learner's contributions until it rejoins
   ended,              ///< the syncer ended the run (not a failure: training is over)
+  cancelled,          ///< the caller asked the call to stop (its `std::stop_token`)
 };
 
 namespace detail {
@@ -44,6 +45,7 @@ class error_category_impl final : public std::error_category {
       case errc::superseded: return "superseded by a newer incarnation of this learner";
       case errc::quarantined: return "quarantined by the syncer (contributions clipped or refused too often)";
       case errc::ended: return "the syncer ended the run";
+      case errc::cancelled: return "cancelled by the caller";
     }
     return "unknown diloco error";
   }

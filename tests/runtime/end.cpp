@@ -4,10 +4,13 @@
 // later message with `end`; a learner that is told stops with errc::ended.
 #include <boost/test/unit_test.hpp>
 
+#include <stop_token>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "support/syncer_fixture.hpp"
+#include "support/toy_model.hpp"
 
 namespace {
 
@@ -218,6 +221,33 @@ BOOST_AUTO_TEST_CASE(bad_end_settings_are_refused) {
   e.deadline = 0s;
   e.when_all_gone = -1s;
   BOOST_CHECK_THROW(e.check(), std::invalid_argument);
+}
+
+BOOST_AUTO_TEST_CASE(a_blocking_step_returns_when_its_stop_token_is_triggered) {
+  // No syncer answers: without the token, step() would wait for its join
+  // until join_timeout (here an hour). The token ends the wait, trains
+  // nothing, and the learner stays usable (a second call waits again).
+  inproc::hub hub;
+  hub.attach(syncer_peer);
+  toy::linear_regression<double> model(4, 1);
+  learner<toy::linear_regression<double>, inner::sgd<double>, inproc::endpoint> l(
+      model, hub.attach(0), {.id = 0, .join_timeout = std::chrono::hours(1)});
+  toy::teacher<double> data(4, 3);
+  const auto batch = data.next(8);
+  const auto before = std::vector<double>(model.parameters().begin(), model.parameters().end());
+  for (int call = 0; call < 2; ++call) {
+    std::stop_source stop;
+    std::jthread stopper([&] {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      stop.request_stop();
+    });
+    const auto r = l.step(batch, stop.get_token());
+    BOOST_TEST_REQUIRE(!r);
+    BOOST_TEST((r.error() == make_error_code(errc::cancelled)));
+  }
+  BOOST_TEST(l.local_step() == 0u);
+  BOOST_TEST(std::vector<double>(model.parameters().begin(), model.parameters().end()) == before);
+  BOOST_TEST(l.metrics().joins_sent >= 1u);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -6,8 +6,8 @@
 #include <cassert>
 #include <chrono>
 #include <cstdint>
-#include <deque>
 #include <cstring>
+#include <deque>
 #include <functional>
 #include <istream>
 #include <limits>
@@ -15,6 +15,7 @@
 #include <ostream>
 #include <span>
 #include <sstream>
+#include <stop_token>
 #include <stdexcept>
 #include <system_error>
 #include <utility>
@@ -184,13 +185,18 @@ class learner {
 
   /// `poll` and `train_step` for blocking transports: waits (sleeping on the
   /// transport, heartbeating) until the learner may step, then steps. Fails
-  /// with `errc::timed_out` if not welcomed within `join_timeout`, or with the
-  /// error that stopped the learner (e.g. `errc::layout_mismatch`).
-  result<step_stats> step(const batch_type& batch)
+  /// with `errc::timed_out` if not welcomed within `join_timeout`, with
+  /// `errc::cancelled` within 100 ms of a stop requested on `stop` (the wait
+  /// is then abandoned and nothing trained; the learner stays usable), or
+  /// with the error that stopped the learner (e.g. `errc::layout_mismatch`,
+  /// `errc::ended`). A lock-step wait is otherwise bounded by
+  /// `answer_timeout`.
+  result<step_stats> step(const batch_type& batch, std::stop_token stop = {})
     requires blocking_transport<Transport>
   {
     const time_point started = clock::now();
     for (;;) {
+      if (stop.stop_requested()) return errc::cancelled;
       const time_point now = clock::now();
       if (poll(now)) break;
       if (error_) return error_;
