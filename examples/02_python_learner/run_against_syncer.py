@@ -28,48 +28,20 @@ Exit status 0 when every check passes, 1 otherwise.
 import argparse
 import json
 import os
-import ctypes
 import re
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools", "support", "python"))
+from diloco_processes import die_with_parent, free_port, python_with_pyzmq  # noqa: E402
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 LEARNER = os.path.join(HERE, "learner.py")
 CHANCE = 0.25
 MIN_ACCURACY = 0.6  # chance is 0.25; a trained model reaches about 0.85
-
-
-def find_python():
-    candidates = [os.environ.get("DILOCO_PYTHON"), "/usr/bin/python3", sys.executable]
-    tried = []
-    for candidate in candidates:
-        if not candidate or candidate in tried or not os.path.exists(candidate):
-            continue
-        tried.append(candidate)
-        probe = subprocess.run([candidate, "-c", "import zmq, numpy"], stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL, timeout=60)
-        if probe.returncode == 0:
-            return candidate
-    sys.exit("run_against_syncer: no Python with pyzmq and numpy among %s "
-             "(install python3-zmq and python3-numpy, or set DILOCO_PYTHON)" % (tried or candidates))
-
-
-def die_with_parent():
-    """In the child, before exec: SIGKILL when the parent (this script) dies, e.g. killed by a CTest timeout."""
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG (Linux)
-    except (AttributeError, OSError):
-        pass
-
-
-def free_port():
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def last_json(text):
@@ -95,7 +67,7 @@ def main():
     args = parser.parse_args()
     if not os.access(args.syncer, os.X_OK):
         sys.exit("run_against_syncer: %s is not an executable" % args.syncer)
-    python = find_python()
+    python = python_with_pyzmq("run_against_syncer")
     # SIGTERM (or a CTest timeout's kill of the process group) must still stop the children.
     signal.signal(signal.SIGTERM, lambda number, frame: sys.exit("run_against_syncer: terminated"))
     work = tempfile.mkdtemp(prefix="diloco_python_learner.")

@@ -32,19 +32,20 @@ Exit status 0 when every check passes, 1 otherwise.
 """
 
 import argparse
-import ctypes
 import fcntl
 import json
 import os
 import random
 import signal
-import socket
 import struct
 import subprocess
 import sys
 import tempfile
 import termios
 import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support", "python"))
+from diloco_processes import die_with_parent, free_port  # noqa: E402
 
 FLOOD_PER_KIND = 10000
 PIPE_BYTES = 4096  # the stderr pipe's capacity (F_SETPIPE_SZ; the smallest Linux allows is a page)
@@ -77,20 +78,6 @@ def reexec_with_pyzmq():
             os.execv(candidate, [candidate] + sys.argv)
     sys.exit("test_hostile_service: no Python with pyzmq and numpy (install python3-zmq and python3-numpy, "
              "or set DILOCO_PYTHON)")
-
-
-def die_with_parent():
-    """In the child, before exec: SIGKILL when this script dies (e.g. killed by a CTest timeout)."""
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (AttributeError, OSError):
-        pass
-
-
-def free_port():
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def cpu_seconds(pid):

@@ -16,12 +16,10 @@ with the final outer updates; the final JSON line has a finite
 training_loss. Every wait is bounded; the children die with this script.
 """
 
-import ctypes
 import json
 import math
 import os
 import re
-import signal
 import socket
 import subprocess
 import sys
@@ -30,29 +28,10 @@ import time
 import urllib.error
 import urllib.request
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support", "python"))
+from diloco_processes import die_with_parent, free_port, python_with_pyzmq  # noqa: E402
+
 SAMPLE = re.compile(r'^[a-zA-Z_:][a-zA-Z0-9_:]*(\{[a-zA-Z_][a-zA-Z0-9_]*="[^"]*"\})? (NaN|[+-]Inf|-?[0-9.]+([eE][+-]?[0-9]+)?)$')
-
-
-def die_with_parent():
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
-    except (AttributeError, OSError):
-        pass
-
-
-def free_port():
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-def find_python():
-    for candidate in (os.environ.get("DILOCO_PYTHON"), "/usr/bin/python3", sys.executable):
-        if candidate and os.path.exists(candidate) and subprocess.run(
-                [candidate, "-c", "import zmq, numpy"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                timeout=60).returncode == 0:
-            return candidate
-    sys.exit("test_metrics: no Python with pyzmq and numpy (python3-zmq, python3-numpy, or DILOCO_PYTHON)")
 
 
 def scrape(port, path="/metrics"):
@@ -78,7 +57,7 @@ def scrape(port, path="/metrics"):
 
 def main():
     syncer_path, learner_path = sys.argv[1], sys.argv[2]
-    python = find_python()
+    python = python_with_pyzmq("test_metrics")
     work = tempfile.mkdtemp(prefix="diloco_metrics.")
     jsonl = os.path.join(work, "counters.jsonl")
     failures = []

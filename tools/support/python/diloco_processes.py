@@ -1,0 +1,41 @@
+"""Process helpers shared by the Python tests that start diloco processes
+(tools/diloco_syncer/test_*.py, examples/02_python_learner/run_against_syncer.py).
+Not installed; each script puts this directory on sys.path."""
+import ctypes
+import os
+import signal
+import socket
+import subprocess
+import sys
+
+
+def die_with_parent():
+    """In the child, before exec: SIGKILL when the parent (the test) dies, e.g. killed by a CTest timeout."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG (Linux)
+    except (AttributeError, OSError):
+        pass
+
+
+def free_port():
+    """A TCP port free on 127.0.0.1 now (the usual race: bind it soon)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def python_with_pyzmq(program, include_this=True):
+    """A Python that imports zmq and numpy: $DILOCO_PYTHON, else /usr/bin/python3, else (with
+    include_this) this one. Exits naming `program` and what it tried if there is none."""
+    candidates = [os.environ.get("DILOCO_PYTHON"), "/usr/bin/python3"] + ([sys.executable] if include_this else [])
+    tried = []
+    for candidate in candidates:
+        if not candidate or candidate in tried or not os.path.exists(candidate):
+            continue
+        tried.append(candidate)
+        probe = subprocess.run([candidate, "-c", "import zmq, numpy"], stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL, timeout=60)
+        if probe.returncode == 0:
+            return candidate
+    sys.exit("%s: no Python with pyzmq and numpy among %s (install python3-zmq and python3-numpy, "
+             "or set DILOCO_PYTHON)" % (program, tried or candidates))
