@@ -83,7 +83,9 @@ python3 - "$work/lockstep-continue.json" <<'PY' || fail "lockstep-continue"
 import json, sys
 s = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
 assert s["ended"] and "2 left, 1 dead" in s["ended"], s["ended"]
-assert s["partial_rounds"] > 0 and s["outer_updates"] > s["partial_rounds"], s
+# Every round after the kill is partial; learner 2 may die before the first
+# round closes (it is killed once it has joined), so all of them may be.
+assert s["outer_updates"] >= s["partial_rounds"] > 0, s
 assert s["contributions_merged"] == s["contributions_accepted"], s
 PY
 exit $((failures > 0))
