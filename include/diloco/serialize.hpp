@@ -12,6 +12,7 @@
 #include <limits>
 #include <ostream>
 #include <stdexcept>
+#include <span>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -45,10 +46,16 @@ T read_pod(std::istream& in, const char* what) {
   return value;
 }
 
+/// u64 count, then the values in one write.
 template <class T>
-void write_array(std::ostream& out, const std::vector<T>& values) {
+  requires std::is_trivially_copyable_v<T>
+void write_array(std::ostream& out, std::span<const T> values) {
   write_pod<std::uint64_t>(out, values.size());
   out.write(reinterpret_cast<const char*>(values.data()), static_cast<std::streamsize>(values.size() * sizeof(T)));
+}
+template <class T>
+void write_array(std::ostream& out, const std::vector<T>& values) {
+  write_array(out, std::span<const T>(values));
 }
 
 /// Reads an array written by `write_array`, refusing more than `max_elements`.

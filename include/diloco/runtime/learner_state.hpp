@@ -91,7 +91,7 @@ void write_learner_state(std::ostream& out, const learner_state<T>& s, const par
   serial::write_pod(body, s.local_step);
   serial::write_pod(body, s.tokens);
   serial::write_pod(body, s.steps);
-  serial::write_array(body, std::vector<char>(s.inner.begin(), s.inner.end()));
+  serial::write_array(body, std::span<const char>(s.inner));  // no copy of the inner state
   const std::string bytes = std::move(body).str();
   serial::write_tag(out, "LRNR", learner_state_version);
   serial::write_pod<std::uint64_t>(out, bytes.size());

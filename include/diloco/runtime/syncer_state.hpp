@@ -146,8 +146,7 @@ void write_syncer_state(std::ostream& out, std::uint64_t layout_fingerprint, std
       serial::write_pod(out, c.tokens);
       serial::write_pod(out, c.steps);
       serial::write_pod<std::uint8_t>(out, c.final ? 1 : 0);
-      serial::write_pod<std::uint64_t>(out, c.values.size());
-      for (const T v : c.values) serial::write_pod(out, v);
+      serial::write_array(out, c.values);
     }
   }
 }
