@@ -16,6 +16,8 @@ namespace diloco::merge {
 /// written once, in blocks of 2048 elements so that the output stays in L1.
 template <weighting Weighting = token>
 struct weighted_mean : Weighting {
+  static constexpr bool is_weighted_mean = true;  ///< `merge::linear`: compressed contributions are summed as decoded
+
   template <class T>
   void merge(std::span<const weighted_delta<T>> in, std::span<const fragment_slice> /*slices*/, std::span<T> out,
              double scale) const {
