@@ -38,14 +38,18 @@ DILOCO_HOST_DEVICE inline float from_bf16(std::uint16_t b) {
 /// the smallest subnormal 2^-9.
 inline constexpr float e4m3_max = 448.0f;
 
-/// The value of E4M3 code `c` (NaN codes give NaN).
+/// The value of E4M3 code `c` (NaN codes give NaN), exact. Branch-free, so
+/// that loops over it vectorize: a normal code's exponent and mantissa move
+/// into binary32's fields (bias 7 → 127); a subnormal one, `m · 2^-9`, is
+/// `(1 + m/8) · 2^-6 − 2^-6`, computed either way and selected.
 DILOCO_HOST_DEVICE inline float from_e4m3(std::uint8_t c) {
-  const int exponent = (c >> 3) & 0xF;
-  const int mantissa = c & 0x7;
-  const float sign = (c & 0x80) ? -1.0f : 1.0f;
-  if (exponent == 0xF && mantissa == 0x7) return std::numeric_limits<float>::quiet_NaN();
-  if (exponent == 0) return sign * std::ldexp(float(mantissa), -9);  // subnormal: m · 2^-3 · 2^-6
-  return sign * std::ldexp(float(8 + mantissa), exponent - 10);      // (1 + m/8) · 2^(e−7)
+  const std::uint32_t exponent = (c >> 3) & 0xFu;
+  const std::uint32_t mantissa = c & 0x7u;
+  const float normal = std::bit_cast<float>(((exponent + 120u) << 23) | (mantissa << 20));  // (1 + m/8) · 2^(e−7)
+  const float subnormal = std::bit_cast<float>((121u << 23) | (mantissa << 20)) - 0x1p-6f;  // exact
+  const std::uint32_t magnitude = std::bit_cast<std::uint32_t>(exponent == 0 ? subnormal : normal);
+  const std::uint32_t nan = std::bit_cast<std::uint32_t>(std::numeric_limits<float>::quiet_NaN());
+  return std::bit_cast<float>((c & 0x7Fu) == 0x7Fu ? nan : magnitude | (std::uint32_t(c & 0x80u) << 24));
 }
 
 /// The E4M3 code nearest to finite `x`, ties to even; magnitudes beyond 448
@@ -66,7 +70,8 @@ DILOCO_HOST_DEVICE inline std::uint8_t to_e4m3(float x) {
   // Subnormal: 2^14 + a, in units of 2^-9 above 2^14 (bits 0x46800000).
   const std::uint32_t subnormal = std::bit_cast<std::uint32_t>(a + 16384.0f) - 0x46800000u;
   const std::uint32_t code = a < 0.015625f ? subnormal : normal;
-  return static_cast<std::uint8_t>(sign | (a < e4m3_max && code < 0x7Eu ? code : 0x7Eu));  // 0x7E: 448
+  const bool in_range = (a < e4m3_max) & (code < 0x7Eu);  // `&`, not `&&`: no branch
+  return static_cast<std::uint8_t>(sign | (in_range ? code : 0x7Eu));  // 0x7E: 448
 }
 
 /// `y` rounded to the nearest integer, halves away from zero.
@@ -94,19 +99,19 @@ DILOCO_HOST_DEVICE inline std::int8_t to_int8(float unit) {
 /// The unit of int8 code `q`: `q / 127`.
 DILOCO_HOST_DEVICE inline float from_int8(std::int8_t q) { return float(q) / 127.0f; }
 
-/// The int4 code of a unit (|unit| ≤ 2^20), as the low nibble of the
-/// result: `round_half_away(unit · 7)` clamped to [−7, 7], in two's
-/// complement.
-DILOCO_HOST_DEVICE inline unsigned to_int4(float unit) {
+/// The int4 code of a unit (|unit| ≤ 2^20): its level
+/// `round_half_away(unit · 7)` clamped to [−7, 7], and that level in two's
+/// complement as the low nibble of `to_int4`.
+DILOCO_HOST_DEVICE inline int int4_level(float unit) {
   const int q = round_half_away_to_int(unit * 7.0f);
-  return static_cast<unsigned>(q < -7 ? -7 : (q > 7 ? 7 : q)) & 0xFu;
+  return q < -7 ? -7 : (q > 7 ? 7 : q);
 }
+DILOCO_HOST_DEVICE inline unsigned to_int4(float unit) { return static_cast<unsigned>(int4_level(unit)) & 0xFu; }
 
-/// The unit of the int4 code in the low nibble of `nibble`: `q / 7`, the
-/// nibble sign-extended as `(c ⊕ 8) − 8`.
-DILOCO_HOST_DEVICE inline float from_int4(unsigned nibble) {
-  return float(int((nibble & 0xFu) ^ 0x8u) - 8) / 7.0f;
-}
+/// The unit of int4 level `q`, `q / 7`, and of the code in the low nibble of
+/// `nibble`, sign-extended as `(c ⊕ 8) − 8`.
+DILOCO_HOST_DEVICE inline float int4_unit(int level) { return float(level) / 7.0f; }
+DILOCO_HOST_DEVICE inline float from_int4(unsigned nibble) { return int4_unit(int((nibble & 0xFu) ^ 0x8u) - 8); }
 
 /// The fp8 code of a unit: the E4M3 code nearest `unit · 448`.
 DILOCO_HOST_DEVICE inline std::uint8_t to_fp8(float unit) { return to_e4m3(unit * e4m3_max); }

@@ -6,7 +6,6 @@
 // same passes with the same element functions.
 #pragma once
 
-#include <array>
 #include <atomic>
 #include <bit>
 #include <cassert>
@@ -79,17 +78,6 @@ struct chunking {
         count((n + values - 1) / values) {}
 };
 
-/// `from_fp8` of every code, computed once: the CPU loops look a unit up
-/// where the CUDA kernels call `from_fp8`.
-inline const std::array<float, 256>& fp8_units() {
-  static const std::array<float, 256> units = [] {
-    std::array<float, 256> u{};
-    for (unsigned c = 0; c < 256; ++c) u[c] = from_fp8(static_cast<std::uint8_t>(c));
-    return u;
-  }();
-  return units;
-}
-
 /// Where the values of `Δ` come from: `base`, `theta` and, with error
 /// feedback, `residual` (read, then overwritten with the encoding error).
 template <bool Feedback>
@@ -135,29 +123,30 @@ bool encode_delta_block(const delta_source<Feedback>& delta, std::size_t first, 
         if constexpr (Feedback) residual[i] = d - from_int8(q) * absmax;
       }
     } else if constexpr (F == format::fp8) {
-      const float* units = fp8_units().data();
       for (std::size_t i = 0; i < n; ++i) {
         const float d = value(i);
         const std::uint8_t c = to_fp8(unit_of(d));
         codes[i] = c;
-        if constexpr (Feedback) residual[i] = d - units[c] * absmax;
+        if constexpr (Feedback) residual[i] = d - from_fp8(c) * absmax;
       }
     } else {
       static_assert(F == format::int4);
-      for (std::size_t j = 0; j < n / 2; ++j) {
-        const float lo = value(2 * j), hi = value(2 * j + 1);
-        const unsigned qlo = to_int4(unit_of(lo)), qhi = to_int4(unit_of(hi));
-        codes[j] = static_cast<std::uint8_t>(qlo | (qhi << 4));
-        if constexpr (Feedback) {
-          residual[2 * j] = lo - from_int4(qlo) * absmax;
-          residual[2 * j + 1] = hi - from_int4(qhi) * absmax;
+      // Nibbles of up to 256 values at a time into a small array (a loop
+      // like int8's), then packed in pairs: one loop doing both does not
+      // vectorize. Runs are even, so pairs never straddle two runs.
+      constexpr std::size_t run = 256;
+      std::uint8_t q[run];
+      for (std::size_t start = 0; start < n; start += run) {
+        const std::size_t len = n - start < run ? n - start : run;
+        for (std::size_t i = 0; i < len; ++i) {
+          const float d = value(start + i);
+          const int level = int4_level(unit_of(d));
+          q[i] = static_cast<std::uint8_t>(level & 0xF);  // to_int4
+          if constexpr (Feedback) residual[start + i] = d - int4_unit(level) * absmax;  // from_int4 of that code
         }
-      }
-      if (n % 2) {  // the odd tail: its high nibble is 0
-        const float d = value(n - 1);
-        const unsigned q = to_int4(unit_of(d));
-        codes[n / 2] = static_cast<std::uint8_t>(q);
-        if constexpr (Feedback) residual[n - 1] = d - from_int4(q) * absmax;
+        if (len % 2) q[len] = 0;  // the odd tail's high nibble
+        for (std::size_t j = 0; j < (len + 1) / 2; ++j)
+          codes[start / 2 + j] = static_cast<std::uint8_t>(q[2 * j] | (q[2 * j + 1] << 4));
       }
     }
   };
@@ -234,8 +223,7 @@ void decode_accumulate_chunks(const std::byte* in, std::size_t n, const chunking
       if constexpr (F == format::int8) {
         for (std::size_t i = 0; i < len; ++i) acc[i] += weight * (from_int8(static_cast<std::int8_t>(codes[i])) * absmax);
       } else if constexpr (F == format::fp8) {
-        const float* units = fp8_units().data();
-        for (std::size_t i = 0; i < len; ++i) acc[i] += weight * (units[codes[i]] * absmax);
+        for (std::size_t i = 0; i < len; ++i) acc[i] += weight * (from_fp8(codes[i]) * absmax);
       } else {
         static_assert(F == format::int4);
         for (std::size_t j = 0; j < len / 2; ++j) {
