@@ -83,10 +83,12 @@ DILOCO_HOST_DEVICE inline float round_half_away(float y) {
 // magnitude is `absmax` travels as the code of its unit `x / absmax` (in
 // [−1, 1]) and comes back as `unit(code) · absmax`.
 
-/// `round_half_away(y)` for |y| < 2^30, as an int: ⌊|y| + ½⌋ by truncation,
-/// which (unlike `std::floor` under the default -ftrapping-math) vectorizes.
+/// `round_half_away(y)` for |y| < 2^30, as an int: `y ± ½` truncated, which
+/// is ±⌊|y| + ½⌋ (IEEE addition is symmetric in sign, and truncation is ⌊⌋
+/// for positive values), and which, unlike `std::floor` under the default
+/// -ftrapping-math, vectorizes.
 DILOCO_HOST_DEVICE inline int round_half_away_to_int(float y) {
-  return static_cast<int>(std::copysign(float(static_cast<int>(std::fabs(y) + 0.5f)), y));
+  return static_cast<int>(y + std::copysign(0.5f, y));
 }
 
 /// The int8 code of a unit (|unit| ≤ 2^20): `round_half_away(unit · 127)`
