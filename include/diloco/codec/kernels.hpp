@@ -2,8 +2,8 @@
 // outer gradient `base − θ` encoded (with optional error feedback) in one pass,
 // and a contribution decoded and weighted into an accumulator in one pass.
 // They write exactly the bytes and values of `encode` and `decode` in
-// blocks.hpp, with the element math of element.hpp; the CUDA kernels do the
-// same passes with the same element functions.
+// blocks.hpp, with the element math of element.hpp (DILOCO_HOST_DEVICE), so
+// that CUDA kernels doing the same passes share every per-value operation.
 #pragma once
 
 #include <atomic>
