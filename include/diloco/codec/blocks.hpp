@@ -121,29 +121,20 @@ bool encode_block(format f, std::size_t first, std::size_t n, Get& get, std::byt
   auto unit = [&](float v) { return absmax > 0.0f ? (by_inverse ? v * inverse : v / absmax) : 0.0f; };
   switch (f) {
     case format::int8:
-      for (std::size_t i = 0; i < n; ++i) {
-        const float q = std::fmin(127.0f, std::fmax(-127.0f, round_half_away(unit(get(first + i)) * 127.0f)));
-        codes[i] = static_cast<std::byte>(static_cast<std::int8_t>(q));
-      }
+      for (std::size_t i = 0; i < n; ++i) codes[i] = static_cast<std::byte>(to_int8(unit(get(first + i))));
       return true;
     case format::fp8:
-      for (std::size_t i = 0; i < n; ++i) codes[i] = static_cast<std::byte>(to_e4m3(unit(get(first + i)) * e4m3_max));
+      for (std::size_t i = 0; i < n; ++i) codes[i] = static_cast<std::byte>(to_fp8(unit(get(first + i))));
       return true;
     case format::int4:
       for (std::size_t i = 0; i < n; i += 2) {
-        auto nibble = [&](std::size_t k) {
-          if (k >= n) return 0u;
-          const float q = std::fmin(7.0f, std::fmax(-7.0f, round_half_away(unit(get(first + k)) * 7.0f)));
-          return static_cast<unsigned>(static_cast<int>(q)) & 0xFu;
-        };
+        auto nibble = [&](std::size_t k) { return k < n ? to_int4(unit(get(first + k))) : 0u; };
         codes[i / 2] = static_cast<std::byte>(nibble(i) | (nibble(i + 1) << 4));
       }
       return true;
     default: return false;
   }
 }
-
-inline int int4_value(unsigned nibble) noexcept { return nibble & 0x8u ? int(nibble) - 16 : int(nibble); }
 
 }  // namespace detail
 
@@ -154,7 +145,7 @@ inline int int4_value(unsigned nibble) noexcept { return nibble & 0x8u ? int(nib
 /// nothing is ever sent for it (`out` is then partly written; discard it).
 template <class Get>
 bool encode(format f, std::size_t n, std::size_t block, Get&& get, std::span<std::byte> out) {
-  if (out.size() != encoded_size(f, n, block) || (block_scaled(f) && block == 0)) return false;
+  if ((block_scaled(f) && block == 0) || out.size() != encoded_size(f, n, block)) return false;
   std::byte* o = out.data();
   switch (f) {
     case format::fp32:
@@ -187,7 +178,7 @@ bool encode(format f, std::size_t n, std::size_t block, Get&& get, std::span<std
 /// code, no int8 −128 or int4 −8, no non-finite fp32 or bf16). Bytes from
 /// the network are checked before they are decoded.
 inline bool valid(format f, std::size_t n, std::size_t block, std::span<const std::byte> in) {
-  if (in.size() != encoded_size(f, n, block) || (block_scaled(f) && block == 0)) return false;
+  if ((block_scaled(f) && block == 0) || in.size() != encoded_size(f, n, block)) return false;
   const std::byte* p = in.data();
   switch (f) {
     case format::fp32:
@@ -244,9 +235,9 @@ void decode(format f, std::size_t n, std::size_t block, std::span<const std::byt
         const std::byte* codes = p + 4;
         for (std::size_t i = 0; i < len; ++i) {
           float unit = 0.0f;
-          if (f == format::int8) unit = float(static_cast<std::int8_t>(std::to_integer<std::uint8_t>(codes[i]))) / 127.0f;
-          else if (f == format::fp8) unit = from_e4m3(std::to_integer<std::uint8_t>(codes[i])) / e4m3_max;
-          else unit = float(detail::int4_value((std::to_integer<unsigned>(codes[i / 2]) >> (4 * (i % 2))) & 0xFu)) / 7.0f;
+          if (f == format::int8) unit = from_int8(static_cast<std::int8_t>(std::to_integer<std::uint8_t>(codes[i])));
+          else if (f == format::fp8) unit = from_fp8(std::to_integer<std::uint8_t>(codes[i]));
+          else unit = from_int4(std::to_integer<unsigned>(codes[i / 2]) >> (4 * (i % 2)));
           put(first + i, unit * absmax);  // |unit| ≤ 1: never beyond absmax, never overflowing
         }
         p += 4 + code_bytes(f, len);
