@@ -32,8 +32,9 @@ import concurrent.futures
 import json
 import os
 import statistics
-import subprocess
 import sys
+
+from trainer_runs import SIMULATED, result_of
 
 HETEROGENEOUS = ["--speeds", "1,1,0.7,0.5"]
 DECOUPLED = ["--mode", "decoupled", "--H", "50", "--fragments", "4", "--quorum", "1"] + HETEROGENEOUS
@@ -58,13 +59,7 @@ def run(program, name, seed, steps):
         cmd = [program, *SHRINK_BASE, *SHRINKING[name], "--steps", str(SHRINK_STEPS)]
     else:
         cmd = [program, *CONFIGS[name], "--learners", "4", "--steps", str(steps)]
-    cmd += ["--seed", str(seed), "--transport", "sim", "--progress", "0", "--eval-every", "0"]
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=1200)
-    if done.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)} exited {done.returncode}: {done.stderr.strip()}")
-    result = json.loads(done.stdout.strip().splitlines()[-1])
-    result["command"] = " ".join(cmd)
-    return name, seed, result
+    return name, seed, result_of(cmd + ["--seed", str(seed), *SIMULATED])
 
 
 def main():
