@@ -46,6 +46,7 @@ struct settings {
   std::string outer = "nesterov";
   double outer_lr = 0.7, outer_momentum = 0.9;
   std::uint32_t delay = 4;
+  unsigned threads = 0;  ///< of the Nesterov step and the weighted mean; 0: every core
   std::string merge = "tokens";
   std::string layout_file, curve_secret, save_file, metrics_file, checkpoint_dir, trace_file, metrics_jsonl;
   std::optional<std::uint16_t> metrics_port;  ///< serve the counters for Prometheus on 127.0.0.1
@@ -162,6 +163,10 @@ std::optional<int> parse(int argc, char** argv, settings& s) {
                  "(learners: SGD, rate 1, H=1)")
       ->type_name("nesterov|sgd|delayed-nesterov|adamw")
       ->check(CLI::IsMember({"nesterov", "sgd", "delayed-nesterov", "adamw"}).description(""))->capture_default_str();
+  app.add_option("--threads", s.threads,
+                 "threads of the outer Nesterov step and the weighted-mean merges (0: every core; the result is the "
+                 "same bit for bit)")
+      ->type_name("N")->capture_default_str();
   app.add_option("--outer-lr", s.outer_lr, "outer learning rate, >= 0")->type_name("ETA")->check(non_negative)
       ->capture_default_str();
   app.add_option("--outer-momentum", s.outer_momentum, "outer momentum, in [0, 1)")->type_name("MU")
@@ -545,7 +550,8 @@ int with_outer(const settings& s, diloco::zeromq::server& server, start& from, d
                  outer::delayed_nesterov<float>({.learning_rate = s.outer_lr, .momentum = s.outer_momentum, .delay = s.delay}),
                  merge);
   return serve(s, server, from, store, stop,
-               outer::nesterov<float>({.learning_rate = s.outer_lr, .momentum = s.outer_momentum}), merge);
+               outer::nesterov<float>({.learning_rate = s.outer_lr, .momentum = s.outer_momentum, .threads = s.threads}),
+               merge);
 }
 
 }  // namespace
@@ -633,9 +639,12 @@ int main(int argc, char** argv) {
     } else {
       using namespace diloco;
       auto* st = store ? &*store : nullptr;
-      if (s.merge == "average") status = with_outer(s, server, *from, st, stop.get_token(), merge::average{});
+      merge::average average;
+      merge::token_weighted tokens;
+      average.threads = tokens.threads = s.threads;
+      if (s.merge == "average") status = with_outer(s, server, *from, st, stop.get_token(), average);
       else if (s.merge == "rda") status = with_outer(s, server, *from, st, stop.get_token(), merge::radial_directional<>{});
-      else status = with_outer(s, server, *from, st, stop.get_token(), merge::token_weighted{});
+      else status = with_outer(s, server, *from, st, stop.get_token(), tokens);
     }
   } catch (const usage_error& e) {
     std::fprintf(stderr, "diloco_syncer: %s\n", e.what());
