@@ -112,29 +112,20 @@ bool encode_block(format f, std::size_t first, std::size_t n, Get& get, std::byt
   }
   put_f32(out, absmax);
   std::byte* codes = out + 4;
-  // x/absmax lies in [−1, 1] whatever the magnitudes (subnormal, huge); an
-  // all-zero block has absmax 0 and zero codes.
-  // A multiplication by 1/absmax where that is a normal float (it keeps its
-  // 24 bits), a division where absmax is so small or so large that it is not.
-  const float inverse = absmax > 0.0f ? 1.0f / absmax : 0.0f;
-  const bool by_inverse = std::isnormal(inverse);
-  auto unit = [&](float v) { return absmax > 0.0f ? (by_inverse ? v * inverse : v / absmax) : 0.0f; };
+  const block_scale scale(absmax);
   switch (f) {
     case format::int8:
-      for (std::size_t i = 0; i < n; ++i) {
-        const float q = std::fmin(127.0f, std::fmax(-127.0f, round_half_away(unit(get(first + i)) * 127.0f)));
-        codes[i] = static_cast<std::byte>(static_cast<std::int8_t>(q));
-      }
+      for (std::size_t i = 0; i < n; ++i)
+        codes[i] = static_cast<std::byte>(static_cast<std::int8_t>(int8_level(scale.unit(get(first + i)))));
       return true;
     case format::fp8:
-      for (std::size_t i = 0; i < n; ++i) codes[i] = static_cast<std::byte>(to_e4m3(unit(get(first + i)) * e4m3_max));
+      for (std::size_t i = 0; i < n; ++i) codes[i] = static_cast<std::byte>(fp8_code(scale.unit(get(first + i))));
       return true;
     case format::int4:
       for (std::size_t i = 0; i < n; i += 2) {
         auto nibble = [&](std::size_t k) {
           if (k >= n) return 0u;
-          const float q = std::fmin(7.0f, std::fmax(-7.0f, round_half_away(unit(get(first + k)) * 7.0f)));
-          return static_cast<unsigned>(static_cast<int>(q)) & 0xFu;
+          return static_cast<unsigned>(static_cast<int>(int4_level(scale.unit(get(first + k))))) & 0xFu;
         };
         codes[i / 2] = static_cast<std::byte>(nibble(i) | (nibble(i + 1) << 4));
       }
@@ -142,8 +133,6 @@ bool encode_block(format f, std::size_t first, std::size_t n, Get& get, std::byt
     default: return false;
   }
 }
-
-inline int int4_value(unsigned nibble) noexcept { return nibble & 0x8u ? int(nibble) - 16 : int(nibble); }
 
 }  // namespace detail
 
@@ -244,10 +233,10 @@ void decode(format f, std::size_t n, std::size_t block, std::span<const std::byt
         const std::byte* codes = p + 4;
         for (std::size_t i = 0; i < len; ++i) {
           float unit = 0.0f;
-          if (f == format::int8) unit = float(static_cast<std::int8_t>(std::to_integer<std::uint8_t>(codes[i]))) / 127.0f;
-          else if (f == format::fp8) unit = from_e4m3(std::to_integer<std::uint8_t>(codes[i])) / e4m3_max;
-          else unit = float(detail::int4_value((std::to_integer<unsigned>(codes[i / 2]) >> (4 * (i % 2))) & 0xFu)) / 7.0f;
-          put(first + i, unit * absmax);  // |unit| ≤ 1: never beyond absmax, never overflowing
+          if (f == format::int8) unit = int8_unit(std::to_integer<std::uint8_t>(codes[i]));
+          else if (f == format::fp8) unit = fp8_unit(std::to_integer<std::uint8_t>(codes[i]));
+          else unit = int4_unit(std::to_integer<unsigned>(codes[i / 2]) >> (4 * (i % 2)));
+          put(first + i, mul_rn(unit, absmax));  // |unit| ≤ 1: never beyond absmax, never overflowing
         }
         p += 4 + code_bytes(f, len);
       }

@@ -81,4 +81,56 @@ DILOCO_HOST_DEVICE inline float round_half_away(float y) {
   return std::copysign(std::floor(std::fabs(y) + 0.5f), y);
 }
 
+/// `a · b` rounded once, to nearest even, and never fused with a following
+/// addition: nvcc contracts `a·b + c` into one FMA by default, which would
+/// make a kernel's codes differ from the CPU loop's. On the host it is the
+/// plain product.
+DILOCO_HOST_DEVICE inline float mul_rn(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fmul_rn(a, b);
+#else
+  return a * b;
+#endif
+}
+
+/// The scale of one block of a block-scaled format: values are divided by
+/// the block's largest magnitude `absmax`, so that `unit(x)` lies in [−1, 1]
+/// whatever the magnitudes (subnormal, huge). It multiplies by 1/absmax
+/// where that is a normal float (it keeps its 24 bits) and divides where
+/// absmax is so small or so large that it is not; an all-zero block
+/// (absmax 0) has all-zero units.
+struct block_scale {
+  float absmax, inverse;
+  bool by_inverse;
+  DILOCO_HOST_DEVICE explicit block_scale(float largest)
+      : absmax(largest), inverse(largest > 0.0f ? 1.0f / largest : 0.0f), by_inverse(std::isnormal(inverse)) {}
+  DILOCO_HOST_DEVICE float unit(float x) const {
+    return absmax > 0.0f ? (by_inverse ? x * inverse : x / absmax) : 0.0f;
+  }
+};
+
+/// The int8 level, in [−127, 127], of a unit value `u` in [−1, 1]
+/// (x ≈ level/127 · absmax).
+DILOCO_HOST_DEVICE inline float int8_level(float u) {
+  return std::fmin(127.0f, std::fmax(-127.0f, round_half_away(mul_rn(u, 127.0f))));
+}
+
+/// The int4 level, in [−7, 7], of a unit value `u` in [−1, 1]
+/// (x ≈ level/7 · absmax).
+DILOCO_HOST_DEVICE inline float int4_level(float u) {
+  return std::fmin(7.0f, std::fmax(-7.0f, round_half_away(mul_rn(u, 7.0f))));
+}
+
+/// The E4M3 code of a unit value `u` in [−1, 1] (x ≈ e4m3(code)/448 · absmax).
+DILOCO_HOST_DEVICE inline std::uint8_t fp8_code(float u) { return to_e4m3(mul_rn(u, e4m3_max)); }
+
+/// The unit values of the codes: `int8` code `c` (two's complement), `int4`
+/// nibble `c` (two's complement, low 4 bits), E4M3 code `c`. A decoded value
+/// is `mul_rn(unit, absmax)`.
+DILOCO_HOST_DEVICE inline float int8_unit(std::uint8_t c) { return float(static_cast<std::int8_t>(c)) / 127.0f; }
+DILOCO_HOST_DEVICE inline float int4_unit(unsigned c) {
+  return float(c & 0x8u ? int(c & 0xFu) - 16 : int(c & 0xFu)) / 7.0f;
+}
+DILOCO_HOST_DEVICE inline float fp8_unit(std::uint8_t c) { return from_e4m3(c) / e4m3_max; }
+
 }  // namespace diloco::codec
