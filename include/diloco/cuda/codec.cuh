@@ -1,0 +1,284 @@
+// The codecs on the device: the outer gradient computed and encoded in one
+// pass (with optional error feedback), and decoding fused with the weighted
+// accumulation of a merge. Byte for byte the formats of diloco/codec/blocks.hpp.
+#pragma once
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <span>
+#include <type_traits>
+
+#include <cuda_runtime_api.h>
+
+#include "diloco/codec/blocks.hpp"
+#include "diloco/codec/element.hpp"
+#include "diloco/cuda/detail/launch.cuh"
+
+namespace diloco::cuda {
+
+namespace detail {
+
+/// The outer gradient of element i, `(base − θ) + residual`, each operation
+/// rounded on its own as the CPU rounds it.
+struct delta_source {
+  const float* base;
+  const float* theta;
+  float* residual;  ///< null without error feedback
+  __device__ float operator()(std::size_t i) const {
+    const float d = __fsub_rn(base[i], theta[i]);
+    return residual ? __fadd_rn(d, residual[i]) : d;
+  }
+};
+
+/// `acc + w·v`, rounded twice as the CPU's `acc += w * v` is (never an FMA).
+__device__ inline float accumulate(float acc, float w, float v) { return __fadd_rn(acc, __fmul_rn(w, v)); }
+__device__ inline double accumulate(double acc, double w, float v) { return __dadd_rn(acc, __dmul_rn(w, double(v))); }
+
+/// The largest of the blocks' `v` (for a 1-D block whose size is a multiple of
+/// 32, at most 1024), in every thread. `scratch` holds 33 floats of shared
+/// memory; the call synchronises the block. `fmaxf` is exact, so the order of
+/// the reduction cannot change the result.
+__device__ inline float block_max(float v, float* scratch) {
+  for (unsigned offset = 16; offset > 0; offset /= 2) v = fmaxf(v, __shfl_down_sync(0xFFFFFFFFu, v, offset));
+  const unsigned lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  __syncthreads();  // scratch is free again (a previous call's readers are done)
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  if (warp == 0) {
+    v = lane < blockDim.x / 32 ? scratch[lane] : 0.0f;
+    for (unsigned offset = 16; offset > 0; offset /= 2) v = fmaxf(v, __shfl_down_sync(0xFFFFFFFFu, v, offset));
+    if (lane == 0) scratch[32] = v;
+  }
+  __syncthreads();
+  return scratch[32];
+}
+
+/// fp32 and bf16: one value a thread, `out` aligned to its element size.
+template <codec::format F>
+__global__ void encode_dense_kernel(std::size_t n, delta_source delta, std::byte* out, unsigned* refused) {
+  for (std::size_t i = first_index(); i < n; i += grid_stride()) {
+    const float d = delta(i);
+    if (!isfinite(d)) {
+      *refused = 1u;
+      continue;
+    }
+    if constexpr (F == codec::format::fp32) {
+      reinterpret_cast<float*>(out)[i] = d;
+      if (delta.residual) delta.residual[i] = 0.0f;  // d − d
+    } else {
+      const std::uint16_t b = codec::to_bf16(d);
+      reinterpret_cast<std::uint16_t*>(out)[i] = b;
+      if (delta.residual) delta.residual[i] = __fsub_rn(d, codec::from_bf16(b));
+    }
+  }
+}
+
+/// Block-scaled formats: one codec block per thread block (grid-stride over
+/// codec blocks). Each thread reads its values twice, once for the block's
+/// largest magnitude and once for its codes, as `codec::encode` reads them.
+template <codec::format F>
+__global__ void encode_blocks_kernel(std::size_t n, std::size_t block, delta_source delta, std::byte* out,
+                                     unsigned* refused) {
+  __shared__ float scratch[33];
+  const std::size_t stride = 4 + codec::code_bytes(F, block);
+  const std::size_t blocks = (n + block - 1) / block;
+  for (std::size_t b = blockIdx.x; b < blocks; b += gridDim.x) {
+    const std::size_t first = b * block;
+    const std::size_t len = n - first < block ? n - first : block;
+    std::byte* o = out + b * stride;
+    float largest = 0.0f;
+    bool finite = true;
+    for (std::size_t i = threadIdx.x; i < len; i += blockDim.x) {
+      const float d = delta(first + i);
+      if (!isfinite(d)) finite = false;
+      else largest = fmaxf(largest, fabsf(d));
+    }
+    if (!finite) *refused = 1u;
+    const float absmax = block_max(largest, scratch);
+    if (threadIdx.x == 0) memcpy(o, &absmax, 4);
+    const codec::block_scale scale(absmax);
+    std::byte* codes = o + 4;
+    if constexpr (F == codec::format::int4) {
+      for (std::size_t j = threadIdx.x; j < (len + 1) / 2; j += blockDim.x) {
+        unsigned byte = 0;
+        for (std::size_t k = 2 * j; k < 2 * j + 2 && k < len; ++k) {
+          const float d = delta(first + k);
+          const unsigned nibble = static_cast<unsigned>(static_cast<int>(codec::int4_level(scale.unit(d)))) & 0xFu;
+          byte |= nibble << (4 * (k % 2));
+          if (delta.residual) delta.residual[first + k] = __fsub_rn(d, codec::mul_rn(codec::int4_unit(nibble), absmax));
+        }
+        codes[j] = static_cast<std::byte>(byte);
+      }
+    } else {
+      for (std::size_t i = threadIdx.x; i < len; i += blockDim.x) {
+        const float d = delta(first + i);
+        std::uint8_t c;
+        float unit;
+        if constexpr (F == codec::format::int8) {
+          c = static_cast<std::uint8_t>(static_cast<std::int8_t>(codec::int8_level(scale.unit(d))));
+          unit = codec::int8_unit(c);
+        } else {
+          c = codec::fp8_code(scale.unit(d));
+          unit = codec::fp8_unit(c);
+        }
+        codes[i] = static_cast<std::byte>(c);
+        if (delta.residual) delta.residual[first + i] = __fsub_rn(d, codec::mul_rn(unit, absmax));
+      }
+    }
+  }
+}
+
+template <codec::format F, class T>
+__global__ void decode_dense_kernel(std::size_t n, const std::byte* in, T weight, T* acc) {
+  for (std::size_t i = first_index(); i < n; i += grid_stride()) {
+    float v;
+    if constexpr (F == codec::format::fp32) v = reinterpret_cast<const float*>(in)[i];
+    else v = codec::from_bf16(reinterpret_cast<const std::uint16_t*>(in)[i]);
+    acc[i] = accumulate(acc[i], weight, v);
+  }
+}
+
+template <codec::format F, class T>
+__global__ void decode_blocks_kernel(std::size_t n, std::size_t block, const std::byte* in, T weight, T* acc) {
+  const std::size_t stride = 4 + codec::code_bytes(F, block);
+  const std::size_t blocks = (n + block - 1) / block;
+  for (std::size_t b = blockIdx.x; b < blocks; b += gridDim.x) {
+    const std::size_t first = b * block;
+    const std::size_t len = n - first < block ? n - first : block;
+    const std::byte* p = in + b * stride;
+    float absmax;
+    memcpy(&absmax, p, 4);
+    const std::byte* codes = p + 4;
+    for (std::size_t i = threadIdx.x; i < len; i += blockDim.x) {
+      float unit;
+      if constexpr (F == codec::format::int8) unit = codec::int8_unit(static_cast<std::uint8_t>(codes[i]));
+      else if constexpr (F == codec::format::fp8) unit = codec::fp8_unit(static_cast<std::uint8_t>(codes[i]));
+      else unit = codec::int4_unit(static_cast<unsigned>(codes[i / 2]) >> (4 * (i % 2)));
+      acc[first + i] = accumulate(acc[first + i], weight, codec::mul_rn(unit, absmax));
+    }
+  }
+}
+
+/// Threads per block of the block-scaled kernels: the codec block rounded up
+/// to whole warps, at most 256 (a thread then handles several values).
+inline unsigned threads_for_block(std::size_t block) noexcept {
+  const std::size_t warps = (block + 31) / 32;
+  return warps >= 8 ? 256u : static_cast<unsigned>(32 * warps);
+}
+
+inline unsigned grid_for_blocks(std::size_t blocks) noexcept {
+  return blocks < 65535 ? static_cast<unsigned>(blocks) : 65535u;
+}
+
+inline bool aligned(const void* p, std::size_t alignment) noexcept {
+  return reinterpret_cast<std::uintptr_t>(p) % alignment == 0;
+}
+
+}  // namespace detail
+
+/// Computes the outer gradient `Δ = (base − θ) + residual` of `n` =
+/// `base.size()` fp32 values on the device and writes it as format `f`'s
+/// bytes into `out` (`codec::encoded_size(f, n, block)` bytes of device
+/// memory), byte for byte what `codec::encode` writes for the same Δ. With
+/// error feedback (`residual` not empty, n values) the residual becomes
+/// `Δ − decode(code)` exactly as `codec::decode` decodes the code; without it
+/// (`residual` empty) Δ = base − θ.
+///
+/// A value of Δ that is not finite sets `*refused` (device memory, zeroed by
+/// the caller) to 1, where `codec::encode` returns false: `out` and `residual`
+/// are then unspecified and must not be sent or kept.
+///
+/// Cost: one read of base, θ (and the residual) per value, two for the
+/// block-scaled formats (their second read mostly hits the cache), and one
+/// write of the bytes (and the residual). Block-scaled formats run one codec
+/// block per thread block; the absmax is a max-reduction, exact in any
+/// order: the result is deterministic. Enqueued on `stream`; returns at once
+/// with the launch's error, or cudaErrorInvalidValue for sizes that do not
+/// match, a zero `block` for a block-scaled format, a null `refused`, or an
+/// `out` not aligned to 4 (fp32) or 2 (bf16) bytes.
+inline cudaError_t encode_delta(codec::format f, std::size_t block, std::span<const float> base,
+                                std::span<const float> theta, std::span<float> residual, std::span<std::byte> out,
+                                unsigned* refused, cudaStream_t stream) {
+  const std::size_t n = base.size();
+  if (theta.size() != n || (!residual.empty() && residual.size() != n) || refused == nullptr ||
+      (codec::block_scaled(f) && block == 0) || out.size() != codec::encoded_size(f, n, block))
+    return cudaErrorInvalidValue;
+  if (n == 0) return cudaSuccess;
+  const detail::delta_source delta{base.data(), theta.data(), residual.empty() ? nullptr : residual.data()};
+  if (!codec::block_scaled(f)) {
+    if (!detail::aligned(out.data(), f == codec::format::fp32 ? 4 : 2)) return cudaErrorInvalidValue;
+    if (f == codec::format::fp32)
+      detail::encode_dense_kernel<codec::format::fp32>
+          <<<detail::blocks_for(n), detail::threads, 0, stream>>>(n, delta, out.data(), refused);
+    else
+      detail::encode_dense_kernel<codec::format::bf16>
+          <<<detail::blocks_for(n), detail::threads, 0, stream>>>(n, delta, out.data(), refused);
+    return detail::launched();
+  }
+  const unsigned grid = detail::grid_for_blocks((n + block - 1) / block);
+  const unsigned threads = detail::threads_for_block(f == codec::format::int4 ? (block + 1) / 2 : block);
+  switch (f) {
+    case codec::format::int8:
+      detail::encode_blocks_kernel<codec::format::int8><<<grid, threads, 0, stream>>>(n, block, delta, out.data(), refused);
+      break;
+    case codec::format::fp8:
+      detail::encode_blocks_kernel<codec::format::fp8><<<grid, threads, 0, stream>>>(n, block, delta, out.data(), refused);
+      break;
+    default:
+      detail::encode_blocks_kernel<codec::format::int4><<<grid, threads, 0, stream>>>(n, block, delta, out.data(), refused);
+      break;
+  }
+  return detail::launched();
+}
+
+/// `acc[i] += weight · decode(in)[i]` for the `n` = `acc.size()` values of
+/// `in` (device memory, format `f`, blocks of `block` values): the weighted
+/// accumulation of a merge fused with decoding, rounded as the CPU's
+/// `codec::decode(…, [&](i, v) { acc[i] += weight * v; })` rounds it (a
+/// product then a sum, never an FMA), so the results are equal bit for bit.
+/// `T` is float or double. `in` must have passed `codec::valid` (bytes from
+/// the network are checked on the host, where they arrive). Reads the bytes
+/// and acc once, writes acc once; deterministic. Enqueued on `stream`;
+/// returns at once with the launch's error, or cudaErrorInvalidValue for a
+/// size that does not match, a zero `block` for a block-scaled format, or an
+/// `in` not aligned to 4 (fp32) or 2 (bf16) bytes.
+template <class T>
+cudaError_t decode_accumulate(codec::format f, std::size_t block, std::span<const std::byte> in, T weight,
+                              std::span<T> acc, cudaStream_t stream) {
+  static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>, "diloco::cuda::decode_accumulate: float or double");
+  const std::size_t n = acc.size();
+  if ((codec::block_scaled(f) && block == 0) || in.size() != codec::encoded_size(f, n, block))
+    return cudaErrorInvalidValue;
+  if (n == 0) return cudaSuccess;
+  if (!codec::block_scaled(f)) {
+    if (!detail::aligned(in.data(), f == codec::format::fp32 ? 4 : 2)) return cudaErrorInvalidValue;
+    if (f == codec::format::fp32)
+      detail::decode_dense_kernel<codec::format::fp32, T>
+          <<<detail::blocks_for(n), detail::threads, 0, stream>>>(n, in.data(), weight, acc.data());
+    else
+      detail::decode_dense_kernel<codec::format::bf16, T>
+          <<<detail::blocks_for(n), detail::threads, 0, stream>>>(n, in.data(), weight, acc.data());
+    return detail::launched();
+  }
+  const unsigned grid = detail::grid_for_blocks((n + block - 1) / block);
+  const unsigned threads = detail::threads_for_block(block);
+  switch (f) {
+    case codec::format::int8:
+      detail::decode_blocks_kernel<codec::format::int8, T><<<grid, threads, 0, stream>>>(n, block, in.data(), weight,
+                                                                                         acc.data());
+      break;
+    case codec::format::fp8:
+      detail::decode_blocks_kernel<codec::format::fp8, T><<<grid, threads, 0, stream>>>(n, block, in.data(), weight,
+                                                                                        acc.data());
+      break;
+    default:
+      detail::decode_blocks_kernel<codec::format::int4, T><<<grid, threads, 0, stream>>>(n, block, in.data(), weight,
+                                                                                         acc.data());
+      break;
+  }
+  return detail::launched();
+}
+
+}  // namespace diloco::cuda
