@@ -1,6 +1,6 @@
-// The device codecs against the CPU's: encode_delta writes the bytes
-// codec::encode writes for the same outer gradient, and the residual the CPU
-// computes from codec::decode, bit for bit; decode_accumulate accumulates
+// The device codecs against the CPU's: encode_delta writes the bytes and the
+// residual codec::encode_delta writes (codec::encode's bytes for the same
+// outer gradient), bit for bit; decode_accumulate accumulates
 // what the CPU loop accumulates, bit for bit (the kernels round every product
 // and sum on their own, as the CPU does: no FMA). Every format, block sizes
 // that do and do not divide n, one-value blocks, zero blocks, subnormal and
@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "diloco/codec/blocks.hpp"
+#include "diloco/codec/delta.hpp"
 #include "diloco/cuda/codec.cuh"
 #include "harness.hpp"
 
@@ -48,26 +49,15 @@ inputs make_inputs(std::size_t n, float scale, std::uint32_t seed) {
   return in;
 }
 
-/// The CPU's outer gradient, `(base − θ) + residual`.
-std::vector<float> cpu_delta(const inputs& in, bool feedback) {
-  std::vector<float> d(in.base.size());
-  for (std::size_t i = 0; i < d.size(); ++i) {
-    const float x = in.base[i] - in.theta[i];
-    d[i] = feedback ? x + in.residual[i] : x;
-  }
-  return d;
-}
-
 void check_encode(codec::format f, std::size_t n, std::size_t block, float scale, bool feedback) {
   const std::string what = std::string(codec::name(f)) + " n=" + std::to_string(n) + " block=" + std::to_string(block) +
                            " scale=" + std::to_string(scale) + (feedback ? " with residual" : "");
   const inputs in = make_inputs(n, scale, static_cast<std::uint32_t>(n * 31 + block));
-  const std::vector<float> delta = cpu_delta(in, feedback);
   std::vector<std::byte> expected(codec::encoded_size(f, n, block));
-  const bool ok = codec::encode(f, n, block, [&](std::size_t i) { return delta[i]; }, expected);
+  std::vector<float> expected_residual = in.residual;
+  const bool ok = codec::encode_delta(f, block, in.base, in.theta,
+                                      feedback ? std::span<float>(expected_residual) : std::span<float>(), expected);
   CUDA_TEST_CHECK(ok, what + ": the CPU refused a finite input");
-  std::vector<float> expected_residual(n);
-  codec::decode(f, n, block, expected, [&](std::size_t i, float v) { expected_residual[i] = delta[i] - v; });
 
   auto base = t::upload(in.base), theta = t::upload(in.theta), residual = t::upload(in.residual);
   dc::device_buffer<std::byte> out(expected.size());
@@ -105,8 +95,7 @@ DILOCO_CUDA_TEST(codec, non_finite_delta_is_refused) {
       inputs in = make_inputs(1000, 1.0f, 5);
       in.theta[613] = bad;
       std::vector<std::byte> cpu(codec::encoded_size(f, 1000, 256));
-      CUDA_TEST_CHECK(!codec::encode(f, 1000, 256, [&](std::size_t i) { return in.base[i] - in.theta[i]; }, cpu),
-                      "the CPU took a non-finite value");
+      CUDA_TEST_CHECK(!codec::encode_delta(f, 256, in.base, in.theta, {}, cpu), "the CPU took a non-finite value");
       auto base = t::upload(in.base), theta = t::upload(in.theta);
       dc::device_buffer<std::byte> out(cpu.size());
       auto refused = t::upload(std::vector<unsigned>{0u});

@@ -181,7 +181,8 @@ inline bool aligned(const void* p, std::size_t alignment) noexcept {
 /// Computes the outer gradient `Δ = (base − θ) + residual` of `n` =
 /// `base.size()` fp32 values on the device and writes it as format `f`'s
 /// bytes into `out` (`codec::encoded_size(f, n, block)` bytes of device
-/// memory), byte for byte what `codec::encode` writes for the same Δ. With
+/// memory), byte for byte what `codec::encode` writes for the same Δ: the
+/// device version of `codec::encode_delta` (the host fallback). With
 /// error feedback (`residual` not empty, n values) the residual becomes
 /// `Δ − decode(code)` exactly as `codec::decode` decodes the code; without it
 /// (`residual` empty) Δ = base − θ.
