@@ -58,7 +58,8 @@ BOOST_AUTO_TEST_CASE(without_feedback_it_is_encode_of_base_minus_theta) {
       std::vector<float> delta(n);
       for (std::size_t i = 0; i < n; ++i) delta[i] = in.base[i] - in.theta[i];
       std::vector<std::byte> expected(encoded_size(f, n, 100)), got(expected.size());
-      BOOST_TEST_REQUIRE(encode(f, n, 100, [&](std::size_t i) { return delta[i]; }, expected));
+      BOOST_TEST_REQUIRE(encode(
+          f, n, 100, [&](std::size_t i) { return delta[i]; }, expected));
       BOOST_TEST_REQUIRE(encode_delta(f, 100, in.base, in.theta, {}, got));
       BOOST_TEST((got == expected), name(f) << " n=" << n);
     }
@@ -75,7 +76,8 @@ BOOST_AUTO_TEST_CASE(the_residual_is_what_the_code_dropped) {
     std::vector<float> delta(n);
     for (std::size_t i = 0; i < n; ++i) delta[i] = (in.base[i] - in.theta[i]) + residual[i];
     std::vector<std::byte> bytes(encoded_size(f, n, block)), expected(bytes.size());
-    BOOST_TEST_REQUIRE(encode(f, n, block, [&](std::size_t i) { return delta[i]; }, expected));
+    BOOST_TEST_REQUIRE(encode(
+        f, n, block, [&](std::size_t i) { return delta[i]; }, expected));
     BOOST_TEST_REQUIRE(encode_delta(f, block, in.base, in.theta, residual, bytes));
     BOOST_TEST((bytes == expected), name(f) << ": the codes of Δ with the residual added");
     const auto sent = decoded(f, n, block, bytes);

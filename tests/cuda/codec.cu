@@ -62,17 +62,16 @@ void check_encode(codec::format f, std::size_t n, std::size_t block, float scale
   auto base = t::upload(in.base), theta = t::upload(in.theta), residual = t::upload(in.residual);
   dc::device_buffer<std::byte> out(expected.size());
   auto refused = t::upload(std::vector<unsigned>{0u});
-  CUDA_TEST_REQUIRE_SUCCESS(dc::encode_delta(f, block, std::span<const float>(base.span()),
-                                             std::span<const float>(theta.span()),
-                                             feedback ? residual.span() : std::span<float>(), out.span(),
-                                             refused.data(), nullptr));
+  CUDA_TEST_REQUIRE_SUCCESS(
+      dc::encode_delta(f, block, std::span<const float>(base.span()), std::span<const float>(theta.span()),
+                       feedback ? residual.span() : std::span<float>(), out.span(), refused.data(), nullptr));
   const auto bytes = t::download(out);
   CUDA_TEST_CHECK(t::download(refused)[0] == 0u, what + ": the kernel refused a finite input");
   std::size_t differing = 0, first = bytes.size();
   for (std::size_t i = 0; i < bytes.size(); ++i)
     if (bytes[i] != expected[i]) ++differing, first = first < i ? first : i;
-  CUDA_TEST_CHECK(differing == 0, what + ": " + std::to_string(differing) + " bytes differ, the first at " +
-                                      std::to_string(first));
+  CUDA_TEST_CHECK(differing == 0,
+                  what + ": " + std::to_string(differing) + " bytes differ, the first at " + std::to_string(first));
   if (feedback) {
     const auto r = t::download(residual);
     std::size_t wrong = 0;
@@ -117,12 +116,12 @@ DILOCO_CUDA_TEST(codec, encode_delta_rejects_bad_arguments) {
   CUDA_TEST_CHECK(dc::encode_delta(codec::format::int8, 4, v, v, {}, out.span().first(5), refused.data(), nullptr) ==
                       cudaErrorInvalidValue,
                   "an output of the wrong size");
-  CUDA_TEST_CHECK(dc::encode_delta(codec::format::int8, 0, v, v, {}, out.span(), refused.data(), nullptr) ==
-                      cudaErrorInvalidValue,
-                  "a zero block");
-  CUDA_TEST_CHECK(dc::encode_delta(codec::format::int8, 4, v, v, {}, out.span(), nullptr, nullptr) ==
-                      cudaErrorInvalidValue,
-                  "no refusal flag");
+  CUDA_TEST_CHECK(
+      dc::encode_delta(codec::format::int8, 0, v, v, {}, out.span(), refused.data(), nullptr) == cudaErrorInvalidValue,
+      "a zero block");
+  CUDA_TEST_CHECK(
+      dc::encode_delta(codec::format::int8, 4, v, v, {}, out.span(), nullptr, nullptr) == cudaErrorInvalidValue,
+      "no refusal flag");
   dc::device_buffer<std::byte> dense(4 * 10 + 1);
   CUDA_TEST_CHECK(dc::encode_delta(codec::format::fp32, 4, v, v, {}, dense.span().subspan(1), refused.data(),
                                    nullptr) == cudaErrorInvalidValue,
@@ -135,7 +134,8 @@ void check_decode(codec::format f, std::size_t n, std::size_t block, T weight) {
                            (sizeof(T) == 8 ? " double" : " float");
   const inputs in = make_inputs(n, 2.5f, static_cast<std::uint32_t>(n + 17 * block));
   std::vector<std::byte> bytes(codec::encoded_size(f, n, block));
-  const bool encoded = codec::encode(f, n, block, [&](std::size_t i) { return in.base[i] - in.theta[i]; }, bytes);
+  const bool encoded = codec::encode(
+      f, n, block, [&](std::size_t i) { return in.base[i] - in.theta[i]; }, bytes);
   CUDA_TEST_CHECK(encoded && codec::valid(f, n, block, bytes), what + ": no valid CPU encoding");
   std::vector<T> expected(n);
   for (std::size_t i = 0; i < n; ++i) expected[i] = T(in.residual[i]) * T(40);

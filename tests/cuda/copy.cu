@@ -34,15 +34,16 @@ DILOCO_CUDA_TEST(copy, round_trip_through_pinned_memory_after_a_kernel) {
   dc::pinned_buffer<float> back(n);
   CUDA_TEST_REQUIRE_SUCCESS(copies.to_host(back, std::span<const float>(theta.span()), compute.get()));
   const cudaError_t polled = copies.query();
-  CUDA_TEST_CHECK(polled == cudaSuccess || polled == cudaErrorNotReady, std::string("query: ") + cudaGetErrorName(polled));
+  CUDA_TEST_CHECK(polled == cudaSuccess || polled == cudaErrorNotReady,
+                  std::string("query: ") + cudaGetErrorName(polled));
   CUDA_TEST_REQUIRE_SUCCESS(copies.wait());
   CUDA_TEST_CHECK(copies.query() == cudaSuccess, "finished after wait");
   std::size_t wrong = 0;
   for (std::size_t i = 0; i < n; ++i) wrong += back[i] != 0.5f * float(i % 1000);
   CUDA_TEST_CHECK(wrong == 0, std::to_string(wrong) + " values differ after the round trip");
-  CUDA_TEST_CHECK(copies.to_host(back, std::span<const float>(theta.span()).first(n - 1), compute.get()) ==
-                      cudaErrorInvalidValue,
-                  "sizes that differ");
+  CUDA_TEST_CHECK(
+      copies.to_host(back, std::span<const float>(theta.span()).first(n - 1), compute.get()) == cudaErrorInvalidValue,
+      "sizes that differ");
 }
 
 DILOCO_CUDA_TEST(copy, buffers_move_and_errors_carry_their_text) {
@@ -54,8 +55,9 @@ DILOCO_CUDA_TEST(copy, buffers_move_and_errors_carry_their_text) {
   CUDA_TEST_CHECK(empty.data() == nullptr && empty.bytes() == 0, "an empty buffer");
   const dc::error e(cudaErrorInvalidValue, "cudaMalloc");
   CUDA_TEST_CHECK(e.code() == cudaErrorInvalidValue, "the code");
-  CUDA_TEST_CHECK(std::strstr(e.what(), "cudaMalloc") && std::strstr(e.what(), cudaGetErrorString(cudaErrorInvalidValue)),
-                  std::string("what(): ") + e.what());
+  CUDA_TEST_CHECK(
+      std::strstr(e.what(), "cudaMalloc") && std::strstr(e.what(), cudaGetErrorString(cudaErrorInvalidValue)),
+      std::string("what(): ") + e.what());
   bool thrown = false;
   try {
     dc::device_buffer<char> huge(std::size_t(1) << 62);  // 4 EiB: no device has it

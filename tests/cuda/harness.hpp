@@ -57,7 +57,8 @@ inline bool succeeded(cudaError_t e, const char* expression, const char* file, i
 template <class T>
 diloco::cuda::device_buffer<T> upload(const std::vector<T>& x) {
   diloco::cuda::device_buffer<T> d(x.size());
-  if (!x.empty()) succeeded(cudaMemcpy(d.data(), x.data(), d.bytes(), cudaMemcpyHostToDevice), "upload", __FILE__, __LINE__);
+  if (!x.empty())
+    succeeded(cudaMemcpy(d.data(), x.data(), d.bytes(), cudaMemcpyHostToDevice), "upload", __FILE__, __LINE__);
   return d;
 }
 
@@ -66,7 +67,8 @@ template <class T>
 std::vector<T> download(const diloco::cuda::device_buffer<T>& d) {
   std::vector<T> x(d.size());
   succeeded(cudaDeviceSynchronize(), "cudaDeviceSynchronize", __FILE__, __LINE__);
-  if (!x.empty()) succeeded(cudaMemcpy(x.data(), d.data(), d.bytes(), cudaMemcpyDeviceToHost), "download", __FILE__, __LINE__);
+  if (!x.empty())
+    succeeded(cudaMemcpy(x.data(), d.data(), d.bytes(), cudaMemcpyDeviceToHost), "download", __FILE__, __LINE__);
   return x;
 }
 
@@ -78,19 +80,19 @@ bool same_bits(T a, T b) {
 
 }  // namespace diloco::test::cuda
 
-#define DILOCO_CUDA_TEST(suite, name)                                                                       \
-  static void suite##_##name();                                                                             \
+#define DILOCO_CUDA_TEST(suite, name)                                                                      \
+  static void suite##_##name();                                                                            \
   static const ::diloco::test::cuda::registrar suite##_##name##_registrar(#suite, #name, &suite##_##name); \
   static void suite##_##name()
 
 /// Checks `condition`; `message` (streamed into a std::string with +) says what failed.
-#define CUDA_TEST_CHECK(condition, message)                                                        \
-  do {                                                                                             \
+#define CUDA_TEST_CHECK(condition, message)                                                                       \
+  do {                                                                                                            \
     if (!(condition)) ::diloco::test::cuda::fail(__FILE__, __LINE__, std::string(#condition) + ": " + (message)); \
   } while (0)
 
 /// Stops the case (returns) unless `expression` gives cudaSuccess.
-#define CUDA_TEST_REQUIRE_SUCCESS(expression)                                                            \
-  do {                                                                                                   \
-    if (!::diloco::test::cuda::succeeded((expression), #expression, __FILE__, __LINE__)) return;         \
+#define CUDA_TEST_REQUIRE_SUCCESS(expression)                                                    \
+  do {                                                                                           \
+    if (!::diloco::test::cuda::succeeded((expression), #expression, __FILE__, __LINE__)) return; \
   } while (0)

@@ -24,7 +24,8 @@ int main(int argc, char** argv) {
     const int before = t::failures();
     c.run();
     const cudaError_t pending = cudaDeviceSynchronize();
-    if (pending != cudaSuccess) t::fail(__FILE__, __LINE__, std::string("after the case: ") + cudaGetErrorString(pending));
+    if (pending != cudaSuccess)
+      t::fail(__FILE__, __LINE__, std::string("after the case: ") + cudaGetErrorString(pending));
     std::printf("%s %s/%s\n", t::failures() == before ? "passed" : "FAILED", c.suite, c.name);
     ++run;
   }

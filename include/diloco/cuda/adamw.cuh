@@ -34,7 +34,7 @@ cudaError_t adamw_step(const inner::adamw_element<T>& f, std::span<T> params, st
   if (m.size() != n || v.size() != n || grads.size() != n) return cudaErrorInvalidValue;
   if (n == 0) return cudaSuccess;
   detail::adamw_kernel<<<detail::blocks_for(n), detail::threads, 0, stream>>>(f, n, params.data(), m.data(), v.data(),
-                                                                               grads.data());
+                                                                              grads.data());
   return detail::launched();
 }
 

@@ -92,8 +92,10 @@ __global__ void encode_blocks_kernel(std::size_t n, std::size_t block, delta_sou
     bool finite = true;
     for (std::size_t i = threadIdx.x; i < len; i += blockDim.x) {
       const float d = delta(first + i);
-      if (!isfinite(d)) finite = false;
-      else largest = fmaxf(largest, fabsf(d));
+      if (!isfinite(d))
+        finite = false;
+      else
+        largest = fmaxf(largest, fabsf(d));
     }
     if (!finite) *refused = 1u;
     const float absmax = block_max(largest, scratch);
@@ -134,8 +136,10 @@ template <codec::format F, class T>
 __global__ void decode_dense_kernel(std::size_t n, const std::byte* in, T weight, T* acc) {
   for (std::size_t i = first_index(); i < n; i += grid_stride()) {
     float v;
-    if constexpr (F == codec::format::fp32) v = reinterpret_cast<const float*>(in)[i];
-    else v = codec::from_bf16(reinterpret_cast<const std::uint16_t*>(in)[i]);
+    if constexpr (F == codec::format::fp32)
+      v = reinterpret_cast<const float*>(in)[i];
+    else
+      v = codec::from_bf16(reinterpret_cast<const std::uint16_t*>(in)[i]);
     acc[i] = accumulate(acc[i], weight, v);
   }
 }
@@ -153,9 +157,12 @@ __global__ void decode_blocks_kernel(std::size_t n, std::size_t block, const std
     const std::byte* codes = p + 4;
     for (std::size_t i = threadIdx.x; i < len; i += blockDim.x) {
       float unit;
-      if constexpr (F == codec::format::int8) unit = codec::int8_unit(static_cast<std::uint8_t>(codes[i]));
-      else if constexpr (F == codec::format::fp8) unit = codec::fp8_unit(static_cast<std::uint8_t>(codes[i]));
-      else unit = codec::int4_unit(static_cast<unsigned>(codes[i / 2]) >> (4 * (i % 2)));
+      if constexpr (F == codec::format::int8)
+        unit = codec::int8_unit(static_cast<std::uint8_t>(codes[i]));
+      else if constexpr (F == codec::format::fp8)
+        unit = codec::fp8_unit(static_cast<std::uint8_t>(codes[i]));
+      else
+        unit = codec::int4_unit(static_cast<unsigned>(codes[i / 2]) >> (4 * (i % 2)));
       acc[first + i] = accumulate(acc[first + i], weight, codec::mul_rn(unit, absmax));
     }
   }
@@ -222,13 +229,16 @@ inline cudaError_t encode_delta(codec::format f, std::size_t block, std::span<co
   const unsigned threads = detail::threads_for_block(f == codec::format::int4 ? (block + 1) / 2 : block);
   switch (f) {
     case codec::format::int8:
-      detail::encode_blocks_kernel<codec::format::int8><<<grid, threads, 0, stream>>>(n, block, delta, out.data(), refused);
+      detail::encode_blocks_kernel<codec::format::int8>
+          <<<grid, threads, 0, stream>>>(n, block, delta, out.data(), refused);
       break;
     case codec::format::fp8:
-      detail::encode_blocks_kernel<codec::format::fp8><<<grid, threads, 0, stream>>>(n, block, delta, out.data(), refused);
+      detail::encode_blocks_kernel<codec::format::fp8>
+          <<<grid, threads, 0, stream>>>(n, block, delta, out.data(), refused);
       break;
     default:
-      detail::encode_blocks_kernel<codec::format::int4><<<grid, threads, 0, stream>>>(n, block, delta, out.data(), refused);
+      detail::encode_blocks_kernel<codec::format::int4>
+          <<<grid, threads, 0, stream>>>(n, block, delta, out.data(), refused);
       break;
   }
   return detail::launched();
@@ -248,7 +258,8 @@ inline cudaError_t encode_delta(codec::format f, std::size_t block, std::span<co
 template <class T>
 cudaError_t decode_accumulate(codec::format f, std::size_t block, std::span<const std::byte> in, T weight,
                               std::span<T> acc, cudaStream_t stream) {
-  static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>, "diloco::cuda::decode_accumulate: float or double");
+  static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>,
+                "diloco::cuda::decode_accumulate: float or double");
   const std::size_t n = acc.size();
   if ((codec::block_scaled(f) && block == 0) || in.size() != codec::encoded_size(f, n, block))
     return cudaErrorInvalidValue;
@@ -267,16 +278,16 @@ cudaError_t decode_accumulate(codec::format f, std::size_t block, std::span<cons
   const unsigned threads = detail::threads_for_block(block);
   switch (f) {
     case codec::format::int8:
-      detail::decode_blocks_kernel<codec::format::int8, T><<<grid, threads, 0, stream>>>(n, block, in.data(), weight,
-                                                                                         acc.data());
+      detail::decode_blocks_kernel<codec::format::int8, T>
+          <<<grid, threads, 0, stream>>>(n, block, in.data(), weight, acc.data());
       break;
     case codec::format::fp8:
-      detail::decode_blocks_kernel<codec::format::fp8, T><<<grid, threads, 0, stream>>>(n, block, in.data(), weight,
-                                                                                        acc.data());
+      detail::decode_blocks_kernel<codec::format::fp8, T>
+          <<<grid, threads, 0, stream>>>(n, block, in.data(), weight, acc.data());
       break;
     default:
-      detail::decode_blocks_kernel<codec::format::int4, T><<<grid, threads, 0, stream>>>(n, block, in.data(), weight,
-                                                                                         acc.data());
+      detail::decode_blocks_kernel<codec::format::int4, T>
+          <<<grid, threads, 0, stream>>>(n, block, in.data(), weight, acc.data());
       break;
   }
   return detail::launched();

@@ -51,7 +51,8 @@ class copy_stream {
   /// Pinned host values to device memory of the same size
   /// (cudaErrorInvalidValue if the sizes differ).
   template <class T>
-  cudaError_t to_device(std::span<T> device_destination, const pinned_buffer<T>& source, cudaStream_t producer) noexcept {
+  cudaError_t to_device(std::span<T> device_destination, const pinned_buffer<T>& source,
+                        cudaStream_t producer) noexcept {
     if (device_destination.size() != source.size()) return cudaErrorInvalidValue;
     return start(device_destination.data(), source.data(), source.bytes(), producer);
   }

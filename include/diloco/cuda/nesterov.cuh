@@ -34,7 +34,7 @@ cudaError_t nesterov_step(const outer::nesterov_element<T>& f, std::span<T> glob
   if (momentum.size() != n || delta.size() != n) return cudaErrorInvalidValue;
   if (n == 0) return cudaSuccess;
   detail::nesterov_kernel<<<detail::blocks_for(n), detail::threads, 0, stream>>>(f, n, global.data(), momentum.data(),
-                                                                                  delta.data());
+                                                                                 delta.data());
   return detail::launched();
 }
 

@@ -35,8 +35,10 @@ struct segment_of {
     std::size_t low = 0, high = segments;  // offsets[low] ≤ i < offsets[high]
     while (high - low > 1) {
       const std::size_t mid = low + (high - low) / 2;
-      if (offsets[mid] <= i) low = mid;
-      else high = mid;
+      if (offsets[mid] <= i)
+        low = mid;
+      else
+        high = mid;
     }
     return low;
   }
@@ -66,14 +68,14 @@ double squared_norm(const Policy& policy, const T* x, std::size_t n) {
 /// `reduce_by_key` over the whole fragment. Returns when the work is
 /// enqueued (on CUDA with `par_nosync`, not necessarily finished).
 template <class Policy, class T>
-void squared_norms(const Policy& policy, const T* x, const std::size_t* offsets, std::size_t segments,
-                   std::size_t n, double* out) {
+void squared_norms(const Policy& policy, const T* x, const std::size_t* offsets, std::size_t segments, std::size_t n,
+                   double* out) {
   if (segments == 0 || n == 0) return;
   const auto keys = thrust::make_transform_iterator(thrust::make_counting_iterator<std::size_t>(0),
                                                     detail::segment_of{offsets, segments});
   const auto squares = thrust::make_transform_iterator(x, detail::square_in_double<T>{});
-  thrust::reduce_by_key(policy, keys, keys + static_cast<std::ptrdiff_t>(n), squares,
-                        thrust::make_discard_iterator(), out);
+  thrust::reduce_by_key(policy, keys, keys + static_cast<std::ptrdiff_t>(n), squares, thrust::make_discard_iterator(),
+                        out);
 }
 
 }  // namespace diloco::cuda
