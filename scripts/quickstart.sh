@@ -33,7 +33,8 @@ jobs=$(nproc)
 if [[ $what == test ]]; then
   cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DDILOCO_WERROR=ON
   cmake --build build -j"$jobs"
-  ctest --test-dir build --output-on-failure -j"$jobs"
+  # Everything but the long quality runs (label `quality`, docs/compression.md).
+  ctest --test-dir build --output-on-failure -j"$jobs" -LE quality
   # The same unit tests built by clang 14 under the sanitizers.
   bash scripts/sanitize.sh address
   bash scripts/sanitize.sh thread

@@ -14,92 +14,26 @@
 //
 //   bench_outer_step [--sizes 16M,64M] [--repeat 20] [--warmup 2] [--json]
 //                    [--keep-library-pages]
-#include <sys/mman.h>
-
 #include <algorithm>
 #include <cassert>
-#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
-#include <fstream>
 #include <functional>
 #include <optional>
 #include <span>
 #include <stdexcept>
 #include <string>
-#include <system_error>
 #include <utility>
 #include <vector>
 
 #include "outer_step.hpp"
 #include <diloco_tools/cli.hpp>
+#include "../common/huge_buffer.hpp"
 #include "../common/json.hpp"
 
 namespace {
-
-constexpr std::size_t huge_page = std::size_t{2} << 20;
-/// MADV_COLLAPSE (Linux 6.1); glibc 2.36's headers do not define it yet.
-constexpr int madv_collapse = 25;
-
-std::size_t round_up(std::size_t x, std::size_t to) { return (x + to - 1) / to * to; }
-std::size_t round_down(std::size_t x, std::size_t to) { return x / to * to; }
-
-/// `n` floats in their own anonymous mapping, 2 MiB aligned, advised
-/// MADV_HUGEPAGE before the first touch, then written once.
-class huge_buffer {
- public:
-  explicit huge_buffer(std::size_t n) : bytes_(round_up(n * sizeof(float), huge_page)) {
-    map_bytes_ = bytes_ + huge_page;
-    map_ = mmap(nullptr, map_bytes_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (map_ == MAP_FAILED) throw std::system_error(errno, std::generic_category(), "mmap");
-    const auto aligned = round_up(reinterpret_cast<std::uintptr_t>(map_), huge_page);
-    data_ = reinterpret_cast<float*>(aligned);
-    madvise(data_, bytes_, MADV_HUGEPAGE);  // best effort: THP may be off
-    size_ = n;
-    std::fill_n(data_, n, 0.0f);
-  }
-  ~huge_buffer() { munmap(map_, map_bytes_); }
-  huge_buffer(const huge_buffer&) = delete;
-  huge_buffer& operator=(const huge_buffer&) = delete;
-
-  std::span<float> first(std::size_t n) const {
-    assert(n <= size_);
-    return {data_, n};
-  }
-
- private:
-  std::size_t bytes_ = 0;
-  std::size_t map_bytes_ = 0;
-  void* map_ = nullptr;
-  float* data_ = nullptr;
-  std::size_t size_ = 0;
-};
-
-/// Asks the kernel to back the 2 MiB pages inside [p, p + bytes) with huge
-/// pages now (MADV_COLLAPSE). Used on the optimizer's own momentum buffer, a
-/// std::vector the benchmark cannot allocate itself.
-bool collapse_to_huge_pages(const void* p, std::size_t bytes) {
-  const auto begin = round_up(reinterpret_cast<std::uintptr_t>(p), huge_page);
-  const auto end = round_down(reinterpret_cast<std::uintptr_t>(p) + bytes, huge_page);
-  if (end <= begin) return false;
-  auto* start = reinterpret_cast<void*>(begin);
-  madvise(start, end - begin, MADV_HUGEPAGE);
-  return madvise(start, end - begin, madv_collapse) == 0;
-}
-
-/// AnonHugePages of this process, in bytes (0 where /proc is unreadable).
-std::size_t anon_huge_bytes() {
-  std::ifstream in("/proc/self/smaps_rollup");
-  std::string key;
-  std::size_t kib = 0;
-  while (in >> key) {
-    if (key == "AnonHugePages:" && in >> kib) return kib * 1024;
-    in.ignore(1 << 16, '\n');
-  }
-  return 0;
-}
 
 struct options {
   std::vector<std::size_t> sizes{std::size_t{16} << 20, std::size_t{64} << 20};
@@ -192,10 +126,10 @@ summary summarize(std::vector<double> v) {
 
 std::string mib(std::size_t bytes) { return std::to_string(bytes >> 20) + " MiB"; }
 
-int run_size(const options& o, std::size_t n, huge_buffer& global_buf, huge_buffer& delta_buf, huge_buffer& m_four_buf,
-             huge_buffer& m_loop_buf, huge_buffer& tmp_buf) {
-  const auto global = global_buf.first(n), delta = delta_buf.first(n), m_four = m_four_buf.first(n),
-             m_loop = m_loop_buf.first(n), tmp = tmp_buf.first(n);
+int run_size(const options& o, std::size_t n, const bench::huge_buffer& global_buf, const bench::huge_buffer& delta_buf,
+             const bench::huge_buffer& m_four_buf, const bench::huge_buffer& m_loop_buf, const bench::huge_buffer& tmp_buf) {
+  const auto global = global_buf.first<float>(n), delta = delta_buf.first<float>(n),
+             m_four = m_four_buf.first<float>(n), m_loop = m_loop_buf.first<float>(n), tmp = tmp_buf.first<float>(n);
   for (std::size_t i = 0; i < n; ++i) {
     global[i] = 1.0f + static_cast<float>(i % 1024) * 1e-4f;
     delta[i] = 1e-3f * (1.0f + static_cast<float>(i % 97) / 97.0f);
@@ -213,12 +147,12 @@ int run_size(const options& o, std::size_t n, huge_buffer& global_buf, huge_buff
   // The optimizer sizes its momentum on the first step: take that step with
   // Δ = 0 (tmp), which leaves Θ and m = 0 as they are, before anything is timed.
   diloco::outer::nesterov<float> optimizer({bench::outer_lr, bench::outer_momentum});
-  const std::size_t huge_before = anon_huge_bytes();
+  const std::size_t huge_before = bench::anon_huge_bytes();
   bench::diloco_step(optimizer, global, tmp);
   const auto m_lib = optimizer.momentum(0);
-  if (!o.keep_library_pages && !collapse_to_huge_pages(m_lib.data(), m_lib.size_bytes()) && !o.json)
+  if (!o.keep_library_pages && !bench::collapse_to_huge_pages(m_lib.data(), m_lib.size_bytes()) && !o.json)
     std::fprintf(stderr, "bench_outer_step: could not collapse the optimizer's momentum to huge pages\n");
-  const std::size_t huge_after = anon_huge_bytes();
+  const std::size_t huge_after = bench::anon_huge_bytes();
   const std::size_t library_huge = huge_after - std::min(huge_after, huge_before);
 
   constexpr float triad_scalar = 3.0f;
@@ -297,9 +231,10 @@ int main(int argc, char** argv) {
   if (const auto status = parse(argc, argv, o)) return *status;
   try {
     const std::size_t max_n = *std::max_element(o.sizes.begin(), o.sizes.end());
-    const std::size_t huge_before = anon_huge_bytes();
-    huge_buffer global(max_n), delta(max_n), m_four(max_n), m_loop(max_n), tmp(max_n);
-    const std::size_t huge_after = anon_huge_bytes();
+    const std::size_t huge_before = bench::anon_huge_bytes();
+    const std::size_t bytes = max_n * sizeof(float);
+    bench::huge_buffer global(bytes), delta(bytes), m_four(bytes), m_loop(bytes), tmp(bytes);
+    const std::size_t huge_after = bench::anon_huge_bytes();
     if (!o.json)
       std::printf("bench buffers: 5 x %s, on huge pages: %s\n\n", mib(max_n * sizeof(float)).c_str(),
                   mib(huge_after - std::min(huge_after, huge_before)).c_str());

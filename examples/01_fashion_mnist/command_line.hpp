@@ -147,6 +147,17 @@ inline std::optional<int> parse_command_line(int argc, char** argv, command& c) 
              "partial-round rule",
              "size of partial rounds: share of all learners' weight (all), of the live learners' weight (live), or a "
              "full step (full)");
+  const std::vector<std::pair<std::string, diloco::codec::format>> formats{
+      {"fp32", diloco::codec::format::fp32}, {"bf16", diloco::codec::format::bf16},
+      {"int8", diloco::codec::format::int8}, {"fp8", diloco::codec::format::fp8}, {"int4", diloco::codec::format::int4}};
+  add_choice(app, "--codec", s.codecs.contributions, formats, "codec",
+             "outer gradients, learners to syncer: fp32, or compressed: bf16, int8, fp8 (E4M3), int4 (fp32)");
+  add_choice(app, "--update-codec", s.codecs.updates, formats, "codec",
+             "global fragments, syncer to learners (fp32; learners adopt the decoded values)");
+  add_number<u32>(app, "--codec-block", s.codecs.block, {1, diloco::max_codec_block},
+                  "values per scaled block of int8, fp8 and int4 (256)", "B");
+  app.add_flag("--error-feedback", s.error_feedback,
+               "learners add each fragment's encoding error to its next outer gradient");
   add_number<double>(app, "--lr", s.lr, {0.0, real_max}, "AdamW learning rate (1e-3)", "LR");
   add_number<double>(app, "--weight-decay", s.weight_decay, {0.0, real_max}, "AdamW weight decay (0.01)", "WD");
   add_number<double>(app, "--outer-lr", s.outer_lr, {0.0, real_max}, "Nesterov outer learning rate (0.7)", "ETA");

@@ -75,6 +75,7 @@ diloco::syncer_options syncer_options_for(const fashion::settings& s) {
     if (s.overlap) o.training.overlap = *s.overlap;
   }
   o.training.mixing = s.alpha;
+  o.training.codecs = s.codecs;
   o.scaling = s.partial;
   o.screening = s.screening;
   o.membership = s.membership;
@@ -148,6 +149,12 @@ json result_line(const fashion::settings& s, const diloco::syncer_options& optio
           {"quarantines", r.quarantines},
           {"rounds_dropped", r.rounds_dropped},
           {"partial_rounds", r.partial_rounds},
+          {"codec", std::string(diloco::codec::name(options.training.codecs.contributions))},
+          {"update_codec", std::string(diloco::codec::name(options.training.codecs.updates))},
+          {"codec_block", options.training.codecs.block},
+          {"error_feedback", s.error_feedback},
+          {"bytes_sent", r.bytes_sent},
+          {"bytes_received", r.bytes_received},
           {"end_scale", six_digits(r.end_scale)},
           {"fragment_imbalance", six_digits(r.imbalance)},
           {"completed", r.completed},
@@ -179,8 +186,9 @@ int main(int argc, char** argv) {
       return 1;
     }
     if (s.part == fashion::role::learner) {
-      const json line{{"role", "learner"}, {"learner", s.learner_id}, {"inner_steps", r.inner_steps},
-                      {"seconds", six_digits(r.seconds)}};
+      const json line{{"role", "learner"},         {"learner", s.learner_id},
+                      {"inner_steps", r.inner_steps}, {"bytes_sent", r.bytes_sent},
+                      {"bytes_received", r.bytes_received}, {"seconds", six_digits(r.seconds)}};
       std::printf("%s\n", line.dump().c_str());
       return 0;
     }

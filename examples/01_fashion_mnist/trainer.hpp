@@ -89,6 +89,8 @@ struct settings {
   std::string checkpoint_dir;     ///< role learner: resume from and save learner checkpoints here (empty: none)
   std::uint64_t checkpoint_every = 100;  ///< role learner: inner steps between two checkpoints
   std::chrono::milliseconds sim_step_time{10};
+  diloco::codec_options codecs{};  ///< how outer gradients (`--codec`) and updates (`--update-codec`) travel
+  bool error_feedback = false;     ///< learners carry each fragment's encoding error into its next send
 };
 
 struct outcome {
@@ -103,6 +105,8 @@ struct outcome {
   std::uint64_t quarantines = 0;
   std::uint64_t rounds_dropped = 0;
   std::uint64_t partial_rounds = 0;  ///< rounds merged without every learner (0 in a healthy synchronous run)
+  std::uint64_t bytes_sent = 0;      ///< payload bytes learners → syncer (contributions, and states)
+  std::uint64_t bytes_received = 0;  ///< payload bytes syncer → learners (updates)
   double seconds = 0.0;          ///< wall time of training
   double virtual_seconds = 0.0;  ///< simulated time (simulator only)
   double imbalance = 0.0;        ///< largest fragment / mean fragment
@@ -119,6 +123,20 @@ struct outcome {
     quarantines = m.quarantines;
     rounds_dropped = m.rounds_dropped;
     partial_rounds = m.partial_rounds;
+    // What the syncer saw; a run with the learners in this process counts
+    // at the learners instead (`take_learner_bytes`).
+    bytes_sent = m.payload_bytes_received;
+    bytes_received = m.payload_bytes_sent;
+  }
+
+  /// The payload bytes every learner sent and received, as they counted them.
+  template <class Learners>
+  void take_learner_bytes(const Learners& learners) {
+    bytes_sent = bytes_received = 0;
+    for (const auto& l : learners) {
+      bytes_sent += l->metrics().bytes_sent;
+      bytes_received += l->metrics().bytes_received;
+    }
   }
 };
 
@@ -316,7 +334,7 @@ outcome train(const settings& s, const split& train_set, const split& test_set, 
     std::vector<std::unique_ptr<learner_type>> learners;
     std::vector<sim::learner_plan> plans;
     for (std::uint32_t i = 0; i < s.learners; ++i) {
-      learners.push_back(std::make_unique<learner_type>(*models[i], net.attach(i), learner_options{.id = i}, inner));
+      learners.push_back(std::make_unique<learner_type>(*models[i], net.attach(i), learner_options{.id = i, .error_feedback = s.error_feedback}, inner));
       sim::learner_plan plan{speeds[i], steps_of(s, i), {}};
       if (s.stall && s.stall->learner == i) {
         const auto step = std::chrono::duration_cast<std::chrono::nanoseconds>(s.sim_step_time) / speeds[i];
@@ -337,6 +355,7 @@ outcome train(const settings& s, const split& train_set, const split& test_set, 
     out.completed = result.completed;
     out.virtual_seconds = std::chrono::duration<double>(result.end - start).count();
     out.take(sync.metrics());
+    out.take_learner_bytes(learners);
     for (const auto& l : learners) out.inner_steps += l->local_step();
     final_params = sync.parameters();
   } else {
@@ -347,7 +366,7 @@ outcome train(const settings& s, const split& train_set, const split& test_set, 
     using learner_type = learner<mlp, Inner, inproc::endpoint>;
     std::vector<std::unique_ptr<learner_type>> learners;
     for (std::uint32_t i = 0; i < s.learners; ++i)
-      learners.push_back(std::make_unique<learner_type>(*models[i], hub.attach(i), learner_options{.id = i}, inner));
+      learners.push_back(std::make_unique<learner_type>(*models[i], hub.attach(i), learner_options{.id = i, .error_feedback = s.error_feedback}, inner));
 
     std::mutex error_mutex;
     std::atomic<std::uint32_t> finished{0};
@@ -374,6 +393,7 @@ outcome train(const settings& s, const split& train_set, const split& test_set, 
     syncer_thread.request_stop();
     syncer_thread.join();
     out.take(sync.metrics());
+    out.take_learner_bytes(learners);
     for (const auto& l : learners) out.inner_steps += l->local_step();
     final_params = sync.parameters();
   }
@@ -468,7 +488,7 @@ outcome learn(const settings& s, const split& train_set, Inner inner) {
   settings quiet = s;
   quiet.progress_seconds = 0;
   progress report(quiet);
-  learner_options options{.id = s.learner_id, .incarnation = s.incarnation};
+  learner_options options{.id = s.learner_id, .incarnation = s.incarnation, .error_feedback = s.error_feedback};
   std::optional<trace_writer> trace;
   if (!s.trace_file.empty()) {
     trace.emplace(s.trace_file);
@@ -503,6 +523,8 @@ outcome learn(const settings& s, const split& train_set, Inner inner) {
   out.error = drive(l, model, sampler, speed, s.learner_id, s, report, after_step);
   out.completed = out.error.empty();
   out.inner_steps = l.local_step();
+  out.bytes_sent = l.metrics().bytes_sent;
+  out.bytes_received = l.metrics().bytes_received;
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   if (trace) {
     std::string fields = ",\"steps\":";

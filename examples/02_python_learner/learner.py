@@ -8,11 +8,17 @@ blobs) with plain SGD in numpy, sends one fragment of Delta = base - theta
 every H inner steps on the staggered schedule, adopts the merged updates, sends
 heartbeats (with its mean training loss since the previous one), and finally sends each fragment's unsent work and leaves.
 
+Contributions travel in the codec the syncer's welcome names: f32, or
+compressed as bf16, int8, fp8 or int4 (protocol.md, "Codecs"; with
+--error-feedback what the codec rounds away is carried into the next send);
+updates are decoded from whichever codec they carry.
+
 Dependencies: the standard library, pyzmq and numpy (Debian: python3-zmq,
 python3-numpy). Prints progress to stderr and one JSON line to stdout.
 
 Exit status: 0 success, 1 bad usage or missing dependency, 2 timeout,
-3 protocol error (the syncer refused us, or sent something we cannot use).
+3 protocol error (the syncer refused us, or sent something we cannot use),
+4 a non-finite outer gradient (nothing was sent for it).
 """
 
 import argparse
@@ -24,12 +30,17 @@ import time
 
 try:
     import numpy as np
-    import zmq
 except ImportError as error:  # pragma: no cover - depends on the machine
     sys.stderr.write(
         "learner.py: needs pyzmq and numpy (Debian: apt-get install python3-zmq python3-numpy; "
         "this interpreter is %s): %s\n" % (sys.executable, error))
     sys.exit(1)
+try:
+    import zmq
+except ImportError as error:  # pragma: no cover - depends on the machine
+    # The codecs and the wire format (test_codecs.py) need numpy only; main() needs pyzmq.
+    zmq = None
+    ZMQ_IMPORT_ERROR = error
 
 
 # ---------------------------------------------------------------------------
@@ -39,13 +50,13 @@ HEADER_SIZE = 144
 MAGIC = b"DLCO"
 VERSION = 1
 # magic, version, kind, codec, status, flags, lock_step, reason,
-# learner, incarnation, fragment, fragment_count, sync_period, overlap, reserved,
+# learner, incarnation, fragment, fragment_count, sync_period, overlap, block,
 # sequence, answers, base_revision, revision, tokens, steps, element_count, layout,
 # step_time_ns, transfer_ns, hold_ns, mixing, payload_crc, header_crc
 HEADER_FORMAT = struct.Struct("<4sH6B7I8Q3qd2I")
 assert HEADER_FORMAT.size == HEADER_SIZE
 FIELDS = ("magic", "version", "kind", "codec", "status", "flags", "lock_step", "reason",
-          "learner", "incarnation", "fragment", "fragment_count", "sync_period", "overlap", "reserved",
+          "learner", "incarnation", "fragment", "fragment_count", "sync_period", "overlap", "block",
           "sequence", "answers", "base_revision", "revision", "tokens", "steps", "element_count", "layout",
           "step_time_ns", "transfer_ns", "hold_ns", "mixing", "payload_crc", "header_crc")
 
@@ -60,7 +71,14 @@ def loss_bits(loss):
 KIND_NAMES = {1: "join", 2: "welcome", 3: "contribution", 4: "update", 5: "heartbeat", 6: "leave",
               7: "ack", 8: "reject", 9: "layout", 10: "state", 11: "end"}
 CODEC_NONE, CODEC_F32, CODEC_F64, CODEC_BYTES = 0, 1, 2, 3
+CODEC_BF16, CODEC_INT8, CODEC_FP8, CODEC_INT4 = 4, 5, 6, 7  # compressed ("Codecs")
 CODEC_DTYPE = {CODEC_F32: np.dtype("<f4"), CODEC_F64: np.dtype("<f8")}
+CODEC_NAMES = {CODEC_NONE: "none", CODEC_F32: "fp32", CODEC_F64: "fp64", CODEC_BYTES: "bytes", CODEC_BF16: "bf16",
+               CODEC_INT8: "int8", CODEC_FP8: "fp8", CODEC_INT4: "int4"}
+BLOCK_CODECS = (CODEC_INT8, CODEC_FP8, CODEC_INT4)     # block-scaled: the header's `block` is their B
+NUMBER_CODECS = (CODEC_F32, CODEC_F64, CODEC_BF16) + BLOCK_CODECS  # contribution and update payloads
+ENCODABLE_CODECS = (CODEC_F32, CODEC_BF16) + BLOCK_CODECS         # this learner's model is f32
+MAX_BLOCK = 65536
 STATUS_MERGED, STATUS_RESYNC = 0, 1
 FLAG_FINAL = 1 << 0          # contribution: final contribution before leaving
 FLAG_STATE_WANTED = 1 << 1   # welcome: send your layout and state
@@ -105,6 +123,10 @@ class Timeout(Exception):
     """A bounded wait ran out."""
 
 
+class NonFinite(Exception):
+    """An outer gradient is not finite: nothing is sent for it and the learner stops."""
+
+
 def encode(fields, payload=b""):
     """Returns the header bytes for `fields` (a dict; missing fields are 0)."""
     values = dict.fromkeys(FIELDS, 0)
@@ -120,10 +142,16 @@ def encode(fields, payload=b""):
 
 
 def payload_size(header):
-    if header["codec"] in CODEC_DTYPE and header["kind"] in (CONTRIBUTION, UPDATE, STATE):
-        return header["element_count"] * CODEC_DTYPE[header["codec"]].itemsize
-    if header["codec"] == CODEC_BYTES and header["kind"] == LAYOUT:
+    """The payload bytes a header implies ("Payload size", "Codecs"); None if its codec or block cannot carry one."""
+    kind, codec = header["kind"], header["codec"]
+    if kind in (CONTRIBUTION, UPDATE) and codec in NUMBER_CODECS:
+        return codec_bytes(codec, header["element_count"], header["block"])
+    if kind == STATE and codec in CODEC_DTYPE:
+        return header["element_count"] * CODEC_DTYPE[codec].itemsize
+    if kind == LAYOUT and codec == CODEC_BYTES:
         return header["element_count"]
+    if kind in (CONTRIBUTION, UPDATE, STATE, LAYOUT):
+        return None  # a payload kind with a codec it cannot use
     return 0
 
 
@@ -141,9 +169,12 @@ def decode(frames):
         raise ValueError("bad_version %d" % header["version"])
     if crc32c(raw[:140]) != header["header_crc"]:
         raise ValueError("bad_checksum (header)")
-    if header["kind"] not in KIND_NAMES or header["codec"] > CODEC_BYTES:
+    if header["kind"] not in KIND_NAMES or header["codec"] > CODEC_INT4:
         raise ValueError("bad_header: kind %d codec %d" % (header["kind"], header["codec"]))
     size = payload_size(header)
+    if size is None:
+        raise ValueError("bad_header: a %s with codec %d and block %d"
+                         % (KIND_NAMES[header["kind"]], header["codec"], header["block"]))
     if size > MAX_PAYLOAD:
         raise ValueError("oversized: %d bytes" % size)
     payload = frames[1] if len(frames) == 2 else b""
@@ -152,6 +183,179 @@ def decode(frames):
     if (crc32c(payload) if payload else 0) != header["payload_crc"]:
         raise ValueError("bad_checksum (payload)")
     return header, payload
+
+
+# ---------------------------------------------------------------------------
+# Codecs (docs/protocol.md, "Codecs"): how a fragment's values travel
+#
+#   fp32 (1)  n binary32                                  4n bytes
+#   bf16 (4)  n bfloat16, nearest even, saturating         2n bytes
+#   int8 (5)  per block of B: f32 absmax, B signed bytes   4 + B per block   q/127 * absmax
+#   fp8  (6)  per block of B: f32 absmax, B E4M3 codes     4 + B per block   e4m3(c)/448 * absmax
+#   int4 (7)  per block of B: f32 absmax, ceil(B/2) bytes  4 + ceil(B/2)     q/7 * absmax
+#
+# The last block may be shorter. Encoders take the learner's f32 values and refuse
+# a non-finite one; decoders check the exact size, every absmax finite and >= 0
+# and every code valid before they decode anything. The scaling is computed in
+# binary64 and each decoded value rounded once to binary32.
+
+class CodecError(ValueError):
+    """Values that cannot be encoded (not finite), or bytes that are not a valid encoding."""
+
+
+INT_LEVELS = {CODEC_INT8: 127, CODEC_INT4: 7}  # the largest code: q in [-L, L]
+FP8_MAX = 448.0                                # the largest finite E4M3 value
+
+
+def _e4m3_values():
+    """The value of each of the 256 E4M3 codes (OCP FP8 v1.0: bias 7, no infinities); NaN for S.1111.111."""
+    codes = np.arange(256)
+    exponent, mantissa = (codes >> 3) & 0xF, (codes & 7).astype(np.float64)
+    magnitude = np.where(exponent == 0, mantissa / 8.0 * 2.0 ** -6,                 # subnormal
+                         (1.0 + mantissa / 8.0) * 2.0 ** (exponent.astype(np.float64) - 7))
+    magnitude[(codes & 0x7F) == 0x7F] = np.nan
+    return np.where(codes & 0x80, -magnitude, magnitude)
+
+
+E4M3 = _e4m3_values()
+E4M3_POSITIVE = E4M3[:0x7F]  # codes 0 ... 126, increasing: 0 ... 448
+assert E4M3_POSITIVE[-1] == FP8_MAX and np.all(np.diff(E4M3_POSITIVE) > 0)
+
+
+def _code_bytes(codec, values):
+    """Bytes the codes of `values` values of one block take (without its absmax)."""
+    return (values + 1) // 2 if codec == CODEC_INT4 else values
+
+
+def codec_bytes(codec, count, block=0):
+    """Payload bytes of `count` values in `codec` (block: B of int8, fp8, int4); None if unusable."""
+    if codec in CODEC_DTYPE:
+        return count * CODEC_DTYPE[codec].itemsize
+    if codec == CODEC_BF16:
+        return count * 2
+    if codec in BLOCK_CODECS:
+        if not 1 <= block <= MAX_BLOCK:
+            return None
+        full, rest = divmod(count, block)
+        return full * (4 + _code_bytes(codec, block)) + (4 + _code_bytes(codec, rest) if rest else 0)
+    return None
+
+
+def round_half_away(y):
+    """Rounds to the nearest integer, halves away from zero (np.round rounds halves to even)."""
+    whole = np.trunc(y)
+    return whole + np.where(np.abs(y - whole) >= 0.5, np.sign(y), 0.0)  # y - trunc(y) is exact
+
+
+def bf16_bits(values):
+    """The bfloat16 codes (uint16) of finite binary32 values: nearest, ties to even, saturating."""
+    bits = np.asarray(values, dtype=np.float32).view(np.uint32).astype(np.uint64)
+    rounded = (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16                    # to nearest, ties to even
+    overflow = (rounded & 0x7F80) == 0x7F80                                  # a finite value rounded to infinity
+    rounded = np.where(overflow, (rounded & 0x8000) | 0x7F7F, rounded)      # saturates to the largest finite
+    return rounded.astype(np.uint16)
+
+
+def bf16_values(bits):
+    return (np.asarray(bits, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)
+
+
+def _blocks(flat, block, fill=0):
+    """`flat` padded with `fill` to whole blocks, as rows of `block`."""
+    rows = -(-len(flat) // block)
+    padded = np.full(rows * block, fill, dtype=flat.dtype)
+    padded[:len(flat)] = flat
+    return padded.reshape(rows, block)
+
+
+def encode_values(values, codec, block=0):
+    """The payload of `values` (a 1-D array) in `codec`. Raises CodecError on a non-finite value."""
+    x = np.ascontiguousarray(values, dtype=np.float32).reshape(-1)
+    if not np.all(np.isfinite(x)):
+        bad = int(np.flatnonzero(~np.isfinite(x))[0])
+        raise CodecError("value %d of %d is %r: nothing is encoded for a non-finite value" % (bad, len(x), float(x[bad])))
+    if codec in CODEC_DTYPE:
+        return x.astype(CODEC_DTYPE[codec]).tobytes()
+    if codec == CODEC_BF16:
+        return bf16_bits(x).astype("<u2").tobytes()
+    if codec not in BLOCK_CODECS:
+        raise CodecError("cannot encode codec %d" % codec)
+    if not 1 <= block <= MAX_BLOCK:
+        raise CodecError("block %d is not in [1, %d]" % (block, MAX_BLOCK))
+    if len(x) == 0:
+        return b""
+    rows = _blocks(x, block)                                  # zeros pad the last block: its absmax is unchanged
+    absmax = np.abs(rows).max(axis=1)                         # exact: the largest magnitude, binary32
+    scale = np.where(absmax > 0, absmax, 1.0).astype(np.float64)[:, None]
+    y = rows.astype(np.float64) / scale                       # in [-1, 1]; an all-zero block gives zeros
+    if codec in INT_LEVELS:
+        level = INT_LEVELS[codec]
+        q = np.clip(round_half_away(y * level), -level, level).astype(np.int64)
+        if codec == CODEC_INT8:
+            codes = q.astype(np.int8).view(np.uint8)
+        else:
+            nibbles = (q & 0xF).astype(np.uint8)
+            if block % 2:
+                nibbles = np.concatenate([nibbles, np.zeros((len(nibbles), 1), np.uint8)], axis=1)
+            codes = nibbles[:, 0::2] | (nibbles[:, 1::2] << 4)  # even-indexed value in the low nibble
+    else:
+        magnitude = np.minimum(np.abs(y) * FP8_MAX, FP8_MAX)
+        high = np.minimum(np.searchsorted(E4M3_POSITIVE, magnitude, side="left"), len(E4M3_POSITIVE) - 1)
+        low = np.maximum(high - 1, 0)                          # E4M3_POSITIVE[low] <= magnitude <= [high]
+        middle = (E4M3_POSITIVE[low] + E4M3_POSITIVE[high]) / 2.0
+        take_high = (magnitude > middle) | ((magnitude == middle) & (high % 2 == 0))  # nearest, ties to even
+        codes = (np.where(take_high, high, low) | np.where(y < 0, 0x80, 0)).astype(np.uint8)
+    out = np.concatenate([absmax.astype("<f4").view(np.uint8).reshape(-1, 4), codes], axis=1).reshape(-1)
+    return out[:codec_bytes(codec, len(x), block)].tobytes()  # the last block's padding codes dropped
+
+
+def decode_values(payload, codec, count, block=0):
+    """The binary32 values of a payload of `count` values in `codec`, validated first. Raises CodecError."""
+    expected = codec_bytes(codec, count, block)
+    if expected is None:
+        raise CodecError("codec %d with block %d carries no values" % (codec, block))
+    if len(payload) != expected:
+        raise CodecError("%d bytes for %d values of codec %s (block %d): expected %d"
+                         % (len(payload), count, CODEC_NAMES.get(codec, codec), block, expected))
+    if codec in CODEC_DTYPE or codec == CODEC_BF16:
+        if codec == CODEC_BF16:
+            values = bf16_values(np.frombuffer(payload, dtype="<u2"))
+        else:
+            values = np.frombuffer(payload, dtype=CODEC_DTYPE[codec]).astype(np.float32)
+        if not np.all(np.isfinite(values)):
+            raise CodecError("a value is not finite")
+        return values
+    if count == 0:
+        return np.zeros(0, dtype=np.float32)
+    width = 4 + _code_bytes(codec, block)
+    rows = _blocks(np.frombuffer(payload, dtype=np.uint8), width).copy()  # the last block padded with zero codes
+    # Decoding is binary32 arithmetic, each operation rounded, in this order:
+    # (code's unit) then times absmax (docs/protocol.md, "Codecs"), so that
+    # every learner holds the same bits for the same bytes.
+    absmax = rows[:, :4].copy().view("<f4").reshape(-1)
+    if not np.all(np.isfinite(absmax)) or np.any(absmax < 0):
+        raise CodecError("a block scale is negative or not finite: %r" % absmax[~(np.isfinite(absmax) & (absmax >= 0))][:3])
+    codes = rows[:, 4:]
+    if codec == CODEC_INT8:
+        q = codes.view(np.int8)
+        if np.any(q == -128):
+            raise CodecError("an int8 code is -128")
+        scaled = q.astype(np.float32) / np.float32(127)
+    elif codec == CODEC_INT4:
+        nibbles = np.empty((len(codes), 2 * codes.shape[1]), dtype=np.int64)
+        nibbles[:, 0::2], nibbles[:, 1::2] = codes & 0xF, codes >> 4
+        position = np.arange(nibbles.shape[1])
+        used = (position[None, :] < block) & (np.arange(len(nibbles))[:, None] * block + position[None, :] < count)
+        if np.any(nibbles[~used]):
+            raise CodecError("an int4 padding nibble is not 0")  # an odd block's last high nibble
+        if np.any(nibbles == 8):
+            raise CodecError("an int4 code is -8")
+        scaled = np.where(nibbles >= 8, nibbles - 16, nibbles)[:, :block].astype(np.float32) / np.float32(7)
+    else:
+        if np.any((codes & 0x7F) == 0x7F):
+            raise CodecError("an E4M3 code is NaN")
+        scaled = E4M3[codes].astype(np.float32) / np.float32(FP8_MAX)  # E4M3 values are exact in binary32
+    return (scaled * absmax[:, None]).reshape(-1)[:count]
 
 
 # ---------------------------------------------------------------------------
@@ -342,7 +546,10 @@ class Learner:
         self.ended = False  # the syncer said the run is over (an `end` message)
         self.config = None
         self.plan = None
-        self.codec = None                # the syncer's codec, learnt from its updates
+        self.codec = None                # the codec of our contributions: the welcome's (or, from an
+                                         # older syncer's welcome with codec 0, that of its updates)
+        self.block = 0                   # values per scaled block of that codec (int8, fp8, int4)
+        self.residual = {}               # fragment -> error feedback residual e_p (--error-feedback)
         self.base = {}                   # fragment -> Theta_p (float32 array)
         self.base_revision = {}          # fragment -> revision of the base
         self.counters = {}               # fragment -> [tokens, steps] since the base
@@ -353,7 +560,10 @@ class Learner:
         self.stats = {"contributions": 0, "final_contributions": 0, "acks": 0, "rejects": 0,
                       "reject_reasons": {}, "updates_received": 0, "updates_adopted": 0,
                       "updates_ignored": 0, "ignored_messages": 0, "joins": 0, "heartbeats": 0,
-                      "state_sent": False, "skipped_sends": 0}
+                      "state_sent": False, "skipped_sends": 0, "invalid_updates": 0,
+                      # Payload bytes, to check against the syncer's payload_bytes_received/sent.
+                      "contribution_bytes": 0, "update_bytes": 0, "bootstrap_bytes": 0,
+                      "contributions_by_fragment": {}, "updates_by_fragment": {}, "update_codecs": {}}
 
     # -- sending -------------------------------------------------------------
     def send(self, kind, payload=b"", **fields):
@@ -448,14 +658,19 @@ class Learner:
             fragments = header["fragment_count"]
             if fragments < 1:
                 raise ProtocolError("state_wanted welcome with P = 0")
+            if header["codec"] not in (CODEC_NONE, CODEC_F32):
+                raise ProtocolError("bad_config: the syncer wants the initial state in codec %s, this learner's "
+                                    "model is f32" % CODEC_NAMES.get(header["codec"], header["codec"]))
             log("the syncer has no model: sending the layout and our %d parameters as %d fragments"
                 % (self.total, fragments))
             plan = fragment_plan(self.model.tensors, fragments)
             description = layout_description(self.model.tensors)
             self.send(LAYOUT, description, codec=CODEC_BYTES, element_count=len(description), layout=self.fingerprint)
+            self.stats["bootstrap_bytes"] += len(description)
             for p, indices in enumerate(plan):
                 values = self.model.theta[indices].astype(CODEC_DTYPE[CODEC_F32])
                 self.send(STATE, values.tobytes(), codec=CODEC_F32, fragment=p, element_count=len(indices))
+                self.stats["bootstrap_bytes"] += values.nbytes
             self.state_sent_at = now
             self.stats["state_sent"] = True
             self.send_join()
@@ -464,36 +679,67 @@ class Learner:
             raise ProtocolError("layout mismatch: the syncer serves layout %016x with %d parameters, "
                                 "ours is %016x with %d" % (header["layout"], header["element_count"],
                                                           self.fingerprint, self.total))
+        # The codec (and block) our contributions are to use ("Codecs", Negotiation): our own full
+        # precision (f32) or a compressed one; 0 from an older syncer: the codec of its updates.
+        codec = header["codec"]
+        block = header["block"] if codec in BLOCK_CODECS else 0
         config = {"P": header["fragment_count"], "H": header["sync_period"], "tau": header["overlap"],
-                  "alpha": header["mixing"], "lock_step": bool(header["lock_step"])}
+                  "alpha": header["mixing"], "lock_step": bool(header["lock_step"]),
+                  "codec": CODEC_NAMES.get(codec, str(codec)), "block": block}
         if self.config is not None:
             if config != self.config:
                 raise ProtocolError("a second welcome with another configuration: %s vs %s" % (config, self.config))
             return
+        if codec != CODEC_NONE and codec not in ENCODABLE_CODECS:
+            raise ProtocolError("bad_config: the welcome asks for contributions in codec %s, which this learner "
+                                "cannot encode (its model is f32; it encodes %s)"
+                                % (config["codec"], ", ".join(CODEC_NAMES[c] for c in ENCODABLE_CODECS)))
+        if codec in BLOCK_CODECS and not 1 <= block <= MAX_BLOCK:
+            raise ProtocolError("bad_config: the welcome asks for %s in blocks of %d values, not in [1, %d]"
+                                % (config["codec"], block, MAX_BLOCK))
         if config["P"] < 1 or config["H"] < 1 or config["tau"] >= config["H"] or not 0.0 <= config["alpha"] < 1.0:
             raise ProtocolError("unusable configuration %s" % config)
         self.config = config
+        if codec != CODEC_NONE:
+            self.codec, self.block = codec, block
         self.plan = fragment_plan(self.model.tensors, config["P"])
         self.welcomed = True
-        log("welcomed: P=%(P)d H=%(H)d tau=%(tau)d alpha=%(alpha)g lock_step=%(lock_step)s" % config)
+        log("welcomed: P=%(P)d H=%(H)d tau=%(tau)d alpha=%(alpha)g lock_step=%(lock_step)s "
+            "contributions in %(codec)s (block %(block)d)" % config)
 
     def on_update(self, header, payload):
         self.stats["updates_received"] += 1
-        p = header["fragment"]
+        p, codec = header["fragment"], header["codec"]
         if self.plan is None or p >= len(self.plan) or header["element_count"] != len(self.plan[p]) \
-                or header["codec"] not in CODEC_DTYPE:
+                or codec not in NUMBER_CODECS:
             self.stats["updates_ignored"] += 1
             log("ignored an update for fragment %d with %d elements, codec %d"
-                % (p, header["element_count"], header["codec"]))
+                % (p, header["element_count"], codec))
             return
+        # Decoded (and validated: exact size, block scales finite and >= 0, valid codes) before
+        # anything else; the decoded values are what the learner adopts and keeps as its base.
+        try:
+            values = decode_values(payload, codec, header["element_count"], header["block"])
+        except CodecError as error:
+            self.stats["invalid_updates"] += 1
+            self.stats["ignored_messages"] += 1
+            log("ignored an invalid update of fragment %d (revision %d, codec %s): %s"
+                % (p, header["revision"], CODEC_NAMES[codec], error))
+            return
+        self.stats["update_bytes"] += len(payload)
+        counts = self.stats["updates_by_fragment"]
+        counts[p] = counts.get(p, 0) + 1
+        name = CODEC_NAMES[codec] + ("/%d" % header["block"] if codec in BLOCK_CODECS else "")  # e.g. "int8/64"
+        self.stats["update_codecs"][name] = self.stats["update_codecs"].get(name, 0) + 1
         if self.codec is None:
-            self.codec = header["codec"]
+            # An older syncer (welcome codec 0): contributions in the codec of its updates,
+            # at full precision (f32 for any other).
+            self.codec = codec if codec in CODEC_DTYPE else CODEC_F32
         answered = self.outstanding.get(header["answers"]) if header["answers"] else None
         if answered is not None and answered["fragment"] == p:
             # Transfer time: send-to-answer minus the time the syncer held the contribution.
             elapsed = int((time.monotonic() - answered["sent_at"]) * 1e9) - header["hold_ns"]
             self.transfer_ns = max(0, elapsed) if not self.transfer_ns else int(0.8 * self.transfer_ns + 0.2 * max(0, elapsed))
-        values = np.frombuffer(payload, dtype=CODEC_DTYPE[header["codec"]]).astype(np.float32)
         self.pending.setdefault(p, []).append((header, values))
 
     def on_ack(self, header):
@@ -591,11 +837,27 @@ class Learner:
         indices = self.plan[p]
         delta = self.base[p] - self.model.theta[indices]
         codec = self.codec or CODEC_F32
+        block = self.block if codec in BLOCK_CODECS else 0
+        if self.args.error_feedback and p in self.residual:
+            delta = delta + self.residual[p]  # what the codec rounded away from the previous sends of p
+        if not np.all(np.isfinite(delta)):
+            # Never sent: a NaN or an infinity would poison (or get refused by) the syncer.
+            bad = int(np.count_nonzero(~np.isfinite(delta)))
+            raise NonFinite("the outer gradient of fragment %d has %d non-finite values of %d (step %d, base "
+                            "revision %d): nothing sent; stopping" % (p, bad, len(delta), self.step,
+                                                                      self.base_revision[p]))
+        payload = encode_values(delta, codec, block)
+        if self.args.error_feedback:
+            # e_p = (delta_p + e_p) - decode(code): sent later rather than lost.
+            self.residual[p] = delta - decode_values(payload, codec, len(indices), block)
         tokens, steps = self.counters[p]
-        sequence = self.send(CONTRIBUTION, delta.astype(CODEC_DTYPE[codec]).tobytes(), codec=codec,
+        sequence = self.send(CONTRIBUTION, payload, codec=codec, block=block,
                              flags=FLAG_FINAL if final else 0, fragment=p, base_revision=self.base_revision[p],
                              revision=self.step, tokens=tokens, steps=steps, element_count=len(indices),
                              step_time_ns=self.step_time_ns, transfer_ns=self.transfer_ns)
+        self.stats["contribution_bytes"] += len(payload)
+        counts = self.stats["contributions_by_fragment"]
+        counts[p] = counts.get(p, 0) + 1
         self.outstanding[sequence] = {"fragment": p, "step": self.step, "sent_at": time.monotonic(),
                                       "final": final, "acked": False, "sequence": sequence}
         self.last_sent_base[p] = self.base_revision[p]
@@ -709,6 +971,8 @@ def main():
     parser.add_argument("--progress", type=int, default=0, help="log every N steps (0: never)")
     parser.add_argument("--evaluate", metavar="FILE",
                         help="only evaluate the raw little-endian f32 parameters in FILE (diloco_syncer --save) and exit")
+    parser.add_argument("--error-feedback", action="store_true",
+                        help="carry what the contribution codec rounds away into the fragment's next send")
     parser.add_argument("--verbose", action="store_true", help="log every message")
     args = parser.parse_args()
     if not (0 <= args.learner_id < 2**32 and 0 <= args.incarnation < 2**32) or args.steps < 1 or args.timeout <= 0:
@@ -726,6 +990,10 @@ def main():
         loss, accuracy = model.evaluate(problem.test_x, problem.test_y, flat.astype(np.float32))
         print(json.dumps({"file": args.evaluate, "loss": round(loss, 4), "accuracy": round(accuracy, 4)}))
         return 0
+    if zmq is None:
+        sys.stderr.write("learner.py: needs pyzmq (Debian: apt-get install python3-zmq; this interpreter is %s): %s\n"
+                         % (sys.executable, ZMQ_IMPORT_ERROR))
+        return 1
 
     initial_loss, initial_accuracy = model.evaluate(problem.test_x, problem.test_y)
     learner = Learner(args, model)
@@ -749,6 +1017,9 @@ def main():
     except ProtocolError as error:
         log("protocol error: %s" % error)
         status = 3
+    except NonFinite as error:
+        log("error: %s" % error)
+        status = 4
     finally:
         learner.close(2000 if status == 0 else 0)
     final_loss, final_accuracy = model.evaluate(problem.test_x, problem.test_y)
@@ -759,7 +1030,14 @@ def main():
                   updates_received=stats["updates_received"], updates_adopted=stats["updates_adopted"],
                   updates_ignored=stats["updates_ignored"], ignored_messages=stats["ignored_messages"],
                   skipped_sends=stats["skipped_sends"], joins=stats["joins"], heartbeats=stats["heartbeats"],
-                  provided_state=stats["state_sent"],
+                  provided_state=stats["state_sent"], invalid_updates=stats["invalid_updates"],
+                  error_feedback=args.error_feedback,
+                  fragment_sizes=[len(indices) for indices in learner.plan] if learner.plan else None,
+                  contribution_bytes=stats["contribution_bytes"], update_bytes=stats["update_bytes"],
+                  bootstrap_bytes=stats["bootstrap_bytes"],
+                  contributions_by_fragment={str(p): n for p, n in sorted(stats["contributions_by_fragment"].items())},
+                  updates_by_fragment={str(p): n for p, n in sorted(stats["updates_by_fragment"].items())},
+                  update_codecs=stats["update_codecs"],
                   final_revisions=[learner.base_revision.get(p) for p in range(learner.config["P"])] if learner.config else None,
                   final_loss=round(final_loss, 4), final_accuracy=round(final_accuracy, 4), status=status)
     # A refusal of a contribution for any reason other than staleness means this client got the protocol wrong.

@@ -2,7 +2,8 @@
 """Runs two Python learners (learner.py) against a C++ diloco_syncer and checks the outcome.
 
 usage: run_against_syncer.py PATH/TO/diloco_syncer [--steps N] [--timeout SEC] [--alpha A] [--quorum K]
-                             [--lock-step] [--keep]
+                             [--lock-step] [--codec C] [--update-codec C] [--codec-block B]
+                             [--error-feedback] [--keep]
 
 Starts the syncer on a free loopback port (--learners 2 --fragments 3 --H 10
 --quorum 2) and learner 1, which provides the layout and the initial model;
@@ -19,6 +20,13 @@ both learners; each learner got an ack for every contribution it sent, no
 reject, and nothing it had to ignore; learner 2 joined a model better than
 chance; the learners' final models and the syncer's saved global model are
 well above chance (25 %, 4 classes).
+
+With --codec / --update-codec (syncer options; fp32, bf16, int8, fp8, int4)
+the learners must also be welcomed with that contribution codec and block,
+receive every update in the update codec, and send payloads of exactly the
+compressed size of their fragments; the syncer's payload_bytes_received must
+equal the bytes of the contributions the learners sent, and its
+payload_bytes_sent cover the update bytes they received.
 
 Needs only the standard library itself; the learners need an interpreter with
 pyzmq and numpy: $DILOCO_PYTHON, else /usr/bin/python3, else this one.
@@ -42,6 +50,20 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 LEARNER = os.path.join(HERE, "learner.py")
 CHANCE = 0.25
 MIN_ACCURACY = 0.6  # chance is 0.25; a trained model reaches about 0.85
+CODECS = ("fp32", "bf16", "int8", "fp8", "int4")
+DEFAULT_BLOCK = 256  # protocol.md, "Codecs": the default block
+
+
+def codec_bytes(codec, count, block):
+    """Payload bytes of `count` values (protocol.md, "Codecs"), written out again here: the runner
+    checks learner.py's sizes, so it does not use them."""
+    if codec == "fp32":
+        return 4 * count
+    if codec == "bf16":
+        return 2 * count
+    full, rest = divmod(count, block)
+    codes = (lambda b: (b + 1) // 2) if codec == "int4" else (lambda b: b)
+    return full * (4 + codes(block)) + (4 + codes(rest) if rest else 0)
 
 
 def last_json(text):
@@ -63,6 +85,10 @@ def main():
     parser.add_argument("--alpha", type=float, default=0.0, help="mixing on adoption (syncer --alpha)")
     parser.add_argument("--quorum", type=int, default=2, help="distinct learners before a round may close (syncer --quorum)")
     parser.add_argument("--lock-step", action="store_true", help="synchronous DiLoCo (syncer --lock-step)")
+    parser.add_argument("--codec", choices=CODECS, help="contribution codec (syncer --codec; its default: fp32)")
+    parser.add_argument("--update-codec", choices=CODECS, help="update codec (syncer --update-codec; default fp32)")
+    parser.add_argument("--codec-block", type=int, help="values per scaled block (syncer --codec-block; default 256)")
+    parser.add_argument("--error-feedback", action="store_true", help="learners carry codec error forward")
     parser.add_argument("--keep", action="store_true", help="keep the work directory with the logs")
     args = parser.parse_args()
     if not os.access(args.syncer, os.X_OK):
@@ -119,9 +145,15 @@ def main():
                    "--alpha", repr(args.alpha), "--quorum", str(args.quorum), "--save", saved]
         if args.lock_step:
             command.append("--lock-step")
+        for option, value in (("--codec", args.codec), ("--update-codec", args.update_codec),
+                              ("--codec-block", args.codec_block)):
+            if value is not None:
+                command += [option, str(value)]
         syncer = start("syncer", command)
         learner_command = [python, LEARNER, "--endpoint", endpoint, "--steps", str(args.steps), "--seed", "7",
                            "--timeout", "30", "--progress", "50"]
+        if args.error_feedback:
+            learner_command.append("--error-feedback")
         first = start("learner1", learner_command + ["--learner-id", "1", "--incarnation", "1"])
         # Learner 2 joins once the syncer has published a few outer updates, so that it must
         # receive the model learned so far rather than learner 1's initial one.
@@ -188,6 +220,49 @@ def main():
             failures.append("the syncer accepted %s contributions, the learners sent %d"
                             % (counters["contributions_accepted"], sent))
 
+        # Codecs: what the learners were told, sent and received, against the sizes of protocol.md.
+        codec = args.codec or "fp32"
+        update_codec = args.update_codec or "fp32"
+        block = args.codec_block or DEFAULT_BLOCK
+        contribution_block = block if codec in ("int8", "fp8", "int4") else 0
+        update_name = update_codec + ("/%d" % block if update_codec in ("int8", "fp8", "int4") else "")
+        contribution_bytes = update_bytes = 0
+        for name, result in sorted(results.items()):
+            if not result or not result.get("config") or not result.get("fragment_sizes"):
+                continue
+            config, sizes = result["config"], result["fragment_sizes"]
+            if (config.get("codec"), config.get("block")) != (codec, contribution_block):
+                failures.append("%s was welcomed with codec %s block %s, expected %s block %d"
+                                % (name, config.get("codec"), config.get("block"), codec, contribution_block))
+            expected = sum(n * codec_bytes(codec, sizes[int(p)], block)
+                           for p, n in result["contributions_by_fragment"].items())
+            if result["contribution_bytes"] != expected:
+                failures.append("%s sent %d contribution payload bytes; %s of its fragments take %d"
+                                % (name, result["contribution_bytes"], codec, expected))
+            if set(result["update_codecs"]) != {update_name}:
+                failures.append("%s received updates in %s, expected %s only" % (name, result["update_codecs"],
+                                                                                update_name))
+            expected = sum(n * codec_bytes(update_codec, sizes[int(p)], block)
+                           for p, n in result["updates_by_fragment"].items())
+            if result["update_bytes"] != expected:
+                failures.append("%s received %d update payload bytes; %s of its fragments take %d"
+                                % (name, result["update_bytes"], update_codec, expected))
+            if result.get("invalid_updates"):
+                failures.append("%s received %d invalid updates" % (name, result["invalid_updates"]))
+            contribution_bytes += result["contribution_bytes"]
+            update_bytes += result["update_bytes"]
+        if "payload_bytes_received" not in counters or "payload_bytes_sent" not in counters:
+            failures.append("the syncer's counters have no payload_bytes_received/sent: %s" % sorted(counters))
+        else:
+            # Every contribution was accepted: the syncer received exactly what the learners sent. It may
+            # have sent updates that a learner no longer read (after its leave), never fewer bytes.
+            if counters["payload_bytes_received"] != contribution_bytes:
+                failures.append("the syncer received %d contribution payload bytes, the learners sent %d"
+                                % (counters["payload_bytes_received"], contribution_bytes))
+            if counters["payload_bytes_sent"] < update_bytes:
+                failures.append("the syncer sent %d update payload bytes, the learners received %d"
+                                % (counters["payload_bytes_sent"], update_bytes))
+
         # The syncer's final global model, evaluated by the same model code.
         global_model = None
         if os.path.exists(saved):
@@ -201,9 +276,11 @@ def main():
         else:
             failures.append("the syncer saved no global model")
 
-        print("python learners vs %s (%s, alpha %g, %d steps each; python %s)" % (
+        scaled = {"int8", "fp8", "int4"} & {codec, update_codec}
+        print("python learners vs %s (%s, alpha %g, %d steps each; contributions %s, updates %s%s%s; python %s)" % (
             os.path.basename(args.syncer), "lock-step" if args.lock_step else "asynchronous", args.alpha, args.steps,
-            python))
+            codec, update_codec, ", block %d" % block if scaled else "", ", error feedback" if args.error_feedback
+            else "", python))
         for name, result in sorted(results.items()):
             if result:
                 print("  %s: accuracy %s initially, %s after joining, %s finally; %s contributions, %s acks, "
@@ -213,6 +290,9 @@ def main():
         print("  syncer: %d outer updates (%d merging both learners), %s/%s contributions merged/accepted, rejected %s"
               % (counters.get("outer_updates", 0), merged_by_two, counters.get("contributions_merged"),
                  counters.get("contributions_accepted"), counters.get("rejected")))
+        print("  payload bytes: syncer received %s (learners sent %d in contributions), sent %s (learners received "
+              "%d in updates)" % (counters.get("payload_bytes_received"), contribution_bytes,
+                                  counters.get("payload_bytes_sent"), update_bytes))
         if global_model:
             print("  final global model: loss %.4f accuracy %.3f" % (global_model["loss"], global_model["accuracy"]))
     finally:

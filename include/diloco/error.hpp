@@ -26,6 +26,7 @@ enum class errc {
   quarantined,        ///< the syncer refuses this learner's contributions until it rejoins
   ended,              ///< the syncer ended the run (not a failure: training is over)
   cancelled,          ///< the caller asked the call to stop (its `std::stop_token`)
+  non_finite,         ///< the learner's outer gradient is NaN or infinite: nothing was sent
 };
 
 namespace detail {
@@ -46,6 +47,7 @@ class error_category_impl final : public std::error_category {
       case errc::quarantined: return "quarantined by the syncer (contributions clipped or refused too often)";
       case errc::ended: return "the syncer ended the run";
       case errc::cancelled: return "cancelled by the caller";
+      case errc::non_finite: return "outer gradient not finite (NaN or infinite parameters): not sent";
     }
     return "unknown diloco error";
   }

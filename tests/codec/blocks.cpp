@@ -133,6 +133,9 @@ BOOST_AUTO_TEST_CASE(non_finite_input_is_refused) {
   // The wrong output size is refused too.
   std::vector<std::byte> short_out(10);
   BOOST_TEST(!encode(format::int8, 300, default_block, [](std::size_t) { return 1.0f; }, short_out));
+  // So is a block of 0 values (checked before any size is computed from it).
+  BOOST_TEST(!encode(format::int8, 300, 0, [](std::size_t) { return 1.0f; }, short_out));
+  BOOST_TEST(!valid(format::int4, 300, 0, short_out));
 }
 
 BOOST_AUTO_TEST_CASE(malformed_bytes_are_not_valid) {

@@ -129,4 +129,27 @@ BOOST_AUTO_TEST_CASE(rounding_of_block_codes_is_half_away_from_zero) {
   BOOST_TEST(round_half_away(126.5f) == 127.0f);
 }
 
+BOOST_AUTO_TEST_CASE(block_codes_round_half_away_and_clamp) {
+  // By hand: 0.5·127 = 63.5 → 64; 0.5·7 = 3.5 → 4; units just beyond 1 clamp.
+  BOOST_TEST(int(to_int8(0.5f)) == 64);
+  BOOST_TEST(int(to_int8(-0.5f)) == -64);
+  BOOST_TEST(int(to_int8(1.0f)) == 127);
+  BOOST_TEST(int(to_int8(1.01f)) == 127);
+  BOOST_TEST(int(to_int8(-1.01f)) == -127);
+  BOOST_TEST(int(to_int8(-0.0f)) == 0);
+  BOOST_TEST(to_int4(0.5f) == 4u);
+  BOOST_TEST(to_int4(-1.0f) == 0x9u);  // −7 in two's complement
+  BOOST_TEST(to_int4(-1.2f) == 0x9u);
+  BOOST_TEST(to_int4(0.0f) == 0u);
+  BOOST_TEST(from_int4(0x9u) == -1.0f);
+  BOOST_TEST(from_int4(0x7u) == 1.0f);
+  BOOST_TEST(from_int4(0x8u) == -8.0f / 7.0f);
+  BOOST_TEST(from_int4(0xF3u) == 3.0f / 7.0f);  // only the low nibble counts
+  BOOST_TEST(from_int8(std::int8_t{-127}) == -1.0f);
+  BOOST_TEST(round_half_away_to_int(-2.5f) == -3);
+  BOOST_TEST(round_half_away_to_int(2.49f) == 2);
+  BOOST_TEST(from_fp8(0x7E) == 1.0f);  // 448/448
+  BOOST_TEST(int(to_fp8(-1.0f)) == 0xFE);
+}
+
 BOOST_AUTO_TEST_SUITE_END()

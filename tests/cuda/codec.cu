@@ -1,7 +1,8 @@
 // The device codecs against the CPU's: encode_delta writes the bytes and the
-// residual codec::encode_delta writes (codec::encode's bytes for the same
-// outer gradient), bit for bit; decode_accumulate accumulates
-// what the CPU loop accumulates, bit for bit (the kernels round every product
+// residual codec::encode_delta (codec/kernels.hpp) writes (codec::encode's
+// bytes for the same outer gradient), bit for bit, and zeroes the residual
+// when it refuses, as the CPU does; decode_accumulate accumulates what
+// codec::decode_accumulate and the CPU loop accumulate, bit for bit (the kernels round every product
 // and sum on their own, as the CPU does: no FMA). Every format, block sizes
 // that do and do not divide n, one-value blocks, zero blocks, subnormal and
 // huge magnitudes; non-finite input refused.
@@ -12,10 +13,11 @@
 #include <random>
 #include <span>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 #include "diloco/codec/blocks.hpp"
-#include "diloco/codec/delta.hpp"
+#include "diloco/codec/kernels.hpp"
 #include "diloco/cuda/codec.cuh"
 #include "harness.hpp"
 
@@ -56,7 +58,7 @@ void check_encode(codec::format f, std::size_t n, std::size_t block, float scale
   std::vector<std::byte> expected(codec::encoded_size(f, n, block));
   std::vector<float> expected_residual = in.residual;
   const bool ok = codec::encode_delta(f, block, in.base, in.theta,
-                                      feedback ? std::span<float>(expected_residual) : std::span<float>(), expected);
+                                      feedback ? std::span<float>(expected_residual) : std::span<float>(), expected, 1);
   CUDA_TEST_CHECK(ok, what + ": the CPU refused a finite input");
 
   auto base = t::upload(in.base), theta = t::upload(in.theta), residual = t::upload(in.residual);
@@ -94,14 +96,21 @@ DILOCO_CUDA_TEST(codec, non_finite_delta_is_refused) {
       inputs in = make_inputs(1000, 1.0f, 5);
       in.theta[613] = bad;
       std::vector<std::byte> cpu(codec::encoded_size(f, 1000, 256));
-      CUDA_TEST_CHECK(!codec::encode_delta(f, 256, in.base, in.theta, {}, cpu), "the CPU took a non-finite value");
-      auto base = t::upload(in.base), theta = t::upload(in.theta);
+      CUDA_TEST_CHECK(!codec::encode_delta(f, 256, in.base, in.theta, {}, cpu, 1), "the CPU took a non-finite value");
+      auto base = t::upload(in.base), theta = t::upload(in.theta), residual = t::upload(in.residual);
       dc::device_buffer<std::byte> out(cpu.size());
-      auto refused = t::upload(std::vector<unsigned>{0u});
-      CUDA_TEST_REQUIRE_SUCCESS(dc::encode_delta(f, 256, std::span<const float>(base.span()),
-                                                 std::span<const float>(theta.span()), std::span<float>(), out.span(),
-                                                 refused.data(), nullptr));
-      CUDA_TEST_CHECK(t::download(refused)[0] == 1u, std::string(codec::name(f)) + ": a non-finite value was encoded");
+      for (const bool feedback : {false, true}) {
+        auto refused = t::upload(std::vector<unsigned>{0u});
+        CUDA_TEST_REQUIRE_SUCCESS(dc::encode_delta(
+            f, 256, std::span<const float>(base.span()), std::span<const float>(theta.span()),
+            feedback ? residual.span() : std::span<float>(), out.span(), refused.data(), nullptr));
+        CUDA_TEST_CHECK(t::download(refused)[0] == 1u, std::string(codec::name(f)) + ": a non-finite value was encoded");
+      }
+      // With error feedback the residual restarts from zero, as the CPU's does.
+      std::size_t nonzero = 0;
+      for (const float r : t::download(residual)) nonzero += r != 0.0f;
+      CUDA_TEST_CHECK(nonzero == 0, std::string(codec::name(f)) + ": " + std::to_string(nonzero) +
+                                        " residual values survived a refusal");
     }
 }
 
@@ -149,7 +158,14 @@ void check_decode(codec::format f, std::size_t n, std::size_t block, T weight) {
   const auto got = t::download(acc);
   std::size_t wrong = 0;
   for (std::size_t i = 0; i < n; ++i) wrong += !t::same_bits(got[i], expected[i]);
-  CUDA_TEST_CHECK(wrong == 0, what + ": " + std::to_string(wrong) + " sums differ");
+  CUDA_TEST_CHECK(wrong == 0, what + ": " + std::to_string(wrong) + " sums differ from the CPU loop");
+  if constexpr (std::is_same_v<T, float>) {  // the CPU's fused pass takes float accumulators
+    std::vector<float> fused = start;
+    codec::decode_accumulate(f, block, bytes, weight, fused, 1);
+    wrong = 0;
+    for (std::size_t i = 0; i < n; ++i) wrong += !t::same_bits(got[i], fused[i]);
+    CUDA_TEST_CHECK(wrong == 0, what + ": " + std::to_string(wrong) + " sums differ from codec::decode_accumulate");
+  }
 }
 
 DILOCO_CUDA_TEST(codec, decode_accumulate_matches_the_cpu_loop) {

@@ -1,7 +1,9 @@
-// ctest-labels: unit
+// ctest-labels: unit threads
 #include "diloco/merge/weighted_mean.hpp"
 
 #include <cmath>
+#include <cstring>
+#include <span>
 #include <cstdint>
 #include <type_traits>
 #include <vector>
@@ -209,6 +211,30 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(fragments_of_a_plan_match_a_naive_weighted_mean, T
       }
     }
   }
+}
+
+BOOST_AUTO_TEST_CASE(every_thread_count_gives_the_one_thread_result) {
+  // Large enough that 3 threads each get a share (2^16 elements at least).
+  const std::size_t n = 3 * (std::size_t{1} << 16) + 1000;
+  std::vector<std::vector<float>> deltas(3, std::vector<float>(n));
+  for (std::size_t m = 0; m < deltas.size(); ++m)
+    for (std::size_t i = 0; i < n; ++i) deltas[m][i] = float(std::sin(0.37 * double(i) + double(m)));
+  const std::vector<weighted_delta<float>> in{{deltas[0], 1.0}, {deltas[1], 3.0}, {deltas[2], 0.5}};
+  auto merged_on = [&](unsigned threads) {
+    token_weighted policy;
+    policy.threads = threads;
+    std::vector<float> out(n);
+    policy.merge(std::span<const weighted_delta<float>>(in), {}, std::span<float>(out), 0.8);
+    return out;
+  };
+  const auto one = merged_on(1);
+  // By hand for element 0: 0.8 · (1·sin 0 + 3·sin 1 + 0.5·sin 2) / 4.5.
+  BOOST_TEST(std::fabs(one[0] - 0.8 * (3 * std::sin(1.0) + 0.5 * std::sin(2.0)) / 4.5) < 1e-6);
+  for (const unsigned threads : {2u, 3u, 0u}) {
+    const auto many = merged_on(threads);
+    BOOST_TEST(std::memcmp(many.data(), one.data(), n * sizeof(float)) == 0, threads << " threads");
+  }
+  BOOST_TEST(token_weighted{}.threads == 1u);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

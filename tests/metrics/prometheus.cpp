@@ -41,6 +41,7 @@ syncer_metrics known_counters() {
   m.tokens_merged = 123456789012ull;
   m.losses_ignored = 2;
   m.contributions_replayed = 4;
+  m.payload_bytes_received = 1040;
   m.rejected[static_cast<std::size_t>(reject_reason::bad_magic)] = 4;
   m.rejected[static_cast<std::size_t>(reject_reason::quarantined)] = 1;
   return m;
@@ -71,6 +72,8 @@ BOOST_AUTO_TEST_CASE(known_counters_give_the_expected_lines) {
            "diloco_syncer_rounds_dropped_total 0",
            "diloco_syncer_contributions_replayed_total 4",
            "diloco_syncer_losses_ignored_total 2",
+           "diloco_syncer_payload_bytes_received_total 1040",
+           "diloco_syncer_payload_bytes_sent_total 0",
            "# TYPE diloco_syncer_rejected_total counter",
            "diloco_syncer_rejected_total{reason=\"bad_magic\"} 4",
            "diloco_syncer_rejected_total{reason=\"quarantined\"} 1",

@@ -219,13 +219,14 @@ BOOST_AUTO_TEST_CASE(each_kind_of_damage_has_its_own_reason) {
                            {wire::offset::kind, 7u},
                            {wire::offset::codec, 3u},
                            {wire::offset::codec, 0u},  // a contribution needs a codec
+                           {wire::offset::codec, 8u},  // beyond the last codec
                            {wire::offset::status, 2u},
                            {wire::offset::flags, 4u},
                            {wire::offset::status, 1u},  // only an update carries a status
                            {wire::offset::flags, 2u},   // state_wanted belongs to a welcome
                            {wire::offset::lock_step, 2u},
                            {wire::offset::reason, 1u},  // only a reject carries a reason
-                           {wire::offset::reserved32, 1u}}) {
+                           {wire::offset::block, 1u}}) {  // f32 has no blocks
     f = clean;
     f[at] = std::byte(value);
     reseal(f);
@@ -266,6 +267,67 @@ BOOST_AUTO_TEST_CASE(each_kind_of_damage_has_its_own_reason) {
     reseal(f);
     BOOST_TEST(int(refused(f)) == int(wire_error::oversized), "count " << count);
   }
+}
+
+BOOST_AUTO_TEST_CASE(compressed_payloads_name_their_codec_and_block) {
+  constexpr std::uint64_t limit = 1 << 20;
+  // Sizes by hand (docs/protocol.md): 1000 values in blocks of 256 are 3
+  // whole blocks and a tail of 232.
+  struct expectation {
+    codec_id codec;
+    std::uint32_t block;
+    std::uint64_t bytes;
+  };
+  for (const auto& [codec, block, bytes] :
+       {expectation{codec_id::bf16, 0, 2000}, expectation{codec_id::int8, 256, 3 * (4 + 256) + 4 + 232},
+        expectation{codec_id::fp8, 256, 3 * (4 + 256) + 4 + 232},
+        expectation{codec_id::int4, 256, 3 * (4 + 128) + 4 + 116},
+        expectation{codec_id::int4, 7, 142 * (4 + 4) + 4 + 3}}) {
+    for (auto kind : {message_kind::contribution, message_kind::update}) {
+      auto h = full_header(kind);
+      h.codec = codec;
+      h.block = block;
+      h.element_count = 1000;
+      const auto d = wire::decode_header(wire::encode_header(h, {}), limit);
+      BOOST_TEST(int(d.error) == int(wire_error::none));
+      BOOST_TEST(int(d.header.codec) == int(codec));
+      BOOST_TEST(d.header.block == block);
+      BOOST_TEST(d.payload_bytes == bytes, "codec " << int(codec) << " block " << block);
+    }
+  }
+  auto refused = [&](message_header h) { return int(wire::decode_header(wire::encode_header(h, {}), limit).error); };
+  auto h = full_header(message_kind::contribution);
+  h.codec = codec_id::int8;
+  h.block = 0;  // a block-scaled codec needs a block
+  BOOST_TEST(refused(h) == int(wire_error::bad_header));
+  h.block = max_codec_block + 1;
+  BOOST_TEST(refused(h) == int(wire_error::bad_header));
+  h.block = max_codec_block;
+  BOOST_TEST(refused(h) == int(wire_error::none));
+  h.codec = codec_id::bf16;  // not block-scaled: no block
+  BOOST_TEST(refused(h) == int(wire_error::bad_header));
+  // A model's initial state travels at full precision.
+  h = full_header(message_kind::state);
+  h.codec = codec_id::bf16;
+  BOOST_TEST(refused(h) == int(wire_error::bad_header));
+  // A welcome names the codec contributions should use, and its block.
+  h = full_header(message_kind::welcome);
+  h.codec = codec_id::int4;
+  h.block = 128;
+  BOOST_TEST(refused(h) == int(wire_error::none));
+  h.block = 0;
+  BOOST_TEST(refused(h) == int(wire_error::bad_header));
+  // One int4 value over the limit (2 values a byte, 4 bytes per block).
+  h = full_header(message_kind::contribution);
+  h.codec = codec_id::int4;
+  h.block = 256;
+  // ⌊limit/132⌋ whole blocks, then a tail whose 4 + ⌈t/2⌉ bytes fill the rest exactly.
+  h.element_count = (limit / 132) * 256 + 2 * ((limit % 132) - 4);
+  BOOST_TEST(refused(h) == int(wire_error::none));
+  h.element_count += 1;
+  BOOST_TEST(refused(h) == int(wire_error::oversized));
+  h.element_count = std::uint64_t{1} << 62;  // would overflow a naive size computation
+  BOOST_TEST(refused(h) == int(wire_error::oversized));
 }
 
 BOOST_AUTO_TEST_CASE(layouts_round_trip_and_malformed_ones_are_refused) {

@@ -94,6 +94,7 @@ std::optional<int> parse(int argc, char** argv, settings& s) {
   std::string on_loss = "continue", end_when_gone = "60";
   double deadline_s = 0;
   std::string partial = "all", durability_text = "update";
+  std::string contribution_codec = "fp32", update_codec = "fp32";
 
   app.add_option("--endpoint", s.endpoint, "tcp://HOST:PORT or ipc://PATH to bind")->type_name("URL")
       ->capture_default_str();
@@ -107,6 +108,13 @@ std::optional<int> parse(int argc, char** argv, settings& s) {
   app.add_option("--alpha", t.mixing, "mixing on adoption, in [0, 1); 0 overwrites")->type_name("A")->check(fraction)
       ->capture_default_str();
   app.add_flag("--lock-step", t.lock_step, "learners wait for each answer (synchronous DiLoCo)");
+  const auto codecs = CLI::IsMember({"fp32", "bf16", "int8", "fp8", "int4"}).description("");
+  app.add_option("--codec", contribution_codec, "outer gradients, learners to syncer (fp32: full precision)")
+      ->type_name("fp32|bf16|int8|fp8|int4")->check(codecs)->capture_default_str();
+  app.add_option("--update-codec", update_codec, "global fragments, syncer to learners")
+      ->type_name("fp32|bf16|int8|fp8|int4")->check(codecs)->capture_default_str();
+  app.add_option("--codec-block", t.codecs.block, "values per scaled block of int8, fp8 and int4, in [1, 65536]")
+      ->type_name("B")->check(CLI::Range(1u, diloco::max_codec_block).description(""))->capture_default_str();
   app.add_option("--quorum", o.quorum, "distinct learners before a round may close")->type_name("K")
       ->check(one_or_more)->capture_default_str();
   app.add_option("--world-size", o.world.size,
@@ -245,6 +253,8 @@ std::optional<int> parse(int argc, char** argv, settings& s) {
   o.scaling = partial == "live"   ? diloco::partial_rounds::live_share
               : partial == "full" ? diloco::partial_rounds::full_step
                                   : diloco::partial_rounds::all_share;
+  t.codecs.contributions = *diloco::codec::parse(contribution_codec);
+  t.codecs.updates = *diloco::codec::parse(update_codec);
   s.durability_seconds = durability_text == "update" ? 0.0 : std::strtod(durability_text.c_str(), nullptr);
   if (s.curve_secret.empty() != s.allow_files.empty()) {
     std::fprintf(stderr, "diloco_syncer: --curve-secret and --allow go together\n");
@@ -501,6 +511,8 @@ int serve(const settings& s, diloco::zeromq::server& server, start& from, diloco
       {"steps_merged", m.steps_merged},
       {"training_loss", loss ? nlohmann::ordered_json(*loss) : nlohmann::ordered_json(nullptr)},
       {"losses_ignored", m.losses_ignored},
+      {"payload_bytes_received", m.payload_bytes_received},
+      {"payload_bytes_sent", m.payload_bytes_sent},
       {"curve_admitted", server.admitted()},
       {"curve_denied", server.denied()},
       {"seconds", std::round(seconds * 1000) / 1000},  // milliseconds are all a run's length needs

@@ -112,21 +112,23 @@ bool encode_block(format f, std::size_t first, std::size_t n, Get& get, std::byt
   }
   put_f32(out, absmax);
   std::byte* codes = out + 4;
-  const block_scale scale(absmax);
+  // x/absmax lies in [−1, 1] whatever the magnitudes (subnormal, huge); an
+  // all-zero block has absmax 0 and zero codes.
+  // A multiplication by 1/absmax where that is a normal float (it keeps its
+  // 24 bits), a division where absmax is so small or so large that it is not.
+  const float inverse = absmax > 0.0f ? 1.0f / absmax : 0.0f;
+  const bool by_inverse = std::isnormal(inverse);
+  auto unit = [&](float v) { return absmax > 0.0f ? (by_inverse ? v * inverse : v / absmax) : 0.0f; };
   switch (f) {
     case format::int8:
-      for (std::size_t i = 0; i < n; ++i)
-        codes[i] = static_cast<std::byte>(static_cast<std::int8_t>(int8_level(scale.unit(get(first + i)))));
+      for (std::size_t i = 0; i < n; ++i) codes[i] = static_cast<std::byte>(to_int8(unit(get(first + i))));
       return true;
     case format::fp8:
-      for (std::size_t i = 0; i < n; ++i) codes[i] = static_cast<std::byte>(fp8_code(scale.unit(get(first + i))));
+      for (std::size_t i = 0; i < n; ++i) codes[i] = static_cast<std::byte>(to_fp8(unit(get(first + i))));
       return true;
     case format::int4:
       for (std::size_t i = 0; i < n; i += 2) {
-        auto nibble = [&](std::size_t k) {
-          if (k >= n) return 0u;
-          return static_cast<unsigned>(static_cast<int>(int4_level(scale.unit(get(first + k))))) & 0xFu;
-        };
+        auto nibble = [&](std::size_t k) { return k < n ? to_int4(unit(get(first + k))) : 0u; };
         codes[i / 2] = static_cast<std::byte>(nibble(i) | (nibble(i + 1) << 4));
       }
       return true;
@@ -143,7 +145,7 @@ bool encode_block(format f, std::size_t first, std::size_t n, Get& get, std::byt
 /// nothing is ever sent for it (`out` is then partly written; discard it).
 template <class Get>
 bool encode(format f, std::size_t n, std::size_t block, Get&& get, std::span<std::byte> out) {
-  if (out.size() != encoded_size(f, n, block) || (block_scaled(f) && block == 0)) return false;
+  if ((block_scaled(f) && block == 0) || out.size() != encoded_size(f, n, block)) return false;
   std::byte* o = out.data();
   switch (f) {
     case format::fp32:
@@ -176,7 +178,7 @@ bool encode(format f, std::size_t n, std::size_t block, Get&& get, std::span<std
 /// code, no int8 −128 or int4 −8, no non-finite fp32 or bf16). Bytes from
 /// the network are checked before they are decoded.
 inline bool valid(format f, std::size_t n, std::size_t block, std::span<const std::byte> in) {
-  if (in.size() != encoded_size(f, n, block) || (block_scaled(f) && block == 0)) return false;
+  if ((block_scaled(f) && block == 0) || in.size() != encoded_size(f, n, block)) return false;
   const std::byte* p = in.data();
   switch (f) {
     case format::fp32:
@@ -233,9 +235,9 @@ void decode(format f, std::size_t n, std::size_t block, std::span<const std::byt
         const std::byte* codes = p + 4;
         for (std::size_t i = 0; i < len; ++i) {
           float unit = 0.0f;
-          if (f == format::int8) unit = int8_unit(std::to_integer<std::uint8_t>(codes[i]));
-          else if (f == format::fp8) unit = fp8_unit(std::to_integer<std::uint8_t>(codes[i]));
-          else unit = int4_unit(std::to_integer<unsigned>(codes[i / 2]) >> (4 * (i % 2)));
+          if (f == format::int8) unit = from_int8(static_cast<std::int8_t>(std::to_integer<std::uint8_t>(codes[i])));
+          else if (f == format::fp8) unit = from_fp8(std::to_integer<std::uint8_t>(codes[i]));
+          else unit = from_int4(std::to_integer<unsigned>(codes[i / 2]) >> (4 * (i % 2)));
           put(first + i, mul_rn(unit, absmax));  // |unit| ≤ 1: never beyond absmax, never overflowing
         }
         p += 4 + code_bytes(f, len);

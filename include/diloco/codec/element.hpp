@@ -38,42 +38,40 @@ DILOCO_HOST_DEVICE inline float from_bf16(std::uint16_t b) {
 /// the smallest subnormal 2^-9.
 inline constexpr float e4m3_max = 448.0f;
 
-/// The value of E4M3 code `c` (NaN codes give NaN).
+/// The value of E4M3 code `c` (NaN codes give NaN), exact. Branch-free, so
+/// that loops over it vectorize: a normal code's exponent and mantissa move
+/// into binary32's fields (bias 7 → 127); a subnormal one, `m · 2^-9`, is
+/// `(1 + m/8) · 2^-6 − 2^-6`, computed either way and selected.
 DILOCO_HOST_DEVICE inline float from_e4m3(std::uint8_t c) {
-  const int exponent = (c >> 3) & 0xF;
-  const int mantissa = c & 0x7;
-  const float sign = (c & 0x80) ? -1.0f : 1.0f;
-  if (exponent == 0xF && mantissa == 0x7) return std::numeric_limits<float>::quiet_NaN();
-  if (exponent == 0) return sign * std::ldexp(float(mantissa), -9);  // subnormal: m · 2^-3 · 2^-6
-  return sign * std::ldexp(float(8 + mantissa), exponent - 10);      // (1 + m/8) · 2^(e−7)
+  const std::uint32_t exponent = (c >> 3) & 0xFu;
+  const std::uint32_t mantissa = c & 0x7u;
+  const float normal = std::bit_cast<float>(((exponent + 120u) << 23) | (mantissa << 20));  // (1 + m/8) · 2^(e−7)
+  const float subnormal = std::bit_cast<float>((121u << 23) | (mantissa << 20)) - 0x1p-6f;  // exact
+  const std::uint32_t magnitude = std::bit_cast<std::uint32_t>(exponent == 0 ? subnormal : normal);
+  const std::uint32_t nan = std::bit_cast<std::uint32_t>(std::numeric_limits<float>::quiet_NaN());
+  return std::bit_cast<float>((c & 0x7Fu) == 0x7Fu ? nan : magnitude | (std::uint32_t(c & 0x80u) << 24));
 }
 
 /// The E4M3 code nearest to finite `x`, ties to even; magnitudes beyond 448
-/// saturate to ±448 (never NaN).
+/// saturate to ±448 (never NaN). Branch-free, so that loops over it
+/// vectorize: the normal range rounds the binary32 significand to 3 bits and
+/// rebiases the exponent; below 2^-6, adding 2^14 (whose ulp is the
+/// subnormal step 2^-9) rounds to the subnormal steps in the FPU's
+/// round-to-nearest-even. It gave the same code as the frexp-based encoder it
+/// replaced for every finite binary32 (all 2^32 bit patterns compared).
 DILOCO_HOST_DEVICE inline std::uint8_t to_e4m3(float x) {
-  const std::uint8_t sign = std::signbit(x) ? 0x80 : 0x00;
-  float a = std::fabs(x);
-  if (!(a < e4m3_max)) return sign | 0x7E;  // 448 = 1.75 · 2^8: exponent 15, mantissa 6
-  int exponent = 0;
-  std::frexp(a, &exponent);  // a = f · 2^exponent, f in [0.5, 1)
-  // The spacing of E4M3 values around a: 2^(e−3) for a in [2^e, 2^(e+1)),
-  // e = exponent − 1, and 2^-9 (the subnormal step) below 2^-6.
-  const int e = exponent - 1 < -6 ? -6 : exponent - 1;
-  const float step = std::ldexp(1.0f, e - 3);
-  float units = a / step;  // exact: a power-of-two division
-  // Round to nearest, ties to even units (the code's lowest bit).
-  float whole = std::floor(units);
-  const float rest = units - whole;
-  if (rest > 0.5f || (rest == 0.5f && std::fmod(whole, 2.0f) != 0.0f)) whole += 1.0f;
-  units = whole;
-  const float rounded = units * step;  // may reach the next binade: the encoding below handles it
-  if (!(rounded < e4m3_max)) return sign | 0x7E;
-  if (rounded < 0.015625f) return sign | static_cast<std::uint8_t>(rounded / 0.001953125f);  // subnormal: units of 2^-9
-  int re = 0;
-  const float f = std::frexp(rounded, &re);  // rounded = f · 2^re, f in [0.5, 1)
-  const int biased = re - 1 + 7;
-  const int m = static_cast<int>(f * 16.0f) - 8;  // (2f − 1) · 8
-  return sign | static_cast<std::uint8_t>((biased << 3) | m);
+  const std::uint32_t bits = std::bit_cast<std::uint32_t>(x);
+  const std::uint32_t sign = (bits >> 24) & 0x80u;
+  const std::uint32_t magnitude = bits & 0x7FFFFFFFu;
+  const float a = std::bit_cast<float>(magnitude);
+  // Normal: add just under half of the 20 dropped bits, plus the lowest kept
+  // bit (ties to even); a carry moves to the next binade by itself.
+  const std::uint32_t normal = ((magnitude + 0x7FFFFu + ((magnitude >> 20) & 1u)) >> 20) - ((127u - 7u) << 3);
+  // Subnormal: 2^14 + a, in units of 2^-9 above 2^14 (bits 0x46800000).
+  const std::uint32_t subnormal = std::bit_cast<std::uint32_t>(a + 16384.0f) - 0x46800000u;
+  const std::uint32_t code = a < 0.015625f ? subnormal : normal;
+  const bool in_range = (a < e4m3_max) & (code < 0x7Eu);  // `&`, not `&&`: no branch
+  return static_cast<std::uint8_t>(sign | (in_range ? code : 0x7Eu));  // 0x7E: 448
 }
 
 /// `y` rounded to the nearest integer, halves away from zero.
@@ -81,10 +79,10 @@ DILOCO_HOST_DEVICE inline float round_half_away(float y) {
   return std::copysign(std::floor(std::fabs(y) + 0.5f), y);
 }
 
-/// `a · b` rounded once, to nearest even, and never fused with a following
-/// addition: nvcc contracts `a·b + c` into one FMA by default, which would
-/// make a kernel's codes differ from the CPU loop's. On the host it is the
-/// plain product.
+/// `a · b` rounded once, to nearest even, and never fused with a neighbouring
+/// addition: nvcc contracts `a·b + c` into one FMA by default (`-fmad=true`),
+/// which would make a kernel's codes and decoded values differ from the CPU
+/// loop's. On the host it is the plain product: the CPU code is unchanged.
 DILOCO_HOST_DEVICE inline float mul_rn(float a, float b) {
 #if defined(__CUDA_ARCH__)
   return __fmul_rn(a, b);
@@ -93,44 +91,47 @@ DILOCO_HOST_DEVICE inline float mul_rn(float a, float b) {
 #endif
 }
 
-/// The scale of one block of a block-scaled format: values are divided by
-/// the block's largest magnitude `absmax`, so that `unit(x)` lies in [−1, 1]
-/// whatever the magnitudes (subnormal, huge). It multiplies by 1/absmax
-/// where that is a normal float (it keeps its 24 bits) and divides where
-/// absmax is so small or so large that it is not; an all-zero block
-/// (absmax 0) has all-zero units.
-struct block_scale {
-  float absmax, inverse;
-  bool by_inverse;
-  DILOCO_HOST_DEVICE explicit block_scale(float largest)
-      : absmax(largest), inverse(largest > 0.0f ? 1.0f / largest : 0.0f), by_inverse(std::isnormal(inverse)) {}
-  DILOCO_HOST_DEVICE float unit(float x) const {
-    return absmax > 0.0f ? (by_inverse ? x * inverse : x / absmax) : 0.0f;
-  }
-};
+// The codes of the block-scaled formats. A value `x` of a block whose largest
+// magnitude is `absmax` travels as the code of its unit `x / absmax` (in
+// [−1, 1]) and comes back as `unit(code) · absmax`, that product rounded once
+// (`mul_rn(unit, absmax)`): docs/protocol.md, "Arithmetic".
 
-/// The int8 level, in [−127, 127], of a unit value `u` in [−1, 1]
-/// (x ≈ level/127 · absmax).
-DILOCO_HOST_DEVICE inline float int8_level(float u) {
-  return std::fmin(127.0f, std::fmax(-127.0f, round_half_away(mul_rn(u, 127.0f))));
+/// `round_half_away(y)` for |y| < 2^30, as an int: `y ± ½` truncated, which
+/// is ±⌊|y| + ½⌋ (IEEE addition is symmetric in sign, and truncation is ⌊⌋
+/// for positive values), and which, unlike `std::floor` under the default
+/// -ftrapping-math, vectorizes.
+DILOCO_HOST_DEVICE inline int round_half_away_to_int(float y) {
+  return static_cast<int>(y + std::copysign(0.5f, y));
 }
 
-/// The int4 level, in [−7, 7], of a unit value `u` in [−1, 1]
-/// (x ≈ level/7 · absmax).
-DILOCO_HOST_DEVICE inline float int4_level(float u) {
-  return std::fmin(7.0f, std::fmax(-7.0f, round_half_away(mul_rn(u, 7.0f))));
+/// The int8 code of a unit (|unit| ≤ 2^20): `round_half_away(unit · 127)`
+/// clamped to [−127, 127].
+DILOCO_HOST_DEVICE inline std::int8_t to_int8(float unit) {
+  const int q = round_half_away_to_int(mul_rn(unit, 127.0f));
+  return static_cast<std::int8_t>(q < -127 ? -127 : (q > 127 ? 127 : q));
 }
 
-/// The E4M3 code of a unit value `u` in [−1, 1] (x ≈ e4m3(code)/448 · absmax).
-DILOCO_HOST_DEVICE inline std::uint8_t fp8_code(float u) { return to_e4m3(mul_rn(u, e4m3_max)); }
+/// The unit of int8 code `q`: `q / 127`.
+DILOCO_HOST_DEVICE inline float from_int8(std::int8_t q) { return float(q) / 127.0f; }
 
-/// The unit values of the codes: `int8` code `c` (two's complement), `int4`
-/// nibble `c` (two's complement, low 4 bits), E4M3 code `c`. A decoded value
-/// is `mul_rn(unit, absmax)`.
-DILOCO_HOST_DEVICE inline float int8_unit(std::uint8_t c) { return float(static_cast<std::int8_t>(c)) / 127.0f; }
-DILOCO_HOST_DEVICE inline float int4_unit(unsigned c) {
-  return float(c & 0x8u ? int(c & 0xFu) - 16 : int(c & 0xFu)) / 7.0f;
+/// The int4 code of a unit (|unit| ≤ 2^20): its level
+/// `round_half_away(unit · 7)` clamped to [−7, 7], and that level in two's
+/// complement as the low nibble of `to_int4`.
+DILOCO_HOST_DEVICE inline int int4_level(float unit) {
+  const int q = round_half_away_to_int(mul_rn(unit, 7.0f));
+  return q < -7 ? -7 : (q > 7 ? 7 : q);
 }
-DILOCO_HOST_DEVICE inline float fp8_unit(std::uint8_t c) { return from_e4m3(c) / e4m3_max; }
+DILOCO_HOST_DEVICE inline unsigned to_int4(float unit) { return static_cast<unsigned>(int4_level(unit)) & 0xFu; }
+
+/// The unit of int4 level `q`, `q / 7`, and of the code in the low nibble of
+/// `nibble`, sign-extended as `(c ⊕ 8) − 8`.
+DILOCO_HOST_DEVICE inline float int4_unit(int level) { return float(level) / 7.0f; }
+DILOCO_HOST_DEVICE inline float from_int4(unsigned nibble) { return int4_unit(int((nibble & 0xFu) ^ 0x8u) - 8); }
+
+/// The fp8 code of a unit: the E4M3 code nearest `unit · 448`.
+DILOCO_HOST_DEVICE inline std::uint8_t to_fp8(float unit) { return to_e4m3(mul_rn(unit, e4m3_max)); }
+
+/// The unit of fp8 code `c`: `e4m3(c) / 448`.
+DILOCO_HOST_DEVICE inline float from_fp8(std::uint8_t c) { return from_e4m3(c) / e4m3_max; }
 
 }  // namespace diloco::codec

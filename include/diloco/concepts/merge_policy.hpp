@@ -64,6 +64,20 @@ template <class P, class T>
 concept merge_policy = requirements::merge_policy::weight<P> && requirements::merge_policy::merge<P, T> &&
                        requirements::merge_policy::move_constructible<P>;
 
+namespace merge {
+
+/// A merge policy that declares `static constexpr bool is_weighted_mean =
+/// true` promises that its merge is exactly `scale · Σ_m w_m Δ_m / Σ_m w_m`,
+/// summed per element in input order (0 when Σ_m w_m ≤ 0). The syncer then
+/// decodes compressed contributions straight into that sum, one pass over
+/// their bytes, instead of decoding each one first (`merge::weighted_mean`).
+template <class P>
+concept linear = requires {
+  requires P::is_weighted_mean;
+};
+
+}  // namespace merge
+
 /// Returns true if `P` is a merge policy for `T`; otherwise, with
 /// `on_unmet::fail`, stops compilation naming the first requirement `P` misses.
 template <class P, class T, on_unmet Unmet = on_unmet::fail>

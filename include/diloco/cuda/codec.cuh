@@ -1,6 +1,9 @@
 // The codecs on the device: the outer gradient computed and encoded in one
 // pass (with optional error feedback), and decoding fused with the weighted
-// accumulation of a merge. Byte for byte the formats of diloco/codec/blocks.hpp.
+// accumulation of a merge. Byte for byte the formats of diloco/codec/blocks.hpp,
+// value for value the CPU passes of diloco/codec/kernels.hpp, with their
+// element functions (codec/element.hpp) and helpers (`outer_gradient`,
+// `block_unit`).
 #pragma once
 
 #include <cmath>
@@ -14,23 +17,33 @@
 
 #include "diloco/codec/blocks.hpp"
 #include "diloco/codec/element.hpp"
+#include "diloco/codec/kernels.hpp"
 #include "diloco/cuda/detail/launch.cuh"
 
 namespace diloco::cuda {
 
 namespace detail {
 
-/// The outer gradient of element i, `(base − θ) + residual`, each operation
-/// rounded on its own as the CPU rounds it.
+/// The outer gradient of element i, `(base − θ) + residual`, as
+/// `codec::outer_gradient` computes it on the CPU (a subtraction and an
+/// addition, each rounded on its own: there is no product to contract).
 struct delta_source {
   const float* base;
   const float* theta;
   float* residual;  ///< null without error feedback
   __device__ float operator()(std::size_t i) const {
-    const float d = __fsub_rn(base[i], theta[i]);
-    return residual ? __fadd_rn(d, residual[i]) : d;
+    return residual ? codec::outer_gradient{}(base[i], theta[i], residual[i])
+                    : codec::outer_gradient{}(base[i], theta[i]);
   }
 };
+
+/// The unit of `d` in a block scaled by `scale`, as `codec::encode_delta`
+/// computes it: `d · (1/absmax)` where that inverse is normal, `d / absmax`
+/// where it is not, 0 in an all-zero block (whose codes are all 0).
+__device__ inline float unit_of(const codec::block_unit& scale, float d) {
+  if (scale.absmax == 0.0f) return 0.0f;
+  return scale.by_inverse ? codec::mul_rn(d, scale.inverse) : d / scale.absmax;
+}
 
 /// `acc + w·v`, rounded twice as the CPU's `acc += w * v` is (never an FMA).
 __device__ inline float accumulate(float acc, float w, float v) { return __fadd_rn(acc, __fmul_rn(w, v)); }
@@ -100,16 +113,18 @@ __global__ void encode_blocks_kernel(std::size_t n, std::size_t block, delta_sou
     if (!finite) *refused = 1u;
     const float absmax = block_max(largest, scratch);
     if (threadIdx.x == 0) memcpy(o, &absmax, 4);
-    const codec::block_scale scale(absmax);
+    const codec::block_unit scale(absmax);
     std::byte* codes = o + 4;
+    // The decoded value is `mul_rn(unit, absmax)`, rounded on its own before
+    // the subtraction (no FMA), as the CPU computes `d − unit · absmax`.
     if constexpr (F == codec::format::int4) {
       for (std::size_t j = threadIdx.x; j < (len + 1) / 2; j += blockDim.x) {
         unsigned byte = 0;
         for (std::size_t k = 2 * j; k < 2 * j + 2 && k < len; ++k) {
           const float d = delta(first + k);
-          const unsigned nibble = static_cast<unsigned>(static_cast<int>(codec::int4_level(scale.unit(d)))) & 0xFu;
-          byte |= nibble << (4 * (k % 2));
-          if (delta.residual) delta.residual[first + k] = __fsub_rn(d, codec::mul_rn(codec::int4_unit(nibble), absmax));
+          const int level = codec::int4_level(unit_of(scale, d));
+          byte |= (static_cast<unsigned>(level) & 0xFu) << (4 * (k % 2));  // codec::to_int4
+          if (delta.residual) delta.residual[first + k] = __fsub_rn(d, codec::mul_rn(codec::int4_unit(level), absmax));
         }
         codes[j] = static_cast<std::byte>(byte);
       }
@@ -119,11 +134,12 @@ __global__ void encode_blocks_kernel(std::size_t n, std::size_t block, delta_sou
         std::uint8_t c;
         float unit;
         if constexpr (F == codec::format::int8) {
-          c = static_cast<std::uint8_t>(static_cast<std::int8_t>(codec::int8_level(scale.unit(d))));
-          unit = codec::int8_unit(c);
+          const std::int8_t q = codec::to_int8(unit_of(scale, d));
+          c = static_cast<std::uint8_t>(q);
+          unit = codec::from_int8(q);
         } else {
-          c = codec::fp8_code(scale.unit(d));
-          unit = codec::fp8_unit(c);
+          c = codec::to_fp8(unit_of(scale, d));
+          unit = codec::from_fp8(c);
         }
         codes[i] = static_cast<std::byte>(c);
         if (delta.residual) delta.residual[first + i] = __fsub_rn(d, codec::mul_rn(unit, absmax));
@@ -158,14 +174,22 @@ __global__ void decode_blocks_kernel(std::size_t n, std::size_t block, const std
     for (std::size_t i = threadIdx.x; i < len; i += blockDim.x) {
       float unit;
       if constexpr (F == codec::format::int8)
-        unit = codec::int8_unit(static_cast<std::uint8_t>(codes[i]));
+        unit = codec::from_int8(static_cast<std::int8_t>(codes[i]));
       else if constexpr (F == codec::format::fp8)
-        unit = codec::fp8_unit(static_cast<std::uint8_t>(codes[i]));
+        unit = codec::from_fp8(static_cast<std::uint8_t>(codes[i]));
       else
-        unit = codec::int4_unit(static_cast<unsigned>(codes[i / 2]) >> (4 * (i % 2)));
+        unit = codec::from_int4(static_cast<unsigned>(codes[i / 2]) >> (4 * (i % 2)));
       acc[first + i] = accumulate(acc[first + i], weight, codec::mul_rn(unit, absmax));
     }
   }
+}
+
+/// After a refused encoding, the residual is zeroed, as `codec::encode_delta`
+/// zeroes it: error feedback starts afresh, whatever the launch shape.
+template <class T>
+__global__ void restart_residual_if_refused(std::size_t n, T* residual, const unsigned* refused) {
+  if (*refused == 0u) return;
+  for (std::size_t i = first_index(); i < n; i += grid_stride()) residual[i] = T(0);
 }
 
 /// Threads per block of the block-scaled kernels: the codec block rounded up
@@ -189,14 +213,17 @@ inline bool aligned(const void* p, std::size_t alignment) noexcept {
 /// `base.size()` fp32 values on the device and writes it as format `f`'s
 /// bytes into `out` (`codec::encoded_size(f, n, block)` bytes of device
 /// memory), byte for byte what `codec::encode` writes for the same Δ: the
-/// device version of `codec::encode_delta` (the host fallback). With
+/// device version of `codec::encode_delta` (codec/kernels.hpp, the host
+/// path), which leaves the same bytes and residual. With
 /// error feedback (`residual` not empty, n values) the residual becomes
 /// `Δ − decode(code)` exactly as `codec::decode` decodes the code; without it
 /// (`residual` empty) Δ = base − θ.
 ///
 /// A value of Δ that is not finite sets `*refused` (device memory, zeroed by
-/// the caller) to 1, where `codec::encode` returns false: `out` and `residual`
-/// are then unspecified and must not be sent or kept.
+/// the caller) to 1, where `codec::encode_delta` returns false: `out` is then
+/// unspecified and must not be sent, and `residual` is set to zero by a
+/// second kernel on the same stream, as `codec::encode_delta` zeroes it (error
+/// feedback starts afresh).
 ///
 /// Cost: one read of base, θ (and the residual) per value, two for the
 /// block-scaled formats (their second read mostly hits the cache), and one
@@ -223,32 +250,37 @@ inline cudaError_t encode_delta(codec::format f, std::size_t block, std::span<co
     else
       detail::encode_dense_kernel<codec::format::bf16>
           <<<detail::blocks_for(n), detail::threads, 0, stream>>>(n, delta, out.data(), refused);
-    return detail::launched();
+  } else {
+    const unsigned grid = detail::grid_for_blocks((n + block - 1) / block);
+    const unsigned threads = detail::threads_for_block(f == codec::format::int4 ? (block + 1) / 2 : block);
+    switch (f) {
+      case codec::format::int8:
+        detail::encode_blocks_kernel<codec::format::int8>
+            <<<grid, threads, 0, stream>>>(n, block, delta, out.data(), refused);
+        break;
+      case codec::format::fp8:
+        detail::encode_blocks_kernel<codec::format::fp8>
+            <<<grid, threads, 0, stream>>>(n, block, delta, out.data(), refused);
+        break;
+      default:
+        detail::encode_blocks_kernel<codec::format::int4>
+            <<<grid, threads, 0, stream>>>(n, block, delta, out.data(), refused);
+        break;
+    }
   }
-  const unsigned grid = detail::grid_for_blocks((n + block - 1) / block);
-  const unsigned threads = detail::threads_for_block(f == codec::format::int4 ? (block + 1) / 2 : block);
-  switch (f) {
-    case codec::format::int8:
-      detail::encode_blocks_kernel<codec::format::int8>
-          <<<grid, threads, 0, stream>>>(n, block, delta, out.data(), refused);
-      break;
-    case codec::format::fp8:
-      detail::encode_blocks_kernel<codec::format::fp8>
-          <<<grid, threads, 0, stream>>>(n, block, delta, out.data(), refused);
-      break;
-    default:
-      detail::encode_blocks_kernel<codec::format::int4>
-          <<<grid, threads, 0, stream>>>(n, block, delta, out.data(), refused);
-      break;
-  }
+  if (const cudaError_t e = detail::launched(); e != cudaSuccess || residual.empty()) return e;
+  detail::restart_residual_if_refused<float>
+      <<<detail::blocks_for(n), detail::threads, 0, stream>>>(n, residual.data(), refused);
   return detail::launched();
 }
 
 /// `acc[i] += weight · decode(in)[i]` for the `n` = `acc.size()` values of
 /// `in` (device memory, format `f`, blocks of `block` values): the weighted
 /// accumulation of a merge fused with decoding, rounded as the CPU's
-/// `codec::decode(…, [&](i, v) { acc[i] += weight * v; })` rounds it (a
-/// product then a sum, never an FMA), so the results are equal bit for bit.
+/// `codec::decode_accumulate` (codec/kernels.hpp) and
+/// `codec::decode(…, [&](i, v) { acc[i] += weight * v; })` round it (the
+/// value `unit · absmax`, then the product by the weight, then the sum, each
+/// rounded on its own, never an FMA), so the results are equal bit for bit.
 /// `T` is float or double. `in` must have passed `codec::valid` (bytes from
 /// the network are checked on the host, where they arrive). Reads the bytes
 /// and acc once, writes acc once; deterministic. Enqueued on `stream`;

@@ -123,6 +123,8 @@ struct syncer_metrics {
   /// last checkpoint. They count as accepted and pending again.
   std::uint64_t contributions_replayed = 0;
   std::uint64_t losses_ignored = 0;          ///< heartbeat losses left out of the training loss: NaN or infinite
+  std::uint64_t payload_bytes_received = 0;  ///< payload bytes of accepted contributions, as they came (compressed)
+  std::uint64_t payload_bytes_sent = 0;      ///< payload bytes of the updates sent, as they went (compressed)
 
   std::uint64_t rejected_total() const noexcept {
     std::uint64_t n = 0;
@@ -153,7 +155,8 @@ inline constexpr std::uint64_t syncer_metrics::*syncer_counter_fields[] = {
     &syncer_metrics::staleness_sum,         &syncer_metrics::staleness_max,
     &syncer_metrics::partial_rounds,        &syncer_metrics::tokens_merged,
     &syncer_metrics::steps_merged,          &syncer_metrics::contributions_replayed,
-    &syncer_metrics::losses_ignored,
+    &syncer_metrics::losses_ignored,        &syncer_metrics::payload_bytes_received,
+    &syncer_metrics::payload_bytes_sent,
 };
 inline constexpr std::size_t syncer_counter_count = std::size(syncer_counter_fields);
 static_assert(syncer_counter_count * sizeof(std::uint64_t) + sizeof(syncer_metrics::rejected) == sizeof(syncer_metrics),
@@ -211,6 +214,8 @@ struct learner_metrics {
   std::uint64_t identity_conflicts = 0;      ///< `peer_conflict` rejects: another connection claimed this learner
   std::uint64_t incarnations_skipped = 0;    ///< times it took a newer incarnation before starting (its own was over)
   std::uint64_t wait_ns = 0;                 ///< time `poll` kept it from stepping: joining, lock-step waits
+  std::uint64_t bytes_sent = 0;              ///< payload bytes of its contributions and states, as sent (compressed)
+  std::uint64_t bytes_received = 0;          ///< payload bytes of the updates it took in, as they came (compressed)
 };
 
 }  // namespace diloco

@@ -82,6 +82,10 @@ inline constexpr syncer_counter_description syncer_counter_descriptions[] = {
      "Acknowledged contributions a restarted syncer took back from its journal.", metric_type::counter},
     {&syncer_metrics::losses_ignored, "losses_ignored", "Heartbeat training losses ignored as NaN or infinite.",
      metric_type::counter},
+    {&syncer_metrics::payload_bytes_received, "payload_bytes_received",
+     "Payload bytes of accepted contributions, as they arrived (compressed).", metric_type::counter},
+    {&syncer_metrics::payload_bytes_sent, "payload_bytes_sent", "Payload bytes of the updates sent (compressed).",
+     metric_type::counter},
 };
 
 namespace detail {

@@ -10,6 +10,7 @@
 #include <stdexcept>
 
 #include "diloco/detail/config.hpp"
+#include "diloco/detail/parallel.hpp"
 #include "diloco/outer/detail/per_fragment.hpp"
 
 namespace diloco::outer {
@@ -17,6 +18,15 @@ namespace diloco::outer {
 struct nesterov_options {
   double learning_rate = 0.7;  ///< η
   double momentum = 0.9;       ///< μ
+  /// Threads a step runs on: 0 means every core, fewer where a thread would
+  /// get under 2^16 parameters. The default, 1, runs the step on the calling
+  /// thread and starts none: the library starts no thread its user did not ask
+  /// for, and a process that runs several learners or syncers side by side
+  /// (the simulator, the tests) would otherwise have them all contend for
+  /// every core. A learner or syncer that owns the machine sets 0: the step
+  /// is memory-bound and one core does not saturate the memory. The result
+  /// is the same, bit for bit, whatever the value.
+  unsigned threads = 1;
 };
 
 /// One element: `m ← μ·m + Δ;  Θ ← Θ − η·(Δ + μ·m)` (the Nesterov form of
@@ -32,7 +42,7 @@ struct nesterov_element {
 
 /// Nesterov outer optimizer with one momentum buffer per fragment. One fused
 /// pass: reads Θ, m, Δ and writes Θ, m — 20 bytes per fp32 parameter, the
-/// floor for this update.
+/// floor for this update — split over `options().threads` threads.
 template <class T>
 class nesterov {
  public:
@@ -51,7 +61,15 @@ class nesterov {
     T* g = global.data();
     const T* d = delta.data();
     const nesterov_element<T> f{T(options_.learning_rate), T(options_.momentum)};
-    for (std::size_t i = 0; i < global.size(); ++i) f(g[i], m[i], d[i]);
+    const std::size_t n = global.size();
+    // Chunks of whole pages, so that no two threads write the same cache line.
+    constexpr std::size_t chunk = 4096 / sizeof(T);
+    diloco::detail::parallel_for((n + chunk - 1) / chunk,
+                                 diloco::detail::threads_for(n, options_.threads, std::size_t{1} << 16),
+                                 [&](std::size_t first, std::size_t last) {
+                                   const std::size_t end = last * chunk < n ? last * chunk : n;
+                                   for (std::size_t i = first * chunk; i < end; ++i) f(g[i], m[i], d[i]);
+                                 });
   }
 
   /// Forgets fragment's momentum (the syncer refused the step that built it).

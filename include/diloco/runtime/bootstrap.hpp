@@ -108,8 +108,7 @@ class bootstrap {
     if (expected_ && (h.layout != expected_->fingerprint() || h.element_count != expected_->size())) {
       // Tell it which model this syncer serves, so that it stops with a
       // layout mismatch instead of waiting.
-      message m = welcome_message(h.learner, h.incarnation, expected_->fingerprint(), expected_->size(), codec_of<T>,
-                                  config_);
+      message m = welcome_message<T>(h.learner, h.incarnation, expected_->fingerprint(), expected_->size(), config_);
       (void)transport_.try_send(e.from, m);
       refuse();
       return;
@@ -168,8 +167,7 @@ class bootstrap {
   }
 
   void ask(const message_header& join) {
-    message m = welcome_message(join.learner, join.incarnation, join.layout, join.element_count, codec_of<T>, config_,
-                                state_wanted);
+    message m = welcome_message<T>(join.learner, join.incarnation, join.layout, join.element_count, config_, state_wanted);
     (void)transport_.try_send(source_->peer, m);
   }
 

@@ -8,6 +8,7 @@
 #include <string_view>
 #include <utility>
 
+#include "diloco/codec/blocks.hpp"
 #include "diloco/detail/bad_option.hpp"
 #include "diloco/transport/message.hpp"
 
@@ -15,6 +16,27 @@ namespace diloco {
 
 using clock = std::chrono::steady_clock;
 using time_point = clock::time_point;
+
+/// How fragments travel (docs/protocol.md, "Codecs"; docs/design.md,
+/// "Compression"). `fp32` is full precision: the model's own scalar type.
+struct codec_options {
+  /// Outer gradients, learners → syncer. The welcome names it; learners
+  /// encode their outer gradients in it.
+  codec::format contributions = codec::format::fp32;
+  /// Global fragments, syncer → learners. The syncer keeps its global
+  /// parameters at full precision and sends their encoding; learners take
+  /// the decoded values as their base, bit for bit the same on every learner.
+  codec::format updates = codec::format::fp32;
+  /// Values per block of the block-scaled formats (int8, fp8, int4), in
+  /// [1, 65536].
+  std::uint32_t block = codec::default_block;
+
+  /// Throws `std::invalid_argument` naming a block out of range.
+  void check() const {
+    if (block < 1 || block > max_codec_block)
+      detail::bad_option("diloco::codec_options", "block", block, "must be in [1, 65536]");
+  }
+};
 
 /// The schedule every learner follows. The syncer owns it and sends it in its
 /// welcome, so learners cannot disagree.
@@ -24,6 +46,7 @@ struct training_config {
   std::uint32_t overlap = 0;       ///< τ, inner steps between a send and the earliest use of its answer
   double mixing = 0.0;             ///< α: on adoption θ ← α·θ + (1−α)·Θ (0 overwrites)
   bool lock_step = false;          ///< wait for the answer τ steps after each send (synchronous modes)
+  codec_options codecs{};          ///< how outer gradients and global fragments travel
 };
 
 /// Every timeout of a run, derived from one setting: how often a learner
@@ -74,15 +97,18 @@ struct timeouts {
 };
 
 /// The welcome that hands `config` to learner (`learner`, `incarnation`) of a
-/// model with this layout fingerprint and size, whose parameters travel as
-/// `codec`; `flags` may ask for the model (`state_wanted`).
-inline message welcome_message(std::uint32_t learner, std::uint32_t incarnation, std::uint64_t layout,
-                               std::uint64_t elements, codec_id codec, const training_config& config,
-                               std::uint8_t flags = 0) {
+/// model of `T`s with this layout fingerprint and size. Its codec and block
+/// are those contributions use; `flags` may ask for the model
+/// (`state_wanted`), which the learner sends at full precision: that welcome
+/// names `codec_of<T>`, so that a learner of another scalar type refuses it.
+template <scalar T>
+message welcome_message(std::uint32_t learner, std::uint32_t incarnation, std::uint64_t layout,
+                        std::uint64_t elements, const training_config& config, std::uint8_t flags = 0) {
   message m;
   auto& h = m.header;
   h.kind = message_kind::welcome;
-  h.codec = codec;
+  h.codec = flags & state_wanted ? codec_of<T> : codec_id_of<T>(config.codecs.contributions);
+  h.block = block_scaled(h.codec) ? config.codecs.block : 0;
   h.flags = flags;
   h.learner = learner;
   h.incarnation = incarnation;

@@ -34,6 +34,7 @@
 #include "diloco/params/fragments.hpp"
 #include "diloco/runtime/config.hpp"
 #include "diloco/runtime/learner_state.hpp"
+#include "diloco/runtime/payload.hpp"
 #include "diloco/transport/buffer.hpp"
 #include "diloco/transport/message.hpp"
 #include "diloco/transport/wire.hpp"
@@ -54,6 +55,12 @@ struct learner_options {
   /// syncer restarted, and it no longer knows this learner at this address.
   std::chrono::nanoseconds rejoin_after = std::chrono::seconds(10);
   std::size_t max_outbox = 64;    ///< messages kept for retry while the transport refuses them
+  /// With a compressed contribution codec: add each fragment's encoding
+  /// error to its next outer gradient (error feedback, Seide et al. 2014;
+  /// Karimireddy et al. 2019), so that what the codec rounds away is sent
+  /// later instead of lost. Costs one buffer of the fragment's size per
+  /// fragment and one more pass over the encoded bytes per send.
+  bool error_feedback = false;
   /// Called on the learner's thread for each join, contribution sent,
   /// verdict, adoption and wait (never per inner step).
   std::function<void(const learner_event&)> on_event{};
@@ -359,6 +366,7 @@ class learner {
     bool adopted = false;
     std::uint64_t revision = 0;
     std::vector<T> base;  ///< Θ_p at `revision`, packed
+    std::vector<T> residual;  ///< error feedback: what the codec rounded away from Δ_p, to send next time (packed)
     std::uint64_t tokens = 0;
     std::uint64_t steps = 0;
     std::optional<in_flight_send> in_flight;
@@ -414,7 +422,8 @@ class learner {
     const fragment& frag = plan_[p];
     message m = make(message_kind::contribution);
     auto& h = m.header;
-    h.codec = codec_of<T>;
+    h.codec = contribution_codec_;
+    h.block = block_;
     h.fragment = p;
     h.base_revision = f.revision;
     h.revision = step_;  // the local step, which `steps` cannot exceed
@@ -424,13 +433,23 @@ class learner {
     h.flags = flags;
     h.step_time_ns = static_cast<std::int64_t>(step_time_.value());
     h.transfer_ns = static_cast<std::int64_t>(transfer_time_.value());
-    m.payload = pool_.acquire(frag.size() * sizeof(T));
-    T* delta = m.payload.template as<T>().data();
-    const T* theta = model_.parameters().data();
-    const T* base = f.base.data();
-    for (const auto& s : frag.slices())
-      for (std::size_t i = 0; i < s.size; ++i)
-        delta[s.packed_offset + i] = base[s.packed_offset + i] - theta[s.flat_offset + i];
+    // One pass reads θ_p and the base and writes the encoded outer gradient.
+    m.payload = pool_.acquire(payload::size(h.codec, frag.size(), h.block));
+    const bool feedback = !f.residual.empty();
+    if (!payload::encode<T>(h.codec, h.block, frag.size(), delta_reader(p), m.payload.bytes())) {
+      // NaN or infinite parameters: nothing is sent, and training stops here
+      // rather than go on from a model that cannot recover.
+      error_ = errc::non_finite;
+      return;
+    }
+    if (feedback) {
+      // The residual becomes what the codec rounded away: Δ + e − decode(code).
+      auto value = delta_reader(p);
+      T* residual = f.residual.data();
+      codec::decode(*format_of(h.codec), frag.size(), h.block, m.payload.bytes(),
+                    [&](std::size_t i, float decoded) { residual[i] = value(i) - T(decoded); });
+    }
+    metrics_.bytes_sent += m.payload.size();
     f.in_flight = in_flight_send{h.sequence, f.revision, step_, now};
     f.last_sent = h.sequence;
     if (!unanswered_since_) unanswered_since_ = now;
@@ -438,6 +457,22 @@ class learner {
     if (options_.on_event)
       emit({.what = learner_event::kind::sent, .fragment = p, .sequence = h.sequence, .revision = f.revision});
     send(m);
+  }
+
+  /// Fragment p's outer gradient by packed index, `Θ_p(base) − θ_p`, plus the
+  /// residual of error feedback. Indexes are read in order (twice per block
+  /// for a block-scaled codec), which the slice cursor follows.
+  auto delta_reader(std::uint32_t p) const {
+    const auto slices = plan_[p].slices();
+    const T* theta = model_.parameters().data();
+    const T* base = tracks_[p].base.data();
+    const T* residual = tracks_[p].residual.empty() ? nullptr : tracks_[p].residual.data();
+    return [slices, theta, base, residual, s = std::size_t{0}](std::size_t i) mutable {
+      if (i < slices[s].packed_offset) s = 0;
+      while (i >= slices[s].packed_offset + slices[s].size) ++s;
+      const T delta = base[i] - theta[slices[s].flat_offset + (i - slices[s].packed_offset)];
+      return residual ? delta + residual[i] : delta;
+    };
   }
 
   /// Sends in order: while older messages wait in the outbox, new ones queue
@@ -460,7 +495,11 @@ class learner {
       error_ = errc::layout_mismatch;
       return;
     }
-    if ((h.codec != codec_id::none && h.codec != codec_of<T>) || h.fragment_count == 0 ||
+    // The codec contributions use: this model's own full precision (or none
+    // from a syncer that predates codecs), or a compressed one it can encode.
+    const bool full_precision = h.codec == codec_id::none || h.codec == codec_of<T>;
+    const bool compressed = h.codec >= codec_id::bf16 && payload::readable<T>(h.codec, h.block);
+    if ((!full_precision && !compressed) || h.fragment_count == 0 ||
         h.fragment_count > layout.size() || h.sync_period == 0 ||
         h.overlap >= h.sync_period || !(h.mixing >= 0.0 && h.mixing < 1.0)) {
       error_ = errc::bad_config;
@@ -468,11 +507,18 @@ class learner {
     }
     if (h.flags & state_wanted) return send_state(h.fragment_count);
     config_ = training_config{h.fragment_count, h.sync_period, h.overlap, h.mixing, h.lock_step != 0};
+    contribution_codec_ = compressed ? h.codec : codec_of<T>;
+    block_ = compressed ? h.block : 0;
+    config_.codecs.contributions = compressed ? *format_of(h.codec) : codec::format::fp32;
+    if (block_scaled(h.codec)) config_.codecs.block = h.block;
     plan_ = fragment_plan::balanced(layout, config_.fragments);
     schedule_ = fragment_schedule(config_.sync_period, config_.fragments);
     tracks_.clear();
     tracks_.resize(config_.fragments);
-    for (std::uint32_t p = 0; p < config_.fragments; ++p) tracks_[p].base.assign(plan_[p].size(), T(0));
+    for (std::uint32_t p = 0; p < config_.fragments; ++p) {
+      tracks_[p].base.assign(plan_[p].size(), T(0));
+      if (options_.error_feedback && compressed) tracks_[p].residual.assign(plan_[p].size(), T(0));
+    }
     welcomed_ = true;
   }
 
@@ -497,6 +543,7 @@ class learner {
       m.header.element_count = plan[p].size();
       m.payload = pool_.acquire(plan[p].size() * sizeof(T));
       plan.template gather<T>(p, model_.parameters(), m.payload.template as<T>());
+      metrics_.bytes_sent += m.payload.size();
       send(m);
     }
     ++metrics_.states_sent;
@@ -504,11 +551,20 @@ class learner {
 
   void on_update(message&& m, time_point now) {
     const auto& h = m.header;
-    if (!welcomed_ || h.fragment >= tracks_.size() || h.codec != codec_of<T> ||
-        h.element_count != plan_[h.fragment].size() || m.payload.size() != h.element_count * sizeof(T)) {
+    if (!welcomed_ || h.fragment >= tracks_.size() || h.element_count != plan_[h.fragment].size()) {
       ++metrics_.updates_ignored;
       return;
     }
+    // The global fragment as `T`s: the syncer's values, or at a compressed
+    // codec their decoding, the same bits on every learner.
+    byte_buffer values = pool_.acquire(plan_[h.fragment].size() * sizeof(T));
+    double ignored = 0.0;
+    if (payload::decode<T>(h.codec, h.block, m.payload.bytes(), values.template as<T>(), ignored) !=
+        payload::verdict::ok) {
+      ++metrics_.updates_ignored;
+      return;
+    }
+    metrics_.bytes_received += m.payload.size();
     auto& f = tracks_[h.fragment];
     // A resync answering this learner's latest send of the fragment is the
     // syncer's current state: adopted even when older than the base (a syncer
@@ -537,7 +593,7 @@ class learner {
     // merged revision replaces it before adoption.
     const update_status status =
         f.inbox && f.inbox->status == update_status::resync ? update_status::resync : h.status;
-    f.inbox = received_update{h.revision, answers, status, std::move(m.payload)};
+    f.inbox = received_update{h.revision, answers, status, std::move(values)};
   }
 
   /// A refused contribution is no longer awaited (a stale or duplicate one
@@ -717,6 +773,8 @@ class learner {
   fragment_plan plan_;
   fragment_schedule schedule_;
   std::vector<fragment_track> tracks_;
+  codec_id contribution_codec_ = codec_of<T>;  ///< the welcome's
+  std::uint32_t block_ = 0;                    ///< the welcome's, for a block-scaled codec
   std::size_t adopted_ = 0;
   bool welcomed_ = false;
   std::error_code error_;

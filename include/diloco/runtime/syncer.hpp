@@ -3,9 +3,11 @@
 #pragma once
 
 #include <algorithm>
+#include <cassert>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <deque>
 #include <istream>
 #include <map>
 #include <optional>
@@ -31,6 +33,7 @@
 #include "diloco/params/fragments.hpp"
 #include "diloco/params/layout.hpp"
 #include "diloco/runtime/config.hpp"
+#include "diloco/runtime/payload.hpp"
 #include "diloco/runtime/rounds.hpp"
 #include "diloco/runtime/screening.hpp"
 #include "diloco/runtime/syncer_options.hpp"
@@ -105,6 +108,7 @@ class syncer {
                          "must be shorter than the heartbeat timeout (" +
                              detail::show_option(options_.heartbeat_timeout) + ")");
     if (options_.max_learners == 0) detail::bad_option(self, "max_learners", options_.max_learners, "must be at least 1");
+    c.codecs.check();
     options_.world.check();
     options_.end.check();
     if (options_.world.size > options_.max_learners)
@@ -300,10 +304,11 @@ class syncer {
   /// parameters, the open rounds and the optimizer state.
   void save(std::ostream& out) const {
     std::vector<std::vector<saved_contribution<std::span<const T>>>> rounds(fragments_.size());
+    std::deque<std::vector<T>> decoded;  // compressed contributions are saved decoded
     for (std::size_t p = 0; p < fragments_.size(); ++p)
       for (const auto& c : fragments_[p].round)
         rounds[p].push_back({c.learner, c.incarnation, c.sequence, c.base_revision, c.tokens, c.steps, c.final,
-                             c.payload.template as<const T>()});
+                             values_of(c, decoded.emplace_back(), fragments_[p].global.size())});
     write_syncer_state<T>(out, layout_.fingerprint(), layout_.size(), fragments_, learners_, metrics_, rounds);
     outer_.save(out);
   }
@@ -341,6 +346,7 @@ class syncer {
         h.tokens = c.tokens;
         h.steps = c.steps;
         h.flags = c.final ? final_contribution : 0;
+        h.codec = codec_of<T>;  // kept decoded
         byte_buffer payload = pool_.acquire(c.values.size() * sizeof(T));
         std::copy(c.values.begin(), c.values.end(), payload.template as<T>().begin());
         double squared = 0.0;
@@ -377,17 +383,17 @@ class syncer {
   bool replay(message&& m, time_point now) {
     const auto& h = m.header;
     if (h.kind != message_kind::contribution || h.learner == syncer_peer || h.fragment >= fragments_.size() ||
-        h.codec != codec_of<T>)
+        !payload::readable<T>(h.codec, h.block))
       return false;
     if (options_.world.size > 0 && !in_world(h.learner)) return false;
     auto& f = fragments_[h.fragment];
     double squared = 0.0;
     const auto max_tokens = options_.screening.max_tokens_per_step;
-    if (h.element_count != f.global.size() || m.payload.size() != f.global.size() * sizeof(T) || h.steps == 0 ||
+    if (h.element_count != f.global.size() || m.payload.size() != payload::size(h.codec, f.global.size(), h.block) ||
+        h.steps == 0 ||
         h.steps > h.revision || h.tokens / h.steps > max_tokens ||
         (h.tokens / h.steps == max_tokens && h.tokens % h.steps != 0) || h.base_revision > f.revision || f.revision - h.base_revision > options_.max_staleness ||
-        f.seen.contains({h.learner, h.incarnation, h.base_revision}) ||
-        !detail::finite_squared_norm(m.payload.template as<const T>(), squared))
+        f.seen.contains({h.learner, h.incarnation, h.base_revision}) || !payload_norm(m, squared))
       return false;
     auto it = learners_.find(h.learner);
     if (it != learners_.end() && (h.incarnation < it->second.incarnation || it->second.quarantined)) return false;
@@ -503,7 +509,13 @@ class syncer {
     std::uint64_t tokens;  ///< of the work behind it, as the learner reported
     std::uint64_t steps;
     time_point arrived;
+    /// Δ as it arrived: `T`s at full precision, else the encoded bytes
+    /// (`codec`, `block`), decoded when the round is merged.
     byte_buffer payload;
+    codec_id codec = codec_of<T>;
+    std::uint32_t block = 0;
+
+    bool compressed() const noexcept { return codec != codec_of<T>; }
   };
 
   /// A fragment: what a checkpoint keeps of it (values, revision,
@@ -849,7 +861,7 @@ class syncer {
 
   void send_welcome(peer_id to, std::uint32_t learner, std::uint32_t incarnation) {
     message m =
-        welcome_message(learner, incarnation, layout_.fingerprint(), layout_.size(), codec_of<T>, options_.training);
+        welcome_message<T>(learner, incarnation, layout_.fingerprint(), layout_.size(), options_.training);
     if (transport_.try_send(to, m)) ++metrics_.send_failures;
   }
 
@@ -859,7 +871,6 @@ class syncer {
     message m;
     auto& h = m.header;
     h.kind = message_kind::update;
-    h.codec = codec_of<T>;
     h.status = status;
     h.learner = id;
     h.incarnation = l.incarnation;
@@ -868,12 +879,21 @@ class syncer {
     h.answers = answers;
     h.hold_ns = hold_ns;
     h.element_count = f.global.size();
-    m.payload = pool_.acquire(f.global.size() * sizeof(T));
-    std::copy(f.global.begin(), f.global.end(), m.payload.template as<T>().begin());
-    if (transport_.try_send(l.peer, m))
+    h.codec = update_codec_;
+    h.block = block_scaled(h.codec) ? options_.training.codecs.block : 0;
+    m.payload = pool_.acquire(payload::size(h.codec, f.global.size(), h.block));
+    // The global values are finite (every outer step is checked), and a
+    // compressed codec saturates rather than overflow: this cannot fail.
+    [[maybe_unused]] const bool encoded =
+        payload::encode<T>(h.codec, h.block, f.global.size(), [&](std::size_t i) { return f.global[i]; }, m.payload.bytes());
+    assert(encoded);
+    const std::size_t bytes = m.payload.size();  // the transport may take the payload
+    if (transport_.try_send(l.peer, m)) {
       ++metrics_.send_failures;
-    else
+    } else {
       ++metrics_.updates_sent;
+      metrics_.payload_bytes_sent += bytes;
+    }
   }
 
   /// A strike against learner `id`: its count goes up by 2 (a clean
@@ -904,8 +924,8 @@ class syncer {
     auto& l = learners_.at(id);
     if (h.fragment >= fragments_.size()) return reject(reject_reason::bad_fragment, h, &l);
     auto& f = fragments_[h.fragment];
-    if (h.codec != codec_of<T>) return reject(reject_reason::bad_codec, h, &l);
-    if (h.element_count != f.global.size() || m.payload.size() != f.global.size() * sizeof(T))
+    if (!payload::readable<T>(h.codec, h.block)) return reject(reject_reason::bad_codec, h, &l);
+    if (h.element_count != f.global.size() || m.payload.size() != payload::size(h.codec, f.global.size(), h.block))
       return reject_content(reject_reason::bad_size, h, l);
     if (h.steps == 0) return reject(reject_reason::no_work, h, &l);
     // Counters a learner cannot have: more steps than its local step (carried
@@ -918,8 +938,7 @@ class syncer {
     // A NaN or an infinity would poison the global model and every learner
     // that adopts it, for good. (Before the idempotency key is recorded.)
     double squared = 0.0;
-    if (!detail::finite_squared_norm(m.payload.template as<const T>(), squared))
-      return reject_content(reject_reason::non_finite, h, l);
+    if (!payload_norm(m, squared)) return reject_content(reject_reason::non_finite, h, l);
     // Future, stale and duplicate contributions come from learners out of
     // step with this syncer (behind it, or ahead of a syncer restored from an
     // older checkpoint): the current fragment goes with the refusal.
@@ -948,8 +967,49 @@ class syncer {
       options_.on_contribution(contribution_event{id, h.incarnation, h.sequence, h.fragment, h.base_revision, true,
                                                   reject_reason::none});
     send_ack(l, h);
+    metrics_.payload_bytes_received += m.payload.size();
     add_to_round(f, h, std::move(m.payload), squared, now);
     advance_round(h.fragment, now);
+  }
+
+  /// Checks the outer gradient of contribution `m` (whose codec is
+  /// `readable` and size right) and sets `squared` to ‖Δ‖²; false if a value
+  /// is not finite or a compressed payload is malformed. A compressed one is
+  /// decoded for that without being kept: it stays compressed until its round
+  /// is merged. Cost: one pass over the payload.
+  static bool payload_norm(const message& m, double& squared) {
+    const auto& h = m.header;
+    if (h.codec == codec_of<T>) return detail::finite_squared_norm(m.payload.template as<const T>(), squared);
+    const auto f = *format_of(h.codec);
+    const auto n = static_cast<std::size_t>(h.element_count);
+    if (!codec::valid(f, n, h.block, m.payload.bytes())) return false;
+    double sum = 0.0;
+    codec::decode(f, n, h.block, m.payload.bytes(), [&sum](std::size_t, float v) { sum += double(v) * double(v); });
+    squared = sum;
+    return std::isfinite(sum);
+  }
+
+  /// Adds `c ·` contribution `e`'s outer gradient to `out`, in one pass over
+  /// its payload (decoding it on the way when it is compressed).
+  static void accumulate(const contribution_entry& e, T c, std::span<T> out) {
+    if (!e.compressed()) {
+      const T* d = e.payload.template as<const T>().data();
+      for (std::size_t i = 0; i < out.size(); ++i) out[i] += c * d[i];
+      return;
+    }
+    T* o = out.data();
+    codec::decode(*format_of(e.codec), out.size(), e.block, e.payload.bytes(),
+                  [o, c](std::size_t i, float v) { o[i] += c * T(v); });
+  }
+
+  /// Contribution `e`'s outer gradient as `T`s: its payload, or the payload
+  /// decoded into `scratch`.
+  static std::span<const T> values_of(const contribution_entry& e, std::vector<T>& scratch, std::size_t n) {
+    if (!e.compressed()) return e.payload.template as<const T>();
+    scratch.resize(n);
+    codec::decode(*format_of(e.codec), n, e.block, e.payload.bytes(),
+                  [&scratch](std::size_t i, float v) { scratch[i] = T(v); });
+    return scratch;
   }
 
   /// Puts an accepted contribution into fragment f's open round, with its
@@ -966,7 +1026,7 @@ class syncer {
     f.round.push_back(contribution_entry{h.learner, h.incarnation, h.sequence, h.base_revision, weight, period_weight,
                                          norm, pace(norm, h.steps, options_.training.sync_period),
                                          (h.flags & final_contribution) != 0, h.tokens, h.steps, now,
-                                         std::move(payload)});
+                                         std::move(payload), h.codec, h.block});
   }
 
   /// Distinct learners in fragment p's open round.
@@ -1074,13 +1134,18 @@ class syncer {
     std::map<std::uint32_t, double> present;
     bool any_clipped = false;
     clipped_paces_.clear();
-    for (auto& c : f.round) {
+    clip_factors_.assign(f.round.size(), T(1));
+    for (std::size_t k = 0; k < f.round.size(); ++k) {
+      auto& c = f.round[k];
       auto& l = learners_.at(c.learner);
       bool clipped = false;
       double pace = c.pace;
       if (c.pace > paces.outlier) {
         const T factor = T(paces.reference / c.pace);
-        for (T& v : c.payload.template as<T>()) v *= factor;
+        if (c.compressed())
+          clip_factors_[k] = factor;  // applied as it is decoded
+        else
+          for (T& v : c.payload.template as<T>()) v *= factor;
         pace = paces.reference;
         ++metrics_.contributions_clipped;
         clipped = true;
@@ -1105,15 +1170,10 @@ class syncer {
       log(log_category::rounds, [&] { return "clipped contributions to fragment " + std::to_string(p) + describe_round(f); });
     const double scale = round_scale(p, present, weight_cap, now);
 
-    std::vector<weighted_delta<T>> in;
-    in.reserve(f.round.size());
     std::uint64_t max_staleness = 0;
-    for (const auto& c : f.round) {
-      in.push_back({c.payload.template as<const T>(), c.weight});
-      max_staleness = std::max(max_staleness, f.revision - c.base_revision);
-    }
+    for (const auto& c : f.round) max_staleness = std::max(max_staleness, f.revision - c.base_revision);
     const std::span<T> delta(delta_.data(), f.global.size());
-    merge_.merge(std::span<const weighted_delta<T>>(in), plan_[p].slices(), delta, scale);
+    merge_round(p, scale, delta);
     if (auto why = apply_outer_step(p, delta)) return drop_round(p, *why, now);
     for (const double pace : clipped_paces_) f.paces.add(pace);  // only what was published
 
@@ -1159,6 +1219,52 @@ class syncer {
     }
     if (options_.on_update) options_.on_update(event);
     if (options_.evaluate_every && metrics_.outer_updates % options_.evaluate_every == 0) evaluate(now);
+  }
+
+  /// Merges fragment p's round into `delta`. A linear merge (a weighted
+  /// mean) of compressed contributions decodes each one straight into the
+  /// weighted sum, one pass over its bytes; any other merge gets every
+  /// contribution decoded. Both give the bits a merge of the decoded values
+  /// gives: the same products summed in the same order.
+  void merge_round(std::uint32_t p, double scale, std::span<T> delta) {
+    const auto& round = fragments_[p].round;
+    const bool any_compressed = std::any_of(round.begin(), round.end(), [](const auto& c) { return c.compressed(); });
+    if constexpr (merge::linear<MergePolicy>) {
+      if (any_compressed) {
+        double total = 0.0;
+        for (const auto& c : round) total += c.weight;
+        std::fill(delta.begin(), delta.end(), T(0));
+        if (!(total > 0)) return;  // all-zero weights merge to 0, as `weighted_mean` does
+        for (std::size_t k = 0; k < round.size(); ++k) {
+          const T c = T(scale * round[k].weight / total);
+          if (clip_factors_[k] == T(1)) {
+            accumulate(round[k], c, delta);
+          } else {  // clipped: the weighted mean of the clipped values, as `merge` would compute it
+            const auto values = values_of(round[k], decoded_.emplace_back(), delta.size());
+            for (std::size_t i = 0; i < delta.size(); ++i) delta[i] += c * (values[i] * clip_factors_[k]);
+            decoded_.clear();
+          }
+        }
+        return;
+      }
+    }
+    std::vector<weighted_delta<T>> in;
+    in.reserve(round.size());
+    decoded_.clear();
+    for (std::size_t k = 0; k < round.size(); ++k) {
+      const auto& c = round[k];
+      if (!c.compressed()) {
+        in.push_back({c.payload.template as<const T>(), c.weight});
+        continue;
+      }
+      auto& values = decoded_.emplace_back();
+      values_of(c, values, delta.size());
+      if (clip_factors_[k] != T(1))
+        for (T& v : values) v *= clip_factors_[k];
+      in.push_back({std::span<const T>(values), c.weight});
+    }
+    merge_.merge(std::span<const weighted_delta<T>>(in), plan_[p].slices(), delta, scale);
+    decoded_.clear();
   }
 
   /// Applies the outer step to fragment p if its result is publishable: the
@@ -1256,9 +1362,12 @@ class syncer {
   fragment_plan plan_;
   std::vector<fragment_state> fragments_;
   std::vector<T> delta_;
+  codec_id update_codec_ = codec_id_of<T>(options_.training.codecs.updates);
   std::vector<T> backup_;         ///< a fragment's values before its outer step
   std::vector<double> scratch_;   ///< medians
   std::vector<double> clipped_paces_;  ///< a closing round's paces after clipping
+  std::vector<T> clip_factors_;        ///< a closing round's clipping factors of compressed contributions (1: none)
+  std::deque<std::vector<T>> decoded_;  ///< a closing round's compressed contributions, decoded for a non-linear merge
   std::vector<rounds::round_member> members_;  ///< the learner table as a closing round's scale sees it
   std::vector<T> flat_;                        ///< the global parameters for `on_evaluate`
   std::vector<std::uint64_t> revisions_;       ///< each fragment's revision for `on_evaluate`

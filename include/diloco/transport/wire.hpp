@@ -33,7 +33,7 @@ inline constexpr std::size_t header_size = 144;
 namespace offset {
 inline constexpr std::size_t magic = 0, version = 4, kind = 6, codec = 7, status = 8, flags = 9, lock_step = 10,
                              reason = 11, learner = 12, incarnation = 16, fragment = 20, fragment_count = 24,
-                             sync_period = 28, overlap = 32, reserved32 = 36, sequence = 40, answers = 48,
+                             sync_period = 28, overlap = 32, block = 36, sequence = 40, answers = 48,
                              base_revision = 56, revision = 64, tokens = 72, steps = 80, element_count = 88,
                              layout = 96, step_time_ns = 104, transfer_ns = 112, hold_ns = 120, mixing = 128,
                              payload_crc = 136, header_crc = 140;
@@ -41,15 +41,29 @@ inline constexpr std::size_t magic = 0, version = 4, kind = 6, codec = 7, status
 inline constexpr std::size_t loss = hold_ns;
 }  // namespace offset
 
-/// Bytes per element of a codec (0 for `none` and unknown codecs).
+/// Bytes per element of a codec whose elements all take the same bytes (0
+/// for `none`, the block-scaled codecs and unknown codecs).
 constexpr std::size_t element_size(codec_id c) noexcept {
   switch (c) {
     case codec_id::f32: return 4;
     case codec_id::f64: return 8;
     case codec_id::bytes: return 1;
-    case codec_id::none: break;
+    case codec_id::bf16: return 2;
+    default: break;
   }
   return 0;
+}
+
+/// The largest element count a header may announce (2^56): far beyond any
+/// receiver's payload limit, and small enough that no payload size overflows.
+inline constexpr std::uint64_t max_element_count = std::uint64_t{1} << 56;
+
+/// Bytes of a payload of `n` elements in codec `c` with blocks of `block`
+/// (block-scaled codecs only, ≥ 1); 0 for `none`. Precondition:
+/// `n ≤ max_element_count`.
+constexpr std::uint64_t payload_size(codec_id c, std::uint64_t n, std::uint32_t block) noexcept {
+  if (block_scaled(c)) return codec::encoded_size(*format_of(c), n, block);
+  return n * element_size(c);
 }
 
 /// Whether messages of this kind carry a payload frame.
@@ -108,6 +122,7 @@ inline void encode_header(const message_header& h, std::span<const std::byte> pa
   put<std::uint32_t>(out, offset::fragment_count, h.fragment_count);
   put<std::uint32_t>(out, offset::sync_period, h.sync_period);
   put<std::uint32_t>(out, offset::overlap, h.overlap);
+  put<std::uint32_t>(out, offset::block, h.block);
   put<std::uint64_t>(out, offset::sequence, h.sequence);
   put<std::uint64_t>(out, offset::answers, h.answers);
   put<std::uint64_t>(out, offset::base_revision, h.base_revision);
@@ -145,9 +160,10 @@ struct decoded_header {
 /// Decodes and validates a header frame. `max_payload_bytes` bounds what a
 /// payload may announce. Checks, in order: length (`truncated`), magic,
 /// version, header CRC (`bad_checksum`), every enumerated field, status (0
-/// except on updates), flags (only those of the kind), reason and reserved
-/// field, mixing finite in [0, 1) (`bad_header`), and the payload size the
-/// header implies (`oversized`). A heartbeat's loss is passed on unchecked:
+/// except on updates), flags (only those of the kind), reason, codec (one
+/// the kind carries) and block (in [1, `max_codec_block`] with a
+/// block-scaled codec, else 0), mixing finite in [0, 1) (`bad_header`), and
+/// the payload size the header implies (`oversized`). A heartbeat's loss is passed on unchecked:
 /// a bad value costs the learner its loss report, not its heartbeat.
 inline decoded_header decode_header(std::span<const std::byte> frame, std::uint64_t max_payload_bytes) noexcept {
   using detail::get;
@@ -177,23 +193,27 @@ inline decoded_header decode_header(std::span<const std::byte> frame, std::uint6
   const std::uint8_t allowed_flags = kind == static_cast<std::uint8_t>(message_kind::contribution) ? final_contribution
                                      : kind == static_cast<std::uint8_t>(message_kind::welcome)    ? state_wanted
                                                                                                    : 0;
-  if (!known_kind || codec > static_cast<std::uint8_t>(codec_id::bytes) || !status_ok ||
+  if (!known_kind || codec > static_cast<std::uint8_t>(last_codec) || !status_ok ||
       (h.flags & ~allowed_flags) != 0 ||
-      h.lock_step > 1 || !reason_ok ||
-      get<std::uint32_t>(frame, offset::reserved32) != 0 || !std::isfinite(h.mixing) || h.mixing < 0.0 ||
+      h.lock_step > 1 || !reason_ok || !std::isfinite(h.mixing) || h.mixing < 0.0 ||
       h.mixing >= 1.0)
     return d.error = wire_error::bad_header, d;
   h.kind = static_cast<message_kind>(kind);
   h.codec = static_cast<codec_id>(codec);
   h.status = static_cast<update_status>(status);
-  // Layouts are bytes, parameter payloads are numbers, a welcome names the
-  // number codec of the syncer, other kinds carry none.
-  const bool numbers = h.codec == codec_id::f32 || h.codec == codec_id::f64;
-  const bool codec_fits = h.kind == message_kind::layout    ? h.codec == codec_id::bytes
-                          : carries_payload(h.kind)         ? numbers
-                          : h.kind == message_kind::welcome ? numbers || h.codec == codec_id::none
-                                                            : h.codec == codec_id::none;
-  if (!codec_fits) return d.error = wire_error::bad_header, d;
+  h.block = get<std::uint32_t>(frame, offset::block);
+  // Layouts are bytes; a model's initial state is full precision; outer
+  // gradients and global fragments are numbers in any codec; a welcome names
+  // the codec the syncer asks contributions to use; other kinds carry none.
+  const bool full = h.codec == codec_id::f32 || h.codec == codec_id::f64;
+  const bool numbers = full || h.codec >= codec_id::bf16;
+  const bool codec_fits = h.kind == message_kind::layout         ? h.codec == codec_id::bytes
+                          : h.kind == message_kind::state        ? full
+                          : carries_payload(h.kind)              ? numbers
+                          : h.kind == message_kind::welcome      ? numbers || h.codec == codec_id::none
+                                                                 : h.codec == codec_id::none;
+  const bool block_fits = block_scaled(h.codec) ? h.block >= 1 && h.block <= max_codec_block : h.block == 0;
+  if (!codec_fits || !block_fits) return d.error = wire_error::bad_header, d;
 
   h.learner = get<std::uint32_t>(frame, offset::learner);
   h.incarnation = get<std::uint32_t>(frame, offset::incarnation);
@@ -218,9 +238,9 @@ inline decoded_header decode_header(std::span<const std::byte> frame, std::uint6
   d.payload_crc = get<std::uint32_t>(frame, offset::payload_crc);
 
   if (carries_payload(h.kind)) {
-    const std::uint64_t width = element_size(h.codec);
-    if (h.element_count > max_payload_bytes / width) return d.error = wire_error::oversized, d;
-    d.payload_bytes = h.element_count * width;
+    if (h.element_count > max_element_count) return d.error = wire_error::oversized, d;
+    d.payload_bytes = payload_size(h.codec, h.element_count, h.block);
+    if (d.payload_bytes > max_payload_bytes) return d.error = wire_error::oversized, d;
   }
   return d;
 }

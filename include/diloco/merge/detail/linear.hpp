@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "diloco/concepts/merge_policy.hpp"
+#include "diloco/detail/parallel.hpp"
 
 namespace diloco::merge::detail {
 
@@ -49,10 +50,11 @@ double total_weight(std::span<const weighted_delta<T>> in) {
   return w;
 }
 
-/// The weighted mean times `scale`, over the whole fragment; 0 if no
-/// contribution has a positive weight.
+/// The weighted mean times `scale`, over the whole fragment, on up to
+/// `threads` threads (0: every core); 0 if no contribution has a positive
+/// weight.
 template <class T>
-void weighted_average(std::span<const weighted_delta<T>> in, std::span<T> out, double scale) {
+void weighted_average(std::span<const weighted_delta<T>> in, std::span<T> out, double scale, unsigned threads = 1) {
   assert(!in.empty());
   const double w = total_weight(in);
   if (!(w > 0)) {
@@ -61,7 +63,15 @@ void weighted_average(std::span<const weighted_delta<T>> in, std::span<T> out, d
   }
   std::vector<double> coefficient(in.size());
   for (std::size_t m = 0; m < in.size(); ++m) coefficient[m] = scale * in[m].weight / w;
-  combine<T>(in, coefficient, out, 0, out.size());
+  // Chunks of combine's blocks: each thread writes its own part of `out`.
+  constexpr std::size_t chunk = 2048;
+  const std::size_t n = out.size();
+  ::diloco::detail::parallel_for((n + chunk - 1) / chunk,
+                                 ::diloco::detail::threads_for(n, threads, std::size_t{1} << 16),
+                                 [&](std::size_t first, std::size_t last) {
+                                   const std::size_t end = std::min(n, last * chunk);
+                                   combine<T>(in, coefficient, out, first * chunk, end - first * chunk);
+                                 });
 }
 
 }  // namespace diloco::merge::detail

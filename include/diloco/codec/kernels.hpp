@@ -1,0 +1,331 @@
+// The fused codec passes on contiguous fp32 spans, on every core: a learner's
+// outer gradient `base − θ` encoded (with optional error feedback) in one pass,
+// and a contribution decoded and weighted into an accumulator in one pass.
+// They write exactly the bytes and values of `encode` and `decode` in
+// blocks.hpp, with the element math of element.hpp (DILOCO_HOST_DEVICE), so
+// that CUDA kernels doing the same passes share every per-value operation.
+#pragma once
+
+#include <atomic>
+#include <bit>
+#include <cassert>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <span>
+
+#include "diloco/codec/blocks.hpp"
+#include "diloco/codec/element.hpp"
+#include "diloco/detail/config.hpp"
+#include "diloco/detail/parallel.hpp"
+
+namespace diloco::codec {
+
+/// One value of the outer gradient: `Δ = base − θ`, plus, with error feedback,
+/// the error carried from the previous encoding: `Δ = (base − θ) + residual`
+/// (Karimireddy et al. 2019, arXiv 1901.09847, "EF-SGD").
+struct outer_gradient {
+  DILOCO_HOST_DEVICE float operator()(float base, float theta) const { return base - theta; }
+  DILOCO_HOST_DEVICE float operator()(float base, float theta, float residual) const {
+    return base - theta + residual;
+  }
+};
+
+/// The largest magnitude of a run of values as the bits of a non-negative
+/// float: the maximum of `bits & 0x7FFFFFFF`, which orders finite
+/// non-negative floats as their values do and puts infinity and NaN above
+/// every finite value. Its value is the block's absmax exactly when
+/// `finite()`; an integer maximum, so the loop that feeds it vectorizes.
+struct magnitude_max {
+  std::uint32_t bits = 0;
+  DILOCO_HOST_DEVICE void operator()(float v) {
+    const std::uint32_t b = std::bit_cast<std::uint32_t>(v) & 0x7FFFFFFFu;
+    bits = b > bits ? b : bits;
+  }
+  DILOCO_HOST_DEVICE bool finite() const { return bits < 0x7F800000u; }
+  DILOCO_HOST_DEVICE float value() const { return std::bit_cast<float>(bits); }
+};
+
+/// Scales a block's values to units in [−1, 1] exactly as `encode` does: a
+/// multiplication by `1/absmax` where that is a normal float, a division by
+/// `absmax` where it is not. Callers handle `absmax == 0` (every code 0).
+struct block_unit {
+  float absmax, inverse;
+  bool by_inverse;
+  DILOCO_HOST_DEVICE explicit block_unit(float a)
+      : absmax(a), inverse(a > 0.0f ? 1.0f / a : 0.0f), by_inverse(std::isnormal(inverse)) {}
+};
+
+namespace detail {
+
+/// Values per chunk for fp32 and bf16, which have no blocks: 16 KiB of fp32.
+inline constexpr std::size_t unscaled_chunk = 4096;
+
+/// A thread gets at least this many values (256 KiB of fp32): below that,
+/// starting it costs more than it saves.
+inline constexpr std::size_t min_values_per_thread = std::size_t{1} << 16;
+
+/// How the fused passes cut `n` values into chunks that own disjoint bytes of
+/// the encoding: the codec's blocks for the block-scaled formats, runs of
+/// `unscaled_chunk` values otherwise. Chunk k starts at value `k · values` and
+/// byte `k · bytes`; the last one may be shorter.
+struct chunking {
+  std::size_t values, bytes, count;
+  chunking(format f, std::size_t n, std::size_t block)
+      : values(block_scaled(f) ? block : unscaled_chunk),
+        bytes(block_scaled(f) ? 4 + code_bytes(f, values) : code_bytes(f, values)),
+        count((n + values - 1) / values) {}
+};
+
+/// Where the values of `Δ` come from: `base`, `theta` and, with error
+/// feedback, `residual` (read, then overwritten with the encoding error).
+template <bool Feedback>
+struct delta_source {
+  const float* base;
+  const float* theta;
+  float* residual;
+};
+
+/// Encodes values `[first, first + n)` as one block of a block-scaled format
+/// `F` at `out`: a first read for the scale, a second (from cache) for the
+/// codes and, with error feedback, `residual ← Δ − decoded`. False if a value
+/// is not finite.
+template <format F, bool Feedback>
+bool encode_delta_block(const delta_source<Feedback>& delta, std::size_t first, std::size_t n, std::byte* out) {
+  const float* __restrict base = delta.base + first;
+  const float* __restrict theta = delta.theta + first;
+  float* __restrict residual = Feedback ? delta.residual + first : nullptr;
+  auto value = [&](std::size_t i) {
+    if constexpr (Feedback) return outer_gradient{}(base[i], theta[i], residual[i]);
+    else return outer_gradient{}(base[i], theta[i]);
+  };
+  magnitude_max m;
+  for (std::size_t i = 0; i < n; ++i) m(value(i));
+  if (!m.finite()) return false;
+  const block_unit scale(m.value());
+  put_f32(out, scale.absmax);
+  auto* __restrict codes = reinterpret_cast<std::uint8_t*>(out + 4);
+  if (scale.absmax == 0.0f) {
+    std::memset(codes, 0, code_bytes(F, n));
+    if constexpr (Feedback)
+      for (std::size_t i = 0; i < n; ++i) residual[i] = value(i) - 0.0f;
+    return true;
+  }
+  // One loop per way of scaling, so that no loop branches per value.
+  auto codes_with = [&](auto unit_of) {
+    [[maybe_unused]] const float absmax = scale.absmax;  // unused without feedback (nvcc warns)
+    if constexpr (F == format::int8) {
+      for (std::size_t i = 0; i < n; ++i) {
+        const float d = value(i);
+        const std::int8_t q = to_int8(unit_of(d));
+        codes[i] = static_cast<std::uint8_t>(q);
+        if constexpr (Feedback) residual[i] = d - from_int8(q) * absmax;
+      }
+    } else if constexpr (F == format::fp8) {
+      for (std::size_t i = 0; i < n; ++i) {
+        const float d = value(i);
+        const std::uint8_t c = to_fp8(unit_of(d));
+        codes[i] = c;
+        if constexpr (Feedback) residual[i] = d - from_fp8(c) * absmax;
+      }
+    } else {
+      static_assert(F == format::int4);
+      // Nibbles of up to 256 values at a time into a small array (a loop
+      // like int8's), then packed in pairs: one loop doing both does not
+      // vectorize. Runs are even, so pairs never straddle two runs.
+      constexpr std::size_t run = 256;
+      std::uint8_t q[run];
+      for (std::size_t start = 0; start < n; start += run) {
+        const std::size_t len = n - start < run ? n - start : run;
+        for (std::size_t i = 0; i < len; ++i) {
+          const float d = value(start + i);
+          const int level = int4_level(unit_of(d));
+          q[i] = static_cast<std::uint8_t>(level & 0xF);  // to_int4
+          if constexpr (Feedback) residual[start + i] = d - int4_unit(level) * absmax;  // from_int4 of that code
+        }
+        if (len % 2) q[len] = 0;  // the odd tail's high nibble
+        for (std::size_t j = 0; j < (len + 1) / 2; ++j)
+          codes[start / 2 + j] = static_cast<std::uint8_t>(q[2 * j] | (q[2 * j + 1] << 4));
+      }
+    }
+  };
+  if (scale.by_inverse) codes_with([inverse = scale.inverse](float d) { return d * inverse; });
+  else codes_with([absmax = scale.absmax](float d) { return d / absmax; });
+  return true;
+}
+
+/// Encodes values `[first, first + n)` of an unscaled format `F` (fp32, bf16)
+/// at `out`. False if a value is not finite.
+template <format F, bool Feedback>
+bool encode_delta_run(const delta_source<Feedback>& delta, std::size_t first, std::size_t n, std::byte* out) {
+  const float* __restrict base = delta.base + first;
+  const float* __restrict theta = delta.theta + first;
+  float* __restrict residual = Feedback ? delta.residual + first : nullptr;
+  magnitude_max m;
+  for (std::size_t i = 0; i < n; ++i) {
+    float d;
+    if constexpr (Feedback) d = outer_gradient{}(base[i], theta[i], residual[i]);
+    else d = outer_gradient{}(base[i], theta[i]);
+    m(d);
+    if constexpr (F == format::fp32) {
+      std::memcpy(out + 4 * i, &d, 4);
+      if constexpr (Feedback) residual[i] = d - d;  // fp32 is exact: the error is 0
+    } else {
+      static_assert(F == format::bf16);
+      const std::uint16_t b = to_bf16(d);
+      std::memcpy(out + 2 * i, &b, 2);
+      if constexpr (Feedback) residual[i] = d - from_bf16(b);
+    }
+  }
+  return m.finite();
+}
+
+template <format F, bool Feedback>
+bool encode_delta_chunks(const delta_source<Feedback>& delta, std::size_t n, const chunking& c, std::size_t first_chunk,
+                         std::size_t last_chunk, std::byte* out, std::atomic<bool>& failed) {
+  for (std::size_t k = first_chunk; k < last_chunk; ++k) {
+    if (failed.load(std::memory_order_relaxed)) return false;
+    const std::size_t first = k * c.values;
+    const std::size_t len = n - first < c.values ? n - first : c.values;
+    bool ok;
+    if constexpr (block_scaled(F)) ok = encode_delta_block<F, Feedback>(delta, first, len, out + k * c.bytes);
+    else ok = encode_delta_run<F, Feedback>(delta, first, len, out + k * c.bytes);
+    if (!ok) {
+      failed.store(true, std::memory_order_relaxed);
+      return false;
+    }
+  }
+  return true;
+}
+
+/// Adds `weight ·` the values of chunks `[first_chunk, last_chunk)` of `in`
+/// to `acc`.
+template <format F>
+void decode_accumulate_chunks(const std::byte* in, std::size_t n, const chunking& c, std::size_t first_chunk,
+                              std::size_t last_chunk, float weight, float* acc_all) {
+  for (std::size_t k = first_chunk; k < last_chunk; ++k) {
+    const std::size_t first = k * c.values;
+    const std::size_t len = n - first < c.values ? n - first : c.values;
+    const std::byte* p = in + k * c.bytes;
+    float* __restrict acc = acc_all + first;
+    if constexpr (F == format::fp32) {
+      for (std::size_t i = 0; i < len; ++i) acc[i] += weight * get_f32(p + 4 * i);
+    } else if constexpr (F == format::bf16) {
+      for (std::size_t i = 0; i < len; ++i) {
+        std::uint16_t b;
+        std::memcpy(&b, p + 2 * i, 2);
+        acc[i] += weight * from_bf16(b);
+      }
+    } else {
+      const float absmax = get_f32(p);
+      const auto* __restrict codes = reinterpret_cast<const std::uint8_t*>(p + 4);
+      if constexpr (F == format::int8) {
+        for (std::size_t i = 0; i < len; ++i) acc[i] += weight * (from_int8(static_cast<std::int8_t>(codes[i])) * absmax);
+      } else if constexpr (F == format::fp8) {
+        for (std::size_t i = 0; i < len; ++i) acc[i] += weight * (from_fp8(codes[i]) * absmax);
+      } else {
+        static_assert(F == format::int4);
+        for (std::size_t j = 0; j < len / 2; ++j) {
+          acc[2 * j] += weight * (from_int4(codes[j]) * absmax);
+          acc[2 * j + 1] += weight * (from_int4(codes[j] >> 4u) * absmax);
+        }
+        if (len % 2) acc[len - 1] += weight * (from_int4(codes[len / 2]) * absmax);
+      }
+    }
+  }
+}
+
+}  // namespace detail
+
+/// Encodes the outer gradient `Δ = base − θ` of `base.size()` values into
+/// `out` in one pass, on up to `threads` threads (0: every core; fewer where a
+/// thread would get under 2^16 values). `out` holds
+/// `encoded_size(f, base.size(), block)` bytes and receives exactly the bytes
+/// `encode(f, n, block, [&](i) { return base[i] − θ[i]; }, out)` writes.
+///
+/// With error feedback (`residual` not empty, as long as `base`), the pass
+/// encodes `Δ = (base − θ) + residual` instead and then sets
+/// `residual ← Δ − decoded`, the encoding error, which the next call adds
+/// back (`decoded` as `decode` gives it: the error is 0 for fp32).
+///
+/// Returns false if any `Δ` is not finite: nothing may be sent. `out` is then
+/// partly written (discard it), and `residual`, whose blocks up to the first
+/// bad one in each thread's share were already updated, is set to zero, so
+/// that its content never depends on the thread count: error feedback starts
+/// afresh. (Keeping the old residual instead would take a second pass over
+/// the inputs, or a copy, on every call.) Returns false having touched
+/// nothing if `out` is not `encoded_size` bytes or `block` is 0 for a
+/// block-scaled format.
+///
+/// Cost: reads `base` and `θ` (and `residual`) once from memory, writes the
+/// encoded bytes (and `residual`) once: 8 (16) bytes per value plus the
+/// encoding. A block-scaled format reads each block twice, the second time
+/// from cache. The result does not depend on `threads`.
+inline bool encode_delta(format f, std::size_t block, std::span<const float> base, std::span<const float> theta,
+                         std::span<float> residual, std::span<std::byte> out, unsigned threads) {
+  assert(base.size() == theta.size());
+  assert(residual.empty() || residual.size() == base.size());
+  const std::size_t n = base.size();
+  if ((block_scaled(f) && block == 0) || out.size() != encoded_size(f, n, block)) return false;
+  const detail::chunking c(f, n, block);
+  std::atomic<bool> failed{false};
+  auto run = [&]<format F, bool Feedback>() {
+    const detail::delta_source<Feedback> delta{base.data(), theta.data(), residual.data()};
+    ::diloco::detail::parallel_for(
+        c.count, ::diloco::detail::threads_for(n, threads, detail::min_values_per_thread),
+        [&](std::size_t first, std::size_t last) {
+          detail::encode_delta_chunks<F, Feedback>(delta, n, c, first, last, out.data(), failed);
+        });
+  };
+  auto with_format = [&]<bool Feedback>() {
+    switch (f) {
+      case format::fp32: return run.template operator()<format::fp32, Feedback>();
+      case format::bf16: return run.template operator()<format::bf16, Feedback>();
+      case format::int8: return run.template operator()<format::int8, Feedback>();
+      case format::fp8: return run.template operator()<format::fp8, Feedback>();
+      case format::int4: return run.template operator()<format::int4, Feedback>();
+    }
+  };
+  if (residual.empty()) with_format.template operator()<false>();
+  else with_format.template operator()<true>();
+  if (failed.load()) {
+    for (float& r : residual) r = 0.0f;
+    return false;
+  }
+  return true;
+}
+
+/// `acc[i] += weight · decoded[i]` for the `acc.size()` values encoded in
+/// `in`, in one pass over the bytes, on up to `threads` threads (0: every
+/// core; fewer where a thread would get under 2^16 values). Precondition:
+/// `valid(f, acc.size(), block, in)` (bytes from the network are checked
+/// first). Each `decoded[i]` is the value `decode` gives, and each `acc[i]`
+/// receives one product, so the result is that of the loop
+/// `decode(f, n, block, in, [&](i, v) { acc[i] += weight * v; })` whatever
+/// `threads` is.
+///
+/// Cost: reads the encoded bytes once, reads and writes `acc` once (8 bytes
+/// per value plus the encoding).
+inline void decode_accumulate(format f, std::size_t block, std::span<const std::byte> in, float weight,
+                              std::span<float> acc, unsigned threads) {
+  const std::size_t n = acc.size();
+  assert(in.size() == encoded_size(f, n, block) && (!block_scaled(f) || block > 0));
+  const detail::chunking c(f, n, block);
+  auto run = [&]<format F>() {
+    ::diloco::detail::parallel_for(c.count, ::diloco::detail::threads_for(n, threads, detail::min_values_per_thread),
+                                   [&](std::size_t first, std::size_t last) {
+                                     detail::decode_accumulate_chunks<F>(in.data(), n, c, first, last, weight,
+                                                                         acc.data());
+                                   });
+  };
+  switch (f) {
+    case format::fp32: return run.template operator()<format::fp32>();
+    case format::bf16: return run.template operator()<format::bf16>();
+    case format::int8: return run.template operator()<format::int8>();
+    case format::fp8: return run.template operator()<format::fp8>();
+    case format::int4: return run.template operator()<format::int4>();
+  }
+}
+
+}  // namespace diloco::codec
