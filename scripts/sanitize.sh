@@ -8,7 +8,9 @@
 #                                      # threaded runtime and the transports), not `slow`
 #
 # Build folders: build-address, build-thread (or $2). Only the test program is
-# built (no tools, examples or benchmarks), at -O1, to keep CI short.
+# built (no tools, examples or benchmarks), at -O1, to keep CI short; without
+# the CUDA component (nvcc code is not sanitized), which also checks that
+# everything builds without it.
 # scripts/quickstart.sh test runs both after the main suite.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -23,7 +25,7 @@ dir=${2:-build-$kind}
 jobs=$(nproc)
 
 CC=clang-14 CXX=clang++-14 cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=Sanitize -DCMAKE_CXX_FLAGS_SANITIZE="-O1" \
-  -DDILOCO_SANITIZE="$sanitizers" -DDILOCO_WERROR=ON -DDILOCO_FUZZ=OFF \
+  -DDILOCO_SANITIZE="$sanitizers" -DDILOCO_WERROR=ON -DDILOCO_FUZZ=OFF -DDILOCO_ENABLE_CUDA=OFF \
   -DDILOCO_BUILD_TOOLS=OFF -DDILOCO_BUILD_EXAMPLES=OFF -DDILOCO_BUILD_BENCH=OFF
 for target in "${targets[@]}"; do cmake --build "$dir" -j"$jobs" --target "$target"; done
 ctest --test-dir "$dir" --output-on-failure -j"$jobs" "${labels[@]}"

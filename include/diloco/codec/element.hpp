@@ -79,9 +79,22 @@ DILOCO_HOST_DEVICE inline float round_half_away(float y) {
   return std::copysign(std::floor(std::fabs(y) + 0.5f), y);
 }
 
+/// `a · b` rounded once, to nearest even, and never fused with a neighbouring
+/// addition: nvcc contracts `a·b + c` into one FMA by default (`-fmad=true`),
+/// which would make a kernel's codes and decoded values differ from the CPU
+/// loop's. On the host it is the plain product: the CPU code is unchanged.
+DILOCO_HOST_DEVICE inline float mul_rn(float a, float b) {
+#if defined(__CUDA_ARCH__)
+  return __fmul_rn(a, b);
+#else
+  return a * b;
+#endif
+}
+
 // The codes of the block-scaled formats. A value `x` of a block whose largest
 // magnitude is `absmax` travels as the code of its unit `x / absmax` (in
-// [−1, 1]) and comes back as `unit(code) · absmax`.
+// [−1, 1]) and comes back as `unit(code) · absmax`, that product rounded once
+// (`mul_rn(unit, absmax)`): docs/protocol.md, "Arithmetic".
 
 /// `round_half_away(y)` for |y| < 2^30, as an int: `y ± ½` truncated, which
 /// is ±⌊|y| + ½⌋ (IEEE addition is symmetric in sign, and truncation is ⌊⌋
@@ -94,7 +107,7 @@ DILOCO_HOST_DEVICE inline int round_half_away_to_int(float y) {
 /// The int8 code of a unit (|unit| ≤ 2^20): `round_half_away(unit · 127)`
 /// clamped to [−127, 127].
 DILOCO_HOST_DEVICE inline std::int8_t to_int8(float unit) {
-  const int q = round_half_away_to_int(unit * 127.0f);
+  const int q = round_half_away_to_int(mul_rn(unit, 127.0f));
   return static_cast<std::int8_t>(q < -127 ? -127 : (q > 127 ? 127 : q));
 }
 
@@ -105,7 +118,7 @@ DILOCO_HOST_DEVICE inline float from_int8(std::int8_t q) { return float(q) / 127
 /// `round_half_away(unit · 7)` clamped to [−7, 7], and that level in two's
 /// complement as the low nibble of `to_int4`.
 DILOCO_HOST_DEVICE inline int int4_level(float unit) {
-  const int q = round_half_away_to_int(unit * 7.0f);
+  const int q = round_half_away_to_int(mul_rn(unit, 7.0f));
   return q < -7 ? -7 : (q > 7 ? 7 : q);
 }
 DILOCO_HOST_DEVICE inline unsigned to_int4(float unit) { return static_cast<unsigned>(int4_level(unit)) & 0xFu; }
@@ -116,7 +129,7 @@ DILOCO_HOST_DEVICE inline float int4_unit(int level) { return float(level) / 7.0
 DILOCO_HOST_DEVICE inline float from_int4(unsigned nibble) { return int4_unit(int((nibble & 0xFu) ^ 0x8u) - 8); }
 
 /// The fp8 code of a unit: the E4M3 code nearest `unit · 448`.
-DILOCO_HOST_DEVICE inline std::uint8_t to_fp8(float unit) { return to_e4m3(unit * e4m3_max); }
+DILOCO_HOST_DEVICE inline std::uint8_t to_fp8(float unit) { return to_e4m3(mul_rn(unit, e4m3_max)); }
 
 /// The unit of fp8 code `c`: `e4m3(c) / 448`.
 DILOCO_HOST_DEVICE inline float from_fp8(std::uint8_t c) { return from_e4m3(c) / e4m3_max; }

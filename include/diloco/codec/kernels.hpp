@@ -114,7 +114,7 @@ bool encode_delta_block(const delta_source<Feedback>& delta, std::size_t first, 
   }
   // One loop per way of scaling, so that no loop branches per value.
   auto codes_with = [&](auto unit_of) {
-    const float absmax = scale.absmax;
+    [[maybe_unused]] const float absmax = scale.absmax;  // unused without feedback (nvcc warns)
     if constexpr (F == format::int8) {
       for (std::size_t i = 0; i < n; ++i) {
         const float d = value(i);

@@ -28,10 +28,25 @@ struct adamw_options {
 /// decay of Loshchilov & Hutter 2019):
 /// `m = β1·m + (1−β1)·g;  v = β2·v + (1−β2)·g²;`
 /// `p = p·(1 − lr·λ) − lr · (m / (1−β1^t)) / (sqrt(v / (1−β2^t)) + ε)`.
-/// The per-step constants are precomputed by `adamw::step`.
+/// The per-step constants are precomputed once per step, by `at_step`, on the
+/// host; `adamw::step` and the CUDA kernel (diloco/cuda/adamw.cuh) apply the
+/// same functor.
 template <class T>
 struct adamw_element {
   T lr, beta1, beta2, epsilon, decay_factor, inv_bias1, inv_sqrt_bias2;
+
+  /// The element update of step `t` (t ≥ 1, counting from the first step
+  /// after the moments were created).
+  static adamw_element at_step(const adamw_options& o, std::uint64_t t) {
+    const double steps = static_cast<double>(t);
+    return {T(o.learning_rate),
+            T(o.beta1),
+            T(o.beta2),
+            T(o.epsilon),
+            T(1.0 - o.learning_rate * o.weight_decay),
+            T(1.0 / (1.0 - std::pow(o.beta1, steps))),
+            T(1.0 / std::sqrt(1.0 - std::pow(o.beta2, steps)))};
+  }
 
   DILOCO_HOST_DEVICE void operator()(T& p, T& m, T& v, T g) const {
     using std::sqrt;
@@ -66,14 +81,7 @@ class adamw {
     }
     assert(m_.size() == params.size());
     ++steps_;
-    const double t = static_cast<double>(steps_);
-    const adamw_element<T> f{T(options_.learning_rate),
-                             T(options_.beta1),
-                             T(options_.beta2),
-                             T(options_.epsilon),
-                             T(1.0 - options_.learning_rate * options_.weight_decay),
-                             T(1.0 / (1.0 - std::pow(options_.beta1, t))),
-                             T(1.0 / std::sqrt(1.0 - std::pow(options_.beta2, t)))};
+    const auto f = adamw_element<T>::at_step(options_, steps_);
     T* p = params.data();
     T* m = m_.data();
     T* v = v_.data();
