@@ -388,10 +388,15 @@ int serve(const settings& s, diloco::zeromq::server& server, start& from, diloco
   if (journal) options.before_ack = [&](const diloco::message& m) { journal->append(m); };
   std::optional<diloco::trace_writer> trace;
   if (!s.trace_file.empty()) trace.emplace(s.trace_file);
-  // Made durable (per-update durability), then traced, then published.
+  // Traced, then made durable (per-update durability), then published. A
+  // SIGKILL between the two leaves a merge traced but not saved: the journal
+  // still holds its contributions, which the restarted syncer merges again
+  // (traced again), so the trace accounts for every one. The other order
+  // could save a merge the trace never shows, and an auditor of the trace
+  // (diloco_chaos) would count its contributions as lost.
   options.before_publish = [&](const diloco::update_event& e) {
-    if (store && s.durability_seconds == 0) write_checkpoint();
     if (trace) trace->merged(e.fragment, e.revision, e.contributions);
+    if (store && s.durability_seconds == 0) write_checkpoint();
   };
   if (trace) options.on_contribution = [&](const diloco::contribution_event& e) { trace->contribution(e); };
   if (trace) options.on_drop = [&](const diloco::drop_event& e) { trace->dropped(e); };
