@@ -8,7 +8,8 @@
 #                                      # threaded runtime and the transports), not `slow`
 #
 # Build folders: build-address, build-thread (or $2). Only the test program is
-# built (no tools, examples or benchmarks), at -O1, to keep CI short; without
+# built (no tools, examples or benchmarks), with only the suites that run
+# (DILOCO_TESTS_WITH_LABEL, tests/CMakeLists.txt), at -O1, to keep CI short; without
 # the CUDA component (nvcc code is not sanitized), which also checks that
 # everything builds without it.
 # scripts/quickstart.sh test runs both after the main suite.
@@ -17,8 +18,8 @@ cd "$(dirname "$0")/.."
 
 kind=${1:-}
 case $kind in
-  address) sanitizers=address,undefined; targets=(diloco_tests diloco_header_check); labels=(-L unit) ;;
-  thread) sanitizers=thread; targets=(diloco_tests); labels=(-L threads -LE slow) ;;
+  address) sanitizers=address,undefined; targets=(diloco_tests diloco_header_check); with=unit; without="" ;;
+  thread) sanitizers=thread; targets=(diloco_tests); with=threads; without=slow ;;
   *) echo "usage: bash scripts/sanitize.sh address|thread [build-dir]" >&2; exit 2 ;;
 esac
 dir=${2:-build-$kind}
@@ -26,6 +27,9 @@ jobs=$(nproc)
 
 CC=clang-14 CXX=clang++-14 cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=Sanitize -DCMAKE_CXX_FLAGS_SANITIZE="-O1" \
   -DDILOCO_SANITIZE="$sanitizers" -DDILOCO_WERROR=ON -DDILOCO_FUZZ=OFF -DDILOCO_ENABLE_CUDA=OFF \
-  -DDILOCO_BUILD_TOOLS=OFF -DDILOCO_BUILD_EXAMPLES=OFF -DDILOCO_BUILD_BENCH=OFF
+  -DDILOCO_BUILD_TOOLS=OFF -DDILOCO_BUILD_EXAMPLES=OFF -DDILOCO_BUILD_BENCH=OFF \
+  -DDILOCO_TESTS_WITH_LABEL="$with" -DDILOCO_TESTS_WITHOUT_LABEL="$without"
 for target in "${targets[@]}"; do cmake --build "$dir" -j"$jobs" --target "$target"; done
+labels=(-L "$with")
+if [[ -n $without ]]; then labels+=(-LE "$without"); fi
 ctest --test-dir "$dir" --output-on-failure -j"$jobs" "${labels[@]}"

@@ -10,7 +10,7 @@
 # configuration fails if they are missing. -DDILOCO_FUZZ=OFF drops the test.
 
 option(DILOCO_FUZZ "Run the decode fuzzer as a CTest test (needs clang++ and libFuzzer)" ${PROJECT_IS_TOP_LEVEL})
-set(DILOCO_FUZZ_SECONDS 60 CACHE STRING "How long the fuzz_decode test fuzzes, in seconds")
+set(DILOCO_FUZZ_SECONDS 30 CACHE STRING "How long the fuzz_decode test fuzzes, in seconds")
 
 if(DILOCO_FUZZ)
   # The compiler of this build if it is clang, otherwise a clang++ on the PATH.
