@@ -248,6 +248,76 @@ static_assert(merge_policy_agrees<diloco::merge::average, float> &&
 static_assert(transport_agrees<diloco::inproc::endpoint> && transport_agrees<diloco::sim::endpoint>);
 static_assert(checkpointable_agrees<diloco::inner::adamw<float>> && checkpointable_agrees<diloco::outer::sgd<double>>);
 
+// ---------------------------------------------------------------------------
+// memory_space, and the optional memory of a model (requirement 7).
+template <class S, class T>
+constexpr bool memory_space_agrees = diloco::memory_space<S, T> == diloco::check_memory_space<S, T, quiet>();
+
+enum class space_req { buffer, encode_delta, adopt, scatter, gather, copies };
+/// host_memory with one requirement's member hidden by a deleted one.
+template <space_req R>
+struct space_lacking;
+template <>
+struct space_lacking<space_req::buffer> : diloco::host_memory {
+  void allocate() = delete;
+};
+template <>
+struct space_lacking<space_req::encode_delta> : diloco::host_memory {
+  void encode_delta() = delete;
+};
+template <>
+struct space_lacking<space_req::adopt> : diloco::host_memory {
+  void adopt() = delete;
+};
+template <>
+struct space_lacking<space_req::scatter> : diloco::host_memory {
+  void scatter() = delete;
+};
+template <>
+struct space_lacking<space_req::gather> : diloco::host_memory {
+  void gather() = delete;
+};
+template <>
+struct space_lacking<space_req::copies> : diloco::host_memory {
+  void write() = delete;
+};
+
+namespace rs = diloco::requirements::memory_space;
+template <class S>
+constexpr bool space_refused = !diloco::memory_space<S, float> && memory_space_agrees<S, float>;
+
+static_assert(memory_space_agrees<diloco::host_memory, float> && memory_space_agrees<diloco::host_memory, double>);
+static_assert(diloco::memory_space<diloco::host_memory, double>);
+static_assert(!rs::buffer<space_lacking<space_req::buffer>, float> && space_refused<space_lacking<space_req::buffer>>);
+static_assert(rs::buffer<space_lacking<space_req::encode_delta>, float> &&
+              !rs::encode_delta<space_lacking<space_req::encode_delta>, float> &&
+              space_refused<space_lacking<space_req::encode_delta>>);
+static_assert(rs::encode_delta<space_lacking<space_req::adopt>, float> && !rs::adopt<space_lacking<space_req::adopt>, float> &&
+              space_refused<space_lacking<space_req::adopt>>);
+static_assert(rs::adopt<space_lacking<space_req::scatter>, float> &&
+              !rs::scatter<space_lacking<space_req::scatter>, float> && space_refused<space_lacking<space_req::scatter>>);
+static_assert(rs::scatter<space_lacking<space_req::gather>, float> && !rs::gather<space_lacking<space_req::gather>, float> &&
+              space_refused<space_lacking<space_req::gather>>);
+static_assert(rs::gather<space_lacking<space_req::copies>, float> && !rs::copies<space_lacking<space_req::copies>, float> &&
+              space_refused<space_lacking<space_req::copies>>);
+
+/// A model that names its memory: a memory space is taken, anything else
+/// refused at requirement 7 with 1 to 6 met.
+struct model_in_host_memory : model_lacking<model_req::none> {
+  diloco::host_memory& memory();
+};
+struct model_in_strange_memory : model_lacking<model_req::none> {
+  int& memory();
+};
+struct model_with_memory_by_value : model_lacking<model_req::none> {
+  diloco::host_memory memory();
+};
+static_assert(diloco::model<model_in_host_memory> && model_agrees<model_in_host_memory>);
+static_assert(std::is_same_v<diloco::memory_space_of<model_in_host_memory>, diloco::host_memory>);
+static_assert(rm::compute_gradients<model_in_strange_memory> && !rm::memory<model_in_strange_memory> &&
+              model_refused<model_in_strange_memory>);
+static_assert(!rm::memory<model_with_memory_by_value> && model_refused<model_with_memory_by_value>);
+
 }  // namespace
 
 BOOST_AUTO_TEST_SUITE(concepts_agreement)

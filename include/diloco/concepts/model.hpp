@@ -4,8 +4,10 @@
 #include <concepts>
 #include <cstdint>
 #include <span>
+#include <type_traits>
 
 #include "diloco/concepts/check.hpp"
+#include "diloco/concepts/memory_space.hpp"
 #include "diloco/concepts/scalar.hpp"
 #include "diloco/params/layout.hpp"
 
@@ -37,7 +39,8 @@ concept layout = requires(const M& m) {
 };
 
 /// 4. `m.parameters()` — `std::span<scalar_type>` over all parameters, flat, in
-///    layout order; the same memory for the model's lifetime.
+///    layout order; the same memory for the model's lifetime (host memory,
+///    or the memory of requirement 7).
 template <class M>
 concept parameters = requires(M& m) {
   { m.parameters() } -> std::same_as<std::span<typename M::scalar_type>>;
@@ -58,14 +61,26 @@ concept compute_gradients = requires(M& m, const typename M::batch_type& batch) 
   { m.compute_gradients(batch) } -> std::same_as<step_stats>;
 };
 
+/// 7. Optional: `m.memory()` — returns a reference to a `memory_space` for
+///    `scalar_type` (e.g. `diloco::cuda::device_memory`) when the parameters
+///    and gradients are not host memory. The learner then keeps its
+///    per-fragment buffers there and does its outer-loop passes through it;
+///    the inner step must work on that memory too. Without it, host memory.
+template <class M>
+concept memory = !requires(M& m) { m.memory(); } || requires(M& m) {
+  requires std::is_lvalue_reference_v<decltype(m.memory())>;
+  requires diloco::memory_space<std::remove_cvref_t<decltype(m.memory())>, typename M::scalar_type>;
+};
+
 }  // namespace requirements::model
 
-/// Requirements on a Model type `M`: requirements 1 to 6 above (the
+/// Requirements on a Model type `M`: requirements 1 to 7 above (the
 /// learner's; examples in tests/support/toy_model.hpp and examples/).
 template <class M>
 concept model = requirements::model::scalar_type<M> && requirements::model::batch_type<M> &&
                 requirements::model::layout<M> && requirements::model::parameters<M> &&
-                requirements::model::gradients<M> && requirements::model::compute_gradients<M>;
+                requirements::model::gradients<M> && requirements::model::compute_gradients<M> &&
+                requirements::model::memory<M>;
 
 /// Returns true if `M` is a model; otherwise, with `on_unmet::fail`, stops
 /// compilation naming the first requirement `M` misses.
@@ -94,6 +109,11 @@ consteval bool check_model() {
   } else if constexpr (!r::compute_gradients<M>) {
     static_assert(r::compute_gradients<M> || quiet,
                   "diloco::model: missing member `diloco::step_stats compute_gradients(const batch_type&)`");
+    return !quiet;
+  } else if constexpr (!r::memory<M>) {
+    static_assert(r::memory<M> || quiet,
+                  "diloco::model: `memory()` must return a reference to a diloco::memory_space for scalar_type "
+                  "(check it with diloco::check_memory_space<S, T>())");
     return !quiet;
   } else {
     return true;

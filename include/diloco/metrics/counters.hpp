@@ -141,7 +141,8 @@ struct syncer_metrics {
 /// The syncer's counters other than `rejected`, in the order they are saved.
 /// A new counter is appended at the end: a state saved before it existed is
 /// then read with the new counter at 0.
-inline constexpr std::uint64_t syncer_metrics::*syncer_counter_fields[] = {
+using syncer_counter = std::uint64_t syncer_metrics::*;  ///< one counter of `syncer_metrics`
+inline constexpr syncer_counter syncer_counter_fields[] = {
     &syncer_metrics::outer_updates,         &syncer_metrics::contributions_accepted,
     &syncer_metrics::contributions_merged,  &syncer_metrics::contributions_pending,
     &syncer_metrics::contributions_lost,    &syncer_metrics::contributions_dropped,

@@ -33,6 +33,7 @@
 #include "diloco/metrics/events.hpp"
 #include "diloco/params/fragments.hpp"
 #include "diloco/runtime/config.hpp"
+#include "diloco/runtime/host_memory.hpp"
 #include "diloco/runtime/learner_state.hpp"
 #include "diloco/runtime/payload.hpp"
 #include "diloco/transport/buffer.hpp"
@@ -88,6 +89,12 @@ struct learner_options {
 /// and `load` let a restarted learner resume (docs/design.md, "Learner
 /// checkpoints").
 ///
+/// The model's parameters may live outside host memory (a GPU): the model
+/// then names its memory space (requirement 7 of `model`), and the learner
+/// keeps each fragment's base and residual there and does every pass over
+/// θ through it (`memory_space`); only the bytes of the wire, and of
+/// checkpoints, cross to the host.
+///
 /// Two ways to drive it:
 /// - `step(batch)` (blocking transports): one call per inner step; joins,
 ///   waits where the configuration says so (lock-step modes only), trains.
@@ -107,6 +114,8 @@ class learner {
   using scalar_type = typename Model::scalar_type;
   using batch_type = typename Model::batch_type;
   using T = scalar_type;
+  /// Where the model's parameters live: `host_memory` unless the model says otherwise.
+  using memory_type = memory_space_of<Model>;
   static_assert(same_scalar_type<Model, InnerStep>,
                 "diloco::learner: the model and the inner step must use the same scalar_type");
 
@@ -277,11 +286,17 @@ class learner {
     learner_state<T> s;
     s.learner = options_.id;
     s.incarnation = options_.incarnation;
+    memory_type& space = memory();
     const std::span<const T> theta = model_.parameters();
-    s.parameters.assign(theta.begin(), theta.end());
+    s.parameters.resize(theta.size());
+    space.read(theta, std::span<T>(s.parameters));
     if (joined()) {
       s.config = config_;
-      for (const auto& f : tracks_) s.fragments.push_back({!f.in_flight, f.revision, f.base, f.tokens, f.steps});
+      for (const auto& f : tracks_) {
+        std::vector<T> base(f.base.size());
+        space.read(std::span<const T>(f.base.data(), f.base.size()), std::span<T>(base));
+        s.fragments.push_back({!f.in_flight, f.revision, std::move(base), f.tokens, f.steps});
+      }
     } else if (restored_ && !welcomed_) {
       s.config = restored_->config;
       s.fragments = restored_->fragments;
@@ -317,7 +332,7 @@ class learner {
                                   std::to_string(options_.incarnation) + " must be newer");
     std::istringstream inner(std::move(s.inner));
     inner_.load(inner);  // last: all or nothing by itself (Checkpointable), and nothing below can fail
-    std::copy(s.parameters.begin(), s.parameters.end(), model_.parameters().begin());
+    memory().write(std::span<const T>(s.parameters), model_.parameters());
     s.parameters = {};
     s.inner = {};
     step_ = s.local_step;
@@ -360,13 +375,16 @@ class learner {
     std::uint64_t revision;
     std::uint64_t answers;
     update_status status;
-    byte_buffer payload;
+    codec_id codec;
+    std::uint32_t block;
+    byte_buffer payload;  ///< as it arrived (checked), decoded where θ lives when adopted
   };
   struct fragment_track {
     bool adopted = false;
     std::uint64_t revision = 0;
-    std::vector<T> base;  ///< Θ_p at `revision`, packed
-    std::vector<T> residual;  ///< error feedback: what the codec rounded away from Δ_p, to send next time (packed)
+    typename memory_type::template buffer<T> base;  ///< Θ_p at `revision`, packed
+    /// Error feedback: what the codec rounded away from Δ_p, to send next time (packed).
+    std::optional<typename memory_type::template buffer<T>> residual;
     std::uint64_t tokens = 0;
     std::uint64_t steps = 0;
     std::optional<in_flight_send> in_flight;
@@ -433,21 +451,15 @@ class learner {
     h.flags = flags;
     h.step_time_ns = static_cast<std::int64_t>(step_time_.value());
     h.transfer_ns = static_cast<std::int64_t>(transfer_time_.value());
-    // One pass reads θ_p and the base and writes the encoded outer gradient.
+    // One pass where θ lives reads θ_p and the base and writes the encoded
+    // outer gradient (and, with error feedback, the new residual).
     m.payload = pool_.acquire(payload::size(h.codec, frag.size(), h.block));
-    const bool feedback = !f.residual.empty();
-    if (!payload::encode<T>(h.codec, h.block, frag.size(), delta_reader(p), m.payload.bytes())) {
+    if (!memory().encode_delta(h.codec, h.block, frag.slices(), std::span<const T>(model_.parameters()), f.base,
+                               f.residual ? &*f.residual : nullptr, m.payload.bytes())) {
       // NaN or infinite parameters: nothing is sent, and training stops here
       // rather than go on from a model that cannot recover.
       error_ = errc::non_finite;
       return;
-    }
-    if (feedback) {
-      // The residual becomes what the codec rounded away: Δ + e − decode(code).
-      auto value = delta_reader(p);
-      T* residual = f.residual.data();
-      codec::decode(*format_of(h.codec), frag.size(), h.block, m.payload.bytes(),
-                    [&](std::size_t i, float decoded) { residual[i] = value(i) - T(decoded); });
     }
     metrics_.bytes_sent += m.payload.size();
     f.in_flight = in_flight_send{h.sequence, f.revision, step_, now};
@@ -459,20 +471,12 @@ class learner {
     send(m);
   }
 
-  /// Fragment p's outer gradient by packed index, `Θ_p(base) − θ_p`, plus the
-  /// residual of error feedback. Indexes are read in order (twice per block
-  /// for a block-scaled codec), which the slice cursor follows.
-  auto delta_reader(std::uint32_t p) const {
-    const auto slices = plan_[p].slices();
-    const T* theta = model_.parameters().data();
-    const T* base = tracks_[p].base.data();
-    const T* residual = tracks_[p].residual.empty() ? nullptr : tracks_[p].residual.data();
-    return [slices, theta, base, residual, s = std::size_t{0}](std::size_t i) mutable {
-      if (i < slices[s].packed_offset) s = 0;
-      while (i >= slices[s].packed_offset + slices[s].size) ++s;
-      const T delta = base[i] - theta[slices[s].flat_offset + (i - slices[s].packed_offset)];
-      return residual ? delta + residual[i] : delta;
-    };
+  /// The memory space of the model's parameters.
+  memory_type& memory() const noexcept {
+    if constexpr (requires { model_.memory(); })
+      return model_.memory();
+    else
+      return host_memory_;
   }
 
   /// Sends in order: while older messages wait in the outbox, new ones queue
@@ -516,8 +520,8 @@ class learner {
     tracks_.clear();
     tracks_.resize(config_.fragments);
     for (std::uint32_t p = 0; p < config_.fragments; ++p) {
-      tracks_[p].base.assign(plan_[p].size(), T(0));
-      if (options_.error_feedback && compressed) tracks_[p].residual.assign(plan_[p].size(), T(0));
+      tracks_[p].base = memory().template allocate<T>(plan_[p].size());
+      if (options_.error_feedback && compressed) tracks_[p].residual = memory().template allocate<T>(plan_[p].size());
     }
     welcomed_ = true;
   }
@@ -542,7 +546,7 @@ class learner {
       m.header.fragment = p;
       m.header.element_count = plan[p].size();
       m.payload = pool_.acquire(plan[p].size() * sizeof(T));
-      plan.template gather<T>(p, model_.parameters(), m.payload.template as<T>());
+      memory().gather(plan[p].slices(), std::span<const T>(model_.parameters()), m.payload.template as<T>());
       metrics_.bytes_sent += m.payload.size();
       send(m);
     }
@@ -555,12 +559,10 @@ class learner {
       ++metrics_.updates_ignored;
       return;
     }
-    // The global fragment as `T`s: the syncer's values, or at a compressed
-    // codec their decoding, the same bits on every learner.
-    byte_buffer values = pool_.acquire(plan_[h.fragment].size() * sizeof(T));
-    double ignored = 0.0;
-    if (payload::decode<T>(h.codec, h.block, m.payload.bytes(), values.template as<T>(), ignored) !=
-        payload::verdict::ok) {
+    // The global fragment: the syncer's values, or at a compressed codec
+    // bytes whose decoding is the same bits on every learner. Checked here,
+    // decoded where θ lives when adopted.
+    if (payload::check<T>(h.codec, h.block, m.payload.bytes(), plan_[h.fragment].size()) != payload::verdict::ok) {
       ++metrics_.updates_ignored;
       return;
     }
@@ -593,7 +595,7 @@ class learner {
     // merged revision replaces it before adoption.
     const update_status status =
         f.inbox && f.inbox->status == update_status::resync ? update_status::resync : h.status;
-    f.inbox = received_update{h.revision, answers, status, std::move(values)};
+    f.inbox = received_update{h.revision, answers, status, h.codec, h.block, std::move(m.payload)};
   }
 
   /// A refused contribution is no longer awaited (a stale or duplicate one
@@ -655,25 +657,15 @@ class learner {
 
   void adopt(std::uint32_t p, bool answer) {
     auto& f = tracks_[p];
-    const std::span<const T> global = f.inbox->payload.template as<const T>();
     const std::span<T> theta = model_.parameters();
     // Mixing blends a merged revision into local progress; the first state,
-    // and a resync after the learner fell behind, overwrite.
+    // and a resync after the learner fell behind, overwrite; a restarted
+    // learner resuming keeps θ_p, the work done since this very base.
     const bool mix = config_.mixing != 0.0 && f.adopted && f.inbox->status == update_status::merged;
-    const bool resume = !f.adopted && resumes(p, global);
-    if (resume) {
-      // θ_p keeps the work done since this very base before the restart.
-    } else if (!mix) {
-      plan_.scatter(p, global, theta);
-    } else {
-      const T a = T(config_.mixing);
-      for (const auto& s : plan_[p].slices())
-        for (std::size_t i = 0; i < s.size; ++i) {
-          T& x = theta[s.flat_offset + i];
-          x = a * x + (T(1) - a) * global[s.packed_offset + i];
-        }
-    }
-    std::copy(global.begin(), global.end(), f.base.begin());
+    const bool resume = !f.adopted && resumes(p);
+    const adoption how = resume ? adoption::keep : mix ? adoption::mix : adoption::overwrite;
+    memory().adopt(f.inbox->codec, f.inbox->block, f.inbox->payload.bytes(), plan_[p].slices(), theta, f.base, how,
+                   T(config_.mixing));
     const bool completes_join = !f.adopted && ++adopted_ == tracks_.size();
     f.adopted = true;
     f.revision = f.inbox->revision;
@@ -692,7 +684,7 @@ class learner {
       for (std::uint32_t q = 0; q < tracks_.size(); ++q) {
         auto& t = tracks_[q];
         if (!t.resumed) continue;
-        plan_.scatter(q, std::span<const T>(t.base), theta);
+        memory().scatter(plan_[q].slices(), t.base, theta);
         t.tokens = t.steps = 0;
         t.resumed = false;
         --metrics_.fragments_resumed;
@@ -708,17 +700,23 @@ class learner {
     if (options_.on_event) emit({.what = learner_event::kind::adopted, .fragment = p, .revision = f.revision});
   }
 
-  /// Whether fragment p, adopted for the first time at `global`, resumes the
-  /// loaded state: the same P and H, no contribution of it was in flight
+  /// Whether fragment p, adopted for the first time from its inbox, resumes
+  /// the loaded state: the same P and H, no contribution of it was in flight
   /// when it was saved (the syncer may still merge that one: its work would
   /// count twice), and the global state is the very base it saved (same
-  /// revision, same bits).
-  bool resumes(std::uint32_t p, std::span<const T> global) const {
+  /// revision, same bits; decoded on the host for the comparison, once per
+  /// fragment after a restart).
+  bool resumes(std::uint32_t p) const {
     if (!restored_ || !restored_->config || restored_->config->fragments != config_.fragments ||
         restored_->config->sync_period != config_.sync_period)
       return false;
     const auto& r = restored_->fragments[p];
-    return r.resumable && r.revision == tracks_[p].inbox->revision && r.base.size() == global.size() &&
+    const auto& inbox = *tracks_[p].inbox;
+    if (!r.resumable || r.revision != inbox.revision || r.base.size() != plan_[p].size()) return false;
+    std::vector<T> global(plan_[p].size());
+    double ignored = 0.0;
+    return payload::decode<T>(inbox.codec, inbox.block, inbox.payload.bytes(), std::span<T>(global), ignored) ==
+               payload::verdict::ok &&
            std::memcmp(r.base.data(), global.data(), global.size() * sizeof(T)) == 0;
   }
 
@@ -767,6 +765,8 @@ class learner {
   Transport& transport_;
   learner_options options_;
   InnerStep inner_;
+  /// The memory space of a model that names none (stateless).
+  [[no_unique_address]] mutable host_memory host_memory_;
   buffer_pool pool_;
 
   training_config config_;

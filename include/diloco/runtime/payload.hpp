@@ -58,6 +58,25 @@ bool encode(codec_id c, std::uint32_t block, std::size_t n, Get&& get, std::span
   return codec::encode(*f, n, block, [&get](std::size_t i) { return static_cast<float>(get(i)); }, out);
 }
 
+/// Whether `in` holds `n` values of codec `c` that a model of `T`s reads:
+/// `decode`'s checks, in one pass over the bytes, without decoding (a
+/// learner checks an update where it arrives and decodes it where its
+/// parameters live, `memory_space::adopt`).
+template <scalar T>
+verdict check(codec_id c, std::uint32_t block, std::span<const std::byte> in, std::size_t n) {
+  if (!readable<T>(c, block)) return verdict::bad_codec;
+  if (in.size() != size(c, n, block)) return verdict::bad_size;
+  if (c == codec_of<T>) {
+    for (std::size_t i = 0; i < n; ++i) {
+      T v;
+      std::memcpy(&v, in.data() + i * sizeof(T), sizeof(T));
+      if (!std::isfinite(v)) return verdict::non_finite;
+    }
+    return verdict::ok;
+  }
+  return codec::valid(*format_of(c), n, block, in) ? verdict::ok : verdict::non_finite;
+}
+
 /// Reads `out.size()` values of codec `c` from `in` into `out`, and adds
 /// the sum of their squares to `squared`. Checks before it writes anything:
 /// the codec and block (`bad_codec`), the exact size (`bad_size`), then

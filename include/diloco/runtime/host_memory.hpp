@@ -1,0 +1,129 @@
+// Host memory as a learner's memory space: the outer-loop passes over a
+// model whose parameters are ordinary host memory (every model that says
+// nothing else; concepts/memory_space.hpp).
+#pragma once
+
+#include <algorithm>
+#include <cassert>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "diloco/codec/blocks.hpp"
+#include "diloco/concepts/memory_space.hpp"
+#include "diloco/concepts/scalar.hpp"
+#include "diloco/params/fragments.hpp"
+#include "diloco/params/mixing.hpp"
+#include "diloco/runtime/payload.hpp"
+
+namespace diloco {
+
+/// The memory space of a model whose parameters are host memory: buffers
+/// are `std::vector`s and every pass is a loop on the calling thread.
+/// Stateless. Its passes take any contiguous buffer of `T`s in host memory
+/// (`Buffer`), so that another space whose memory the host can read reuses
+/// them.
+struct host_memory {
+  template <class T>
+  using buffer = std::vector<T>;
+
+  template <class T>
+  buffer<T> allocate(std::size_t n) const {
+    return buffer<T>(n, T(0));
+  }
+
+  /// One pass reads θ_p (through its slices), the base and the residual and
+  /// writes the encoded outer gradient; with error feedback, a second pass
+  /// over the bytes leaves in the residual what the codec rounded away.
+  template <scalar T, class Buffer>
+  bool encode_delta(codec_id c, std::uint32_t block, std::span<const fragment_slice> slices,
+                    std::span<const T> theta, const Buffer& base, Buffer* residual, std::span<std::byte> out) const {
+    const T* r = residual ? residual->data() : nullptr;
+    if (!payload::encode<T>(c, block, base.size(), delta_reader<T>{slices, theta.data(), base.data(), r}, out))
+      return false;
+    if (residual) {
+      auto value = delta_reader<T>{slices, theta.data(), base.data(), r};
+      T* e = residual->data();
+      codec::decode(*format_of(c), base.size(), block, out,
+                    [&](std::size_t i, float decoded) { e[i] = value(i) - T(decoded); });
+    }
+    return true;
+  }
+
+  template <scalar T, class Buffer>
+  void adopt(codec_id c, std::uint32_t block, std::span<const std::byte> payload,
+             std::span<const fragment_slice> slices, std::span<T> theta, Buffer& base, adoption how, T alpha) const {
+    double ignored = 0.0;
+    [[maybe_unused]] const auto verdict =
+        payload::decode<T>(c, block, payload, std::span<T>(base.data(), base.size()), ignored);
+    assert(verdict == payload::verdict::ok);  // checked where it arrived
+    if (how == adoption::overwrite) return scatter(slices, base, theta);
+    if (how == adoption::keep) return;
+    const mixing_element<T> mix{alpha};
+    const T* global = base.data();
+    for (const auto& s : slices)
+      for (std::size_t i = 0; i < s.size; ++i) mix(theta[s.flat_offset + i], global[s.packed_offset + i]);
+  }
+
+  template <scalar T, class Buffer>
+  void scatter(std::span<const fragment_slice> slices, const Buffer& base, std::span<T> theta) const {
+    const T* global = base.data();
+    for (const auto& s : slices) std::copy_n(global + s.packed_offset, s.size, theta.data() + s.flat_offset);
+  }
+
+  template <scalar T>
+  void gather(std::span<const fragment_slice> slices, std::span<const T> theta, std::span<T> host) const {
+    for (const auto& s : slices) std::copy_n(theta.data() + s.flat_offset, s.size, host.data() + s.packed_offset);
+  }
+
+  template <scalar T>
+  void read(std::span<const T> from, std::span<T> host) const {
+    std::copy(from.begin(), from.end(), host.begin());
+  }
+
+  template <scalar T>
+  void write(std::span<const T> host, std::span<T> to) const {
+    std::copy(host.begin(), host.end(), to.begin());
+  }
+
+ private:
+  /// Fragment p's outer gradient by packed index, `base − θ_p`, plus the
+  /// residual of error feedback. Indexes are read in order (twice per block
+  /// for a block-scaled codec), which the slice cursor follows.
+  template <class T>
+  struct delta_reader {
+    std::span<const fragment_slice> slices;
+    const T* theta;
+    const T* base;
+    const T* residual;
+    std::size_t s = 0;
+    T operator()(std::size_t i) {
+      if (i < slices[s].packed_offset) s = 0;
+      while (i >= slices[s].packed_offset + slices[s].size) ++s;
+      const T delta = base[i] - theta[slices[s].flat_offset + (i - slices[s].packed_offset)];
+      return residual ? delta + residual[i] : delta;
+    }
+  };
+};
+
+/// The memory space of model `M`: what its `memory()` returns
+/// (requirement 7 of `model`), else `host_memory`.
+template <class M>
+struct model_memory {
+  using type = host_memory;
+};
+template <class M>
+  requires requires(M& m) { m.memory(); }
+struct model_memory<M> {
+  using type = std::remove_cvref_t<decltype(std::declval<M&>().memory())>;
+};
+template <class M>
+using memory_space_of = typename model_memory<M>::type;
+
+static_assert(check_memory_space<host_memory, float>() && memory_space<host_memory, float>);
+static_assert(check_memory_space<host_memory, double>() && memory_space<host_memory, double>);
+
+}  // namespace diloco
