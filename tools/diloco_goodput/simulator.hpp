@@ -7,8 +7,8 @@
 // Per-chip failures with mean time between interruptions Y aggregate to one
 // Poisson process per unit (the job, a slice, a learner) of rate chips / Y, so
 // a run costs the events it handles, never the chips: the horizon is set in
-// expected failures (10^5 by default, whatever N is), about 2·10^5 events and
-// a few tens of milliseconds per cell.
+// expected failures (10^5 by default, whatever N is): about 2·10^5 events, a
+// few hundredths of a second per cell (docs/goodput.md, "Cost").
 #pragma once
 
 #include <algorithm>
