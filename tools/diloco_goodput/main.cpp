@@ -40,7 +40,8 @@ int main(int argc, char** argv) {
   const double days = r.simulated_s / 86400.0;
   std::printf("%s, %llu chips", goodput::method_name(o.kind), static_cast<unsigned long long>(o.chips));
   if (o.kind == goodput::method::decoupled) std::printf(", %u learners, quorum %u", o.learners, o.quorum);
-  if (o.kind == goodput::method::elastic) std::printf(", %llu slices", static_cast<unsigned long long>(r.slices));
+  if (o.kind == goodput::method::elastic)
+    std::printf(", %llu slice%s", static_cast<unsigned long long>(r.slices), r.slices == 1 ? "" : "s");
   std::printf(": goodput %.1f %% (standard error %.2f), uptime %.2f %% over %.1f simulated days, %llu failures\n",
               100 * r.goodput, 100 * r.goodput_se, 100 * r.uptime, days, static_cast<unsigned long long>(r.failures));
   if (c.json) {
