@@ -10,7 +10,11 @@ final global model evaluated on the test set.
                                         and accuracy within 2 points
   chaos.py BIN_DIR --compare            goodput of decoupled DiLoCo, synchronous DiLoCo and
                                         data parallel under one fault schedule (a table)
-  chaos.py BIN_DIR --mode decoupled     one run (options below)
+  chaos.py BIN_DIR --check-shards       a sharded syncer: 2 diloco_syncer shards, shard 1
+                                        SIGKILLed twice; checks zero global downtime, shard 0's
+                                        fragments merged on through the kills, shard 1's again
+                                        after each restart, 0 acknowledged contributions lost
+  chaos.py BIN_DIR --mode decoupled     one run (options below; --shards N for a sharded syncer)
 
 --learner-checkpoints N makes every learner save a checkpoint every N inner
 steps in DIR/learnerL/, so that a learner restarted after a kill resumes from
@@ -42,8 +46,11 @@ def run(bins, out, mode, args, faults=True):
     m = args.learners
     for i in range(m):  # a learner checkpoint of an earlier run in `out` is not this run's
         shutil.rmtree(os.path.join(out, f"learner{i}"), ignore_errors=True)
+    # A shard keeps its own checkpoints, final model and counters.
+    own = "" if args.shards == 1 else "{shard}"
     syncer = (f"{bins}/tools/diloco_syncer --endpoint {{endpoint}} --trace {{trace}} --quiet "
-              f"--checkpoint-dir {{dir}}/checkpoints --save {{dir}}/final.f32 --metrics {{dir}}/syncer.json "
+              f"--checkpoint-dir {{dir}}/checkpoints{own} --save {{dir}}/final{own}.f32 "
+              f"--metrics {{dir}}/syncer{own}.json --shard {{shard}}/{{shards}} "
               f"--heartbeat-timeout {args.heartbeat_timeout} "
               + MODES[mode].format(M=m))
     learner = (f"{bins}/examples/01_fashion_mnist/fashion_mnist --role learner --mode {mode} --learners {m} "
@@ -53,7 +60,9 @@ def run(bins, out, mode, args, faults=True):
         learner += f" --checkpoint-dir {{dir}}/learner{{id}} --checkpoint-every {args.learner_checkpoints}"
     command = [f"{bins}/tools/diloco_chaos", "--out", out, "--learners", str(m), "--duration", str(args.duration),
                "--syncer", syncer, "--learner", learner, "--seed", str(args.seed),
-               "--title", f"{mode}_{'faults' if faults else 'no_faults'}", "--downtime-bound", str(args.bound)]
+               "--title", f"{mode}_{'faults' if faults else 'no_faults'}", "--downtime-bound", str(args.bound),
+               "--shards", str(args.shards), "--kill-shard", str(args.kill_shard),
+               "--syncer-recovery", str(args.syncer_recovery)]
     if faults:
         command += ["--mtbf", str(args.mtbf), "--recovery", str(args.recovery), "--pause-share", str(args.pause_share),
                     "--quiet-start", str(args.quiet), "--quiet-end", str(args.quiet)]
@@ -77,9 +86,13 @@ def run(bins, out, mode, args, faults=True):
             faults["syncer_kills"] += 1
     report["faults"] = faults
     try:
-        report["syncer"] = json.load(open(os.path.join(out, "syncer.json")))
+        report["syncer"] = json.load(open(os.path.join(out, "syncer.json" if args.shards == 1 else "syncer0.json")))
     except (OSError, ValueError):
         report["syncer"] = None
+    if args.shards > 1:  # each shard's final model holds only its own fragments: not evaluated here
+        report["test_accuracy"] = None
+        json.dump(report, open(os.path.join(out, "report.json"), "w"), indent=1)
+        return report
     evaluation = subprocess.run([f"{bins}/examples/01_fashion_mnist/fashion_mnist", "--evaluate",
                                  os.path.join(out, "final.f32")], stdout=subprocess.PIPE, text=True, timeout=120)
     report["test_accuracy"] = json.loads(evaluation.stdout)["test_accuracy"] if evaluation.returncode == 0 else None
@@ -95,6 +108,62 @@ def summary(mode, r):
             f"{r['faults']['learner_kills']} / {r['faults']['learner_pauses']} / {r['faults']['syncer_kills']} | "
             f"{r['accounting']['merged']} / {r['accounting']['accepted']} | "
             f"{accuracy} |")
+
+
+def merge_times(out, fragments):
+    """When (seconds from the run's start) any of `fragments` was merged."""
+    events = [json.loads(line) for line in open(os.path.join(out, "events.jsonl"))]
+    begin = next(e["t"] for e in events if e["src"] == "runner" and e["ev"] == "begin")
+    return sorted((e["t"] - begin) / 1e9 for e in events
+                  if e["src"] == "syncer" and e["ev"] == "merged" and e.get("fragment") in fragments)
+
+
+def merge_gaps(out, fragments, windows):
+    """The longest time, within each (begin, end) window of the run (seconds
+    from its start), without a "merged" of any of `fragments`."""
+    merges = merge_times(out, fragments)
+    longest = []
+    for lo, hi in windows:
+        points = [lo] + [t for t in merges if lo < t < hi] + [hi]
+        longest.append(max(b - a for a, b in zip(points, points[1:])))
+    return longest
+
+
+def check_shards(args, out):
+    """Two syncer shards, shard 1 killed twice, learners unharmed."""
+    args.shards, args.kill_shard = 2, 1
+    args.mtbf = 1e9  # no learner faults: the shard is the only thing that fails
+    args.duration = min(args.duration, 45)
+    args.syncer_kill_at = [15, 28]
+    r = run(args.bins, os.path.join(out, "shards"), "decoupled", args, faults=True)
+    failures = []
+    if r["runner_status"] != 0:
+        failures.append(f"the run failed its invariants: {r['invariants']['failures']} (see {out}/shards)")
+    if r["faults"]["syncer_kills"] != 2:
+        failures.append(f"shard 1 was not killed twice: {r['faults']}")
+    if r["downtime"]["global_downtime_s"] != 0:
+        failures.append(f"global downtime {r['downtime']['global_downtime_s']} s while a shard was down")
+    if r["accounting"]["unaccounted"] != 0 or r["accounting"]["lost_in_syncer_restart"] != 0:
+        failures.append(f"acknowledged contributions lost or unaccounted: {r['accounting']}")
+    if r["revisions"]["violations"]:
+        failures.append(f"a learner saw a revision go backwards: {r['revisions']['violations']}")
+    recovery = args.syncer_recovery
+    windows = [(at, at + recovery) for at in args.syncer_kill_at]
+    # Shard 0 owns the even fragments of the 4: they merge on while shard 1 is down.
+    steady = merge_gaps(os.path.join(out, "shards"), {0, 2}, windows)
+    if max(steady) > args.bound:
+        failures.append(f"shard 0's fragments stood still for {max(steady):.1f} s while shard 1 was down")
+    # Shard 1's fragments merge again once it is back.
+    odd = merge_times(os.path.join(out, "shards"), {1, 3})
+    after = [next((t - at - recovery for t in odd if t > at + recovery), float("inf")) for at in args.syncer_kill_at]
+    if max(after) > 12:
+        failures.append(f"shard 1's fragments did not merge again within 12 s of a restart: {after}")
+    print(f"shards: global downtime {r['downtime']['global_downtime_s']} s; shard 0's longest gap while shard 1 was "
+          f"down {max(steady):.2f} s; shard 1 merging again {', '.join('%.1f s' % a for a in after)} after its "
+          f"restarts; merged / accepted {r['accounting']['merged']} / {r['accounting']['accepted']}")
+    for failure in failures:
+        print("FAIL:", failure)
+    return 1 if failures else 0
 
 
 def main():
@@ -117,6 +186,10 @@ def main():
     p.add_argument("--heartbeat-timeout", type=float, default=3,
                    help="the syncer declares a silent learner dead after this (shorter than a pause)")
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--check-shards", action="store_true")
+    p.add_argument("--shards", type=int, default=1, help="syncer shards (diloco_syncer --shard)")
+    p.add_argument("--kill-shard", type=int, default=0, help="the shard --syncer-kill-at kills")
+    p.add_argument("--syncer-recovery", type=float, default=2, help="how long a killed syncer stays down, s")
     p.add_argument("--learner-checkpoints", type=int, default=0, metavar="N",
                    help="learners save a checkpoint every N inner steps and resume from it after a restart (0: off)")
     args = p.parse_args()
@@ -129,6 +202,8 @@ def main():
         print("|---|---|---|---|---|---|---|")
         print("\n".join(rows))
         return 0
+    if args.check_shards:
+        return check_shards(args, out)
     if not args.check:
         r = run(args.bins, out, args.mode, args, faults=not args.no_faults)
         print(json.dumps(r))

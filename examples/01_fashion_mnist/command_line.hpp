@@ -44,6 +44,10 @@ inline void check(command& c, std::optional<std::uint32_t> fragments, std::optio
   if (s.screening.clip_factor != 0.0 && s.screening.clip_factor < 1.0) refuse("--clip must be 0 (off) or at least 1");
   if (s.part != role::in_process && s.endpoint.empty()) refuse("--role syncer and --role learner need --endpoint");
   if (s.part == role::learner && s.learner_id >= s.learners) refuse("--learner-id must be below --learners");
+  if (s.endpoint.find(',') != std::string::npos && s.part != role::learner)
+    refuse("only --role learner takes several endpoints (one per syncer shard)");
+  if (!s.endpoint.empty() && (s.endpoint.front() == ',' || s.endpoint.back() == ',' || s.endpoint.find(",,") != std::string::npos))
+    refuse("--endpoint has an empty entry");
   if (s.curve_secret.empty() != s.curve_peer.empty()) refuse("--curve-secret and --curve-peer go together");
   if (!s.checkpoint_dir.empty() && s.part != role::learner) refuse("--checkpoint-dir is for --role learner");
   if (checkpoint_every && s.checkpoint_dir.empty()) refuse("--checkpoint-every needs --checkpoint-dir");
@@ -177,8 +181,9 @@ inline std::optional<int> parse_command_line(int argc, char** argv, command& c) 
          "learner processes (all)")
       ->type_name("syncer|learner|all");
   app.add_option("--endpoint", s.endpoint,
-                 "the syncer's ZeroMQ endpoint, e.g. tcp://127.0.0.1:5555 (all: a free loopback port)")
-      ->type_name("URL");
+                 "the syncer's ZeroMQ endpoint, e.g. tcp://127.0.0.1:5555 (all: a free loopback port); "
+                 "role learner of a sharded syncer: every shard's, comma-separated")
+      ->type_name("URL[,URL…]");
   add_number<u32>(app, "--learner-id", s.learner_id, {0}, "role learner: which learner (0..M-1); it trains shard N", "N");
   add_number<u32>(app, "--incarnation", s.incarnation, {0}, "role learner: bump when restarting learner N (1)", "I");
   app.add_option("--curve-secret", s.curve_secret, "CURVE key pair of this process (diloco_keygen)")->type_name("FILE");

@@ -22,6 +22,7 @@
 #include <diloco/diloco.hpp>
 #include <diloco/metrics/trace.hpp>
 #include <diloco/runtime/learner_checkpoint.hpp>
+#include <diloco/transport/shards.hpp>
 #include <diloco/transport/zeromq.hpp>
 
 #include "idx.hpp"
@@ -471,7 +472,20 @@ outcome serve(const settings& s, const split& test_set, Outer outer, Merge merge
   return out;
 }
 
-/// Role `learner`: learner `s.learner_id` of `s.learners`, over ZeroMQ.
+/// The endpoints of `--endpoint a,b,…`: one per syncer shard.
+inline std::vector<std::string> split_endpoints(const std::string& list) {
+  std::vector<std::string> out;
+  std::size_t from = 0;
+  for (;;) {
+    const auto comma = list.find(',', from);
+    out.push_back(list.substr(from, comma == std::string::npos ? std::string::npos : comma - from));
+    if (comma == std::string::npos) return out;
+    from = comma + 1;
+  }
+}
+
+/// Role `learner`: learner `s.learner_id` of `s.learners`, over ZeroMQ, to a
+/// syncer or to every shard of a sharded one.
 template <class Inner>
 outcome learn(const settings& s, const split& train_set, Inner inner) {
   using namespace diloco;
@@ -480,9 +494,18 @@ outcome learn(const settings& s, const split& train_set, Inner inner) {
     security = zeromq::client_security{zeromq::load_keypair(s.curve_secret), zeromq::load_public_key(s.curve_peer)};
   zeromq::keep_large_blocks();  // large fragments arrive without page faults (process-wide)
   ::zmq::context_t context;
-  // The socket lingers up to a second when it closes, so the final
-  // contributions and the leave still go out.
-  zeromq::client client(context, s.endpoint, s.learner_id, s.incarnation, {}, security);
+  // One connection per syncer shard (`--endpoint` lists them, comma-separated;
+  // one for an unsharded syncer), seen as one transport. Each socket lingers
+  // up to a second when it closes, so the final contributions and the leave
+  // still go out.
+  std::vector<std::unique_ptr<zeromq::client>> clients;
+  std::vector<zeromq::client*> connections;
+  for (const auto& endpoint : split_endpoints(s.endpoint)) {
+    clients.push_back(std::make_unique<zeromq::client>(context, endpoint, s.learner_id, s.incarnation,
+                                                       zeromq::socket_options{}, security));
+    connections.push_back(clients.back().get());
+  }
+  sharded<zeromq::client> client(connections);
   mlp model({784, 256, 256, 10}, s.seed);
   shard_sampler sampler(train_set, s.learners, s.learner_id, s.seed);
   settings quiet = s;
@@ -496,7 +519,7 @@ outcome learn(const settings& s, const split& train_set, Inner inner) {
     const auto pid = std::string(",\"pid\":").append(std::to_string(::getpid()));
     trace->learner_line(s.learner_id, s.incarnation, "start", pid);
   }
-  learner<mlp, Inner, zeromq::client> l(model, client, options, inner);
+  learner<mlp, Inner, sharded<zeromq::client>> l(model, client, options, inner);
   std::optional<checkpoint_store> checkpoints;
   std::function<void()> after_step;
   if (!s.checkpoint_dir.empty()) {

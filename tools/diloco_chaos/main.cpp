@@ -44,7 +44,9 @@ when the run's invariants hold, 1 when one fails, 2 for bad usage.
 
 constexpr const char* placeholders = R"(
 Commands are split at spaces (no quoting); these words are replaced:
-  {endpoint}     tcp://127.0.0.1:PORT, a free loopback port, the same for every restart
+  {endpoint}     tcp://127.0.0.1:PORT, a free loopback port, the same for every restart; with
+                 --shards N: the syncer's own shard's, and for learners every shard's, comma-separated
+  {shard} {shards}     the syncer: which shard it is (0 when not sharded), and N (1)
   {trace}        DIR/events.jsonl, which every process appends to
   {dir}          DIR
   {id} {incarnation}   learners: which learner, and its process count from 1
@@ -157,6 +159,11 @@ int main(int argc, char** argv) {
       ->type_name("P")->check(diloco_tools::in(diloco_tools::interval<double>{0, 1}))->capture_default_str();
   app.add_option("--syncer-kill-at", plan.syncer_kills_at, "kill the syncer at these times (none)")
       ->type_name("S,..")->delimiter(',')->check(non_negative)->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  std::uint32_t shards = 1, kill_shard = 0;
+  app.add_option("--shards", shards, "syncer processes: the shards of a sharded syncer (1: not sharded)")
+      ->type_name("N")->check(diloco_tools::whole_at_least(1))->capture_default_str();
+  app.add_option("--kill-shard", kill_shard, "with --shards: the shard --syncer-kill-at kills")
+      ->type_name("S")->capture_default_str();
   app.add_option("--syncer-recovery", plan.syncer_recovery_seconds, "how long the syncer stays down")
       ->type_name("SEC")->check(non_negative)->capture_default_str();
   app.add_option("--quiet-start", plan.quiet_start_seconds, "no fault before")->type_name("SEC")
@@ -180,6 +187,7 @@ int main(int argc, char** argv) {
       return diloco_tools::bad_usage;
     }
     plan.check();  // names the option that makes no sense
+    if (kill_shard >= shards) throw std::invalid_argument("--kill-shard must be below --shards");
   } catch (const std::invalid_argument& e) {
     std::fprintf(stderr, "diloco_chaos: %s\n", e.what());
     return diloco_tools::bad_usage;
@@ -193,11 +201,16 @@ int main(int argc, char** argv) {
     fs::create_directories(dir);
     const auto events = dir / "events.jsonl";
     fs::remove(events);
-    const std::string endpoint = "tcp://127.0.0.1:" + std::to_string(diloco_tools::free_loopback_port());
+    std::vector<std::string> endpoints;
+    std::string every_endpoint;
+    for (std::uint32_t i = 0; i < shards; ++i) {
+      endpoints.push_back("tcp://127.0.0.1:" + std::to_string(diloco_tools::free_loopback_port()));
+      every_endpoint += (i ? "," : "") + endpoints.back();
+    }
     const double stop_at =
         std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count() +
         plan.duration_seconds;
-    auto expand = [&](const std::string& command) {
+    auto expand = [&](const std::string& command, const std::string& endpoint) {
       std::string c = replace_all(command, "{endpoint}", endpoint);
       c = replace_all(c, "{trace}", events.string());
       c = replace_all(c, "{dir}", dir.string());
@@ -210,19 +223,23 @@ int main(int argc, char** argv) {
     o.duration_seconds = plan.duration_seconds;
     if (!no_faults) o.faults = chaos::make_schedule(plan);
     o.learner_command = [&](std::uint32_t id, std::uint32_t incarnation) {
-      std::string c = replace_all(expand(learner), "{id}", std::to_string(id));
+      std::string c = replace_all(expand(learner, every_endpoint), "{id}", std::to_string(id));
       return words(replace_all(c, "{incarnation}", std::to_string(incarnation)));
     };
-    o.syncer_command = [&](std::uint32_t restart) {
-      return words(replace_all(expand(syncer), "{restart}", std::to_string(restart)));
+    o.syncer_command = [&](std::uint32_t shard, std::uint32_t restart) {
+      std::string c = replace_all(expand(syncer, endpoints[shard]), "{restart}", std::to_string(restart));
+      c = replace_all(c, "{shards}", std::to_string(shards));
+      return words(replace_all(c, "{shard}", std::to_string(shard)));
     };
+    o.shards = shards;
+    o.kill_shard = kill_shard;
     o.log_dir = dir / "logs";
     const std::string name = title.empty() ? dir.filename().string() : title;
     o.begin_fields = {{"mode", name}, {"seed", plan.seed}};
     if (!no_faults) o.begin_fields.update({{"mtbf_s", plan.mtbf_seconds}, {"recovery_s", plan.recovery_seconds}});
     o.log = [](const std::string& line) { std::cerr << "diloco_chaos: " << line << '\n'; };
     const auto counts = chaos::count_faults(o.faults);
-    std::cerr << "diloco_chaos: " << plan.learners << " learners for " << plan.duration_seconds << " s on " << endpoint
+    std::cerr << "diloco_chaos: " << plan.learners << " learners for " << plan.duration_seconds << " s on " << every_endpoint
               << "; scheduled " << counts.kills << " kills, " << counts.pauses << " pauses, " << counts.syncer_kills
               << " syncer kills\n";
     diloco::trace_writer trace(events);

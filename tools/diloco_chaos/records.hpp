@@ -2,8 +2,10 @@
 // Analysis pass: where in the trace the syncer merged, answered and was killed, for the passes that match
 // contributions and time against those records.
 
+#include <algorithm>
 #include <cstddef>
 #include <map>
+#include <optional>
 #include <set>
 #include <vector>
 
@@ -18,7 +20,18 @@ struct syncer_records {
   std::map<contribution_key, std::size_t> last_merge;  ///< key -> index of the last "merged" holding it
   std::set<contribution_key> accepted, answered;       ///< keys the syncer logged "accepted" / either verdict for
   std::vector<std::size_t> merges;                     ///< every syncer "merged", in order
-  std::vector<std::size_t> kills;                      ///< every runner "kill" of the syncer, in order
+  std::vector<std::size_t> kills;                      ///< every runner "kill" of the (unsharded) syncer, in order
+  /// Every runner "kill" of one shard of a sharded syncer, in order: the
+  /// other shards go on merging, so its restart excuses no global downtime.
+  std::vector<std::size_t> shard_kills;
+
+  /// The last kill of any syncer process, if any.
+  std::optional<std::size_t> last_kill() const {
+    std::optional<std::size_t> k;
+    if (!kills.empty()) k = kills.back();
+    if (!shard_kills.empty()) k = std::max(k.value_or(0), shard_kills.back());
+    return k;
+  }
 };
 
 /// The key of the contribution an event names: learner, incarnation, sequence (-1 where absent).
@@ -30,7 +43,8 @@ inline syncer_records index_syncer_records(const std::vector<event>& evs) {
   syncer_records out;
   for (std::size_t k = 0; k < evs.size(); ++k) {
     const event& e = evs[k];
-    if (is(e, "runner", "kill") && e.text("target") == "syncer") out.kills.push_back(k);
+    if (is(e, "runner", "kill") && e.text("target") == "syncer")
+      (e.integer("shard") ? out.shard_kills : out.kills).push_back(k);
     if (e.src != "syncer") continue;
     if (e.ev == "merged") {
       out.merges.push_back(k);

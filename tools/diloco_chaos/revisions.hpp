@@ -63,7 +63,8 @@ inline void trace_revisions(const std::vector<event>& evs, const run_window& w, 
     } else if (is(e, "learner", "adopted") && learner >= 0) {
       see(e, learner, fragment, e.integer("revision").value_or(0));
     } else if (is(e, "syncer", "start")) {
-      for (std::size_t f = 0; f < std::min(revs.size(), fragments); ++f) point(e.t, f, revs[f]);
+      for (std::size_t f = 0; f < std::min(revs.size(), fragments); ++f)
+        if (revs[f] >= 0) point(e.t, f, revs[f]);  // −1: a fragment another shard owns
     } else if (is(e, "syncer", "merged") && fragment >= 0 && static_cast<std::size_t>(fragment) < fragments) {
       const auto f = static_cast<std::size_t>(fragment);
       ++merges[f], final_revision[f] = e.integer("revision").value_or(0);

@@ -1,6 +1,7 @@
-// The chaos runner: starts a syncer and M learner processes, and on a fault
-// schedule kills them (SIGKILL), pauses them (SIGSTOP, then SIGCONT) and
-// starts them again, learners with a new incarnation each time. Every action
+// The chaos runner: starts a syncer (or the S shards of one) and M learner
+// processes, and on a fault schedule kills them (SIGKILL), pauses them
+// (SIGSTOP, then SIGCONT) and starts them again, learners with a new
+// incarnation each time. Every action
 // and every exit goes to the run's trace (docs/chaos.md), stamped with the
 // wall clock, next to what the processes themselves record. POSIX only.
 #pragma once
@@ -37,8 +38,13 @@ struct runner_options {
   schedule faults;              ///< `make_schedule`, or empty for a run without faults
   /// The command of learner `id`'s `incarnation`-th process (from 1).
   std::function<std::vector<std::string>(std::uint32_t id, std::uint32_t incarnation)> learner_command;
-  /// The syncer's command; `restart` is 0 for the first start.
-  std::function<std::vector<std::string>(std::uint32_t restart)> syncer_command;
+  /// The command of syncer shard `shard` (0 when not sharded); `restart` is
+  /// 0 for the first start.
+  std::function<std::vector<std::string>(std::uint32_t shard, std::uint32_t restart)> syncer_command;
+  /// Syncer processes: 1, or the S shards of a sharded syncer (docs/design.md,
+  /// "Sharded syncer"). The schedule's syncer kills hit shard `kill_shard`.
+  std::uint32_t shards = 1;
+  std::uint32_t kill_shard = 0;
   std::filesystem::path log_dir;  ///< each process's stdout and stderr go to a file here
   /// After `duration_seconds`: how long learners get to finish by themselves
   /// before they are killed, and the syncer to stop after SIGTERM.
@@ -67,19 +73,29 @@ inline runner_result run(const runner_options& o, diloco::trace_writer& trace) {
   std::filesystem::create_directories(o.log_dir);
 
   struct member {
-    std::string name;  ///< "learner 3", "syncer"
-    json fields;       ///< "target" and, for a learner, "learner": the first fields of its trace lines
+    std::string name;  ///< "learner 3", "syncer", "syncer 1" (a shard)
+    json fields;       ///< "target" and, for a learner, "learner" (a shard: "shard"): the first fields of its trace lines
     std::optional<child_process> process;
     std::uint32_t starts = 0;
     std::optional<double> restart_at;  ///< down: when it starts again
     std::optional<double> resume_at;   ///< paused (SIGSTOP): when it gets SIGCONT
   };
-  std::vector<member> members(o.learners + 1);  // learners, then the syncer
-  for (std::uint32_t i = 0; i <= o.learners; ++i) {
+  const std::uint32_t everyone = o.learners + o.shards;
+  std::vector<member> members(everyone);  // learners, then the syncer's shards
+  const auto is_syncer = [&](std::uint32_t i) { return i >= o.learners; };
+  for (std::uint32_t i = 0; i < everyone; ++i) {
     auto& m = members[i];
-    const bool syncer = i == o.learners;
-    m.name = syncer ? std::string("syncer") : std::string("learner ").append(std::to_string(i));
-    m.fields = syncer ? json{{"target", "syncer"}} : json{{"target", "learner"}, {"learner", i}};
+    const std::uint32_t shard = i - o.learners;
+    if (!is_syncer(i)) {
+      m.name = std::string("learner ").append(std::to_string(i));
+      m.fields = json{{"target", "learner"}, {"learner", i}};
+    } else if (o.shards == 1) {
+      m.name = "syncer";
+      m.fields = json{{"target", "syncer"}};
+    } else {
+      m.name = std::string("syncer ").append(std::to_string(shard));
+      m.fields = json{{"target", "syncer"}, {"shard", shard}};
+    }
   }
   auto record = [&](member& m, const char* ev, const json& extra = json::object()) {
     json fields = m.fields;
@@ -97,10 +113,12 @@ inline runner_result run(const runner_options& o, diloco::trace_writer& trace) {
   };
   auto start = [&](std::uint32_t i) {
     auto& m = members[i];
-    const bool syncer = i == o.learners;
+    const bool syncer = is_syncer(i);
     const std::uint32_t n = ++m.starts;
-    const auto argv = syncer ? o.syncer_command(n - 1) : o.learner_command(i, n);
-    std::string file = syncer ? std::string("syncer") : std::string("learner").append(std::to_string(i));
+    const auto argv = syncer ? o.syncer_command(i - o.learners, n - 1) : o.learner_command(i, n);
+    std::string file = !syncer ? std::string("learner").append(std::to_string(i))
+                       : o.shards == 1 ? std::string("syncer")
+                                       : std::string("syncer").append(std::to_string(i - o.learners));
     const auto log = o.log_dir / file.append("-").append(std::to_string(n)).append(".log");
     m.process = child_process::spawn({argv, log, log});
     m.resume_at.reset();
@@ -123,7 +141,7 @@ inline runner_result run(const runner_options& o, diloco::trace_writer& trace) {
     for (const auto& [key, field] : o.begin_fields.items()) fields[key] = field;
     trace.write("runner", "begin", diloco_tools::trace_fields(fields));
   }
-  start(o.learners);
+  for (std::uint32_t i = o.learners; i < everyone; ++i) start(i);
   for (std::uint32_t i = 0; i < o.learners; ++i) start(i);
 
   std::size_t next_fault = 0, next_syncer_fault = 0;
@@ -148,12 +166,12 @@ inline runner_result run(const runner_options& o, diloco::trace_writer& trace) {
     for (; next_syncer_fault < o.faults.syncer_faults.size() &&
            o.faults.syncer_faults[next_syncer_fault].at_seconds <= now;
          ++next_syncer_fault) {
-      auto& m = members[o.learners];
+      auto& m = members[o.learners + o.kill_shard];
       kill(m);
       ++result.syncer_kills;
       m.restart_at = now + o.faults.syncer_faults[next_syncer_fault].recovery_seconds;
     }
-    for (std::uint32_t i = 0; i <= o.learners; ++i) {
+    for (std::uint32_t i = 0; i < everyone; ++i) {
       auto& m = members[i];
       if (m.resume_at && now >= *m.resume_at) {
         m.process->signal(SIGCONT);
@@ -195,10 +213,14 @@ inline runner_result run(const runner_options& o, diloco::trace_writer& trace) {
       kill(m);
     }
   }
-  auto& syncer = members[o.learners];
-  if (syncer.process) {
-    syncer.process->signal(SIGTERM);
-    record(syncer, "terminate");
+  for (std::uint32_t i = o.learners; i < everyone; ++i)
+    if (members[i].process) {
+      members[i].process->signal(SIGTERM);
+      record(members[i], "terminate");
+    }
+  for (std::uint32_t i = o.learners; i < everyone; ++i) {
+    auto& syncer = members[i];
+    if (!syncer.process) continue;
     if (auto s = syncer.process->wait_for(drain)) {
       if (!s->exited || s->code != 0) ++result.unexpected_exits;
       reaped(syncer, *s);

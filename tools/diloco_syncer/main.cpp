@@ -239,7 +239,28 @@ std::optional<int> parse(int argc, char** argv, settings& s) {
                                           "(docs/chaos.md)")
       ->type_name("FILE");
   app.add_flag("--quiet", s.quiet, "no per-update lines");
+  std::string shard = "0/1";
+  app.add_option("--shard", shard,
+                 "this process is shard S of N, owning the fragments p with p mod N = S (docs/design.md, "
+                 "\"Sharded syncer\")")
+      ->type_name("S/N")
+      ->check(CLI::Validator(
+          [](std::string& v) -> std::string {
+            unsigned index = 0, count = 0;
+            char slash = 0;
+            std::istringstream in(v);
+            if (!(in >> index >> slash >> count) || slash != '/' || !in.eof() || count == 0 || index >= count)
+              return "expected S/N with 0 <= S < N, got '" + v + "'";
+            return {};
+          },
+          "S/N", "shard"))
+      ->capture_default_str();
   if (const auto status = diloco_tools::parse(app, argc, argv)) return status;
+  {
+    std::istringstream in(shard);
+    char slash = 0;
+    in >> o.shard.index >> slash >> o.shard.count;
+  }
 
   if (overlap->count() == 0) t.overlap = t.sync_period / 10;
   if (metrics_port_given->count() > 0) s.metrics_port = static_cast<std::uint16_t>(metrics_port);
@@ -437,9 +458,12 @@ int serve(const settings& s, diloco::zeromq::server& server, start& from, diloco
     write_checkpoint();
   }
   if (trace) {
-    std::vector<std::uint64_t> at;
-    for (std::uint32_t p = 0; p < sync.plan().count(); ++p) at.push_back(sync.revision(p));
-    const nlohmann::ordered_json fields = {{"pid", ::getpid()}, {"restored", !from.state.empty()}, {"revisions", at}};
+    // A shard names the revisions of its own fragments only (−1: another shard's).
+    std::vector<std::int64_t> at;
+    for (std::uint32_t p = 0; p < sync.plan().count(); ++p)
+      at.push_back(sync.options().shard.owns(p) ? static_cast<std::int64_t>(sync.revision(p)) : -1);
+    nlohmann::ordered_json fields = {{"pid", ::getpid()}, {"restored", !from.state.empty()}, {"revisions", at}};
+    if (sync.options().shard.count > 1) fields["shard"] = sync.options().shard.index;
     trace->write("syncer", "start", diloco_tools::trace_fields(fields));
   }
   const auto started = std::chrono::steady_clock::now();

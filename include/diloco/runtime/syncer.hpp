@@ -118,6 +118,7 @@ class syncer {
     options_.screening.check();
     options_.membership.check();
     plan_ = fragment_plan::balanced(layout, c.fragments);  // validates P
+    options_.shard.check(c.fragments);
     fragments_.resize(c.fragments);
     for (std::uint32_t p = 0; p < c.fragments; ++p) {
       fragments_[p].global.resize(plan_[p].size());
@@ -748,13 +749,20 @@ class syncer {
     welcome(h.learner, l);
   }
 
-  /// The welcome and every fragment's global state.
+  /// The welcome and the global state of every fragment this syncer owns.
   void welcome(std::uint32_t id, const learner_entry& l) {
     send_welcome(l.peer, id, l.incarnation);
-    for (std::uint32_t p = 0; p < fragments_.size(); ++p) send_fragment(id, l, p, 0, update_status::resync, 0);
+    for (std::uint32_t p = 0; p < fragments_.size(); ++p)
+      if (options_.shard.owns(p)) send_fragment(id, l, p, 0, update_status::resync, 0);
   }
 
   bool in_world(std::uint32_t id) const noexcept { return id < options_.world.size; }
+
+  /// The fragments this syncer merges: all of them, or its shard's.
+  std::uint64_t owned_fragments() const noexcept {
+    const auto& s = options_.shard;
+    return fragments_.size() / s.count + (s.index < fragments_.size() % s.count ? 1 : 0);
+  }
 
   /// The rendezvous: once all M learners of the world are live, welcomes
   /// them all at once, so that they start together from revision 0.
@@ -775,7 +783,7 @@ class syncer {
   void check_end(time_point now) {
     if (ended_ || failure_) return;
     const auto& e = options_.end;
-    const std::uint64_t p = fragments_.size();
+    const std::uint64_t p = owned_fragments();
     if (e.max_outer_updates && metrics_.outer_updates >= e.max_outer_updates)
       return end_run(std::to_string(metrics_.outer_updates) + " outer updates (max_outer_updates)", now);
     if (e.max_tokens && metrics_.tokens_merged / p >= e.max_tokens)
@@ -862,6 +870,11 @@ class syncer {
   void send_welcome(peer_id to, std::uint32_t learner, std::uint32_t incarnation) {
     message m =
         welcome_message<T>(learner, incarnation, layout_.fingerprint(), layout_.size(), options_.training);
+    if (options_.shard.count > 1) {
+      // Which shard this is, for the learner's `sharded` transport (docs/protocol.md, "Sharded syncers").
+      m.header.fragment = options_.shard.index;
+      m.header.steps = options_.shard.count;
+    }
     if (transport_.try_send(to, m)) ++metrics_.send_failures;
   }
 
@@ -922,7 +935,9 @@ class syncer {
   void on_contribution(std::uint32_t id, message&& m, time_point now) {
     const auto& h = m.header;
     auto& l = learners_.at(id);
-    if (h.fragment >= fragments_.size()) return reject(reject_reason::bad_fragment, h, &l);
+    // Another shard's fragment is as foreign to this syncer as one past P.
+    if (h.fragment >= fragments_.size() || !options_.shard.owns(h.fragment))
+      return reject(reject_reason::bad_fragment, h, &l);
     auto& f = fragments_[h.fragment];
     if (!payload::readable<T>(h.codec, h.block)) return reject(reject_reason::bad_codec, h, &l);
     if (h.element_count != f.global.size() || m.payload.size() != payload::size(h.codec, f.global.size(), h.block))

@@ -74,6 +74,30 @@ struct world_options {
   }
 };
 
+/// One shard of a sharded syncer (docs/design.md, "Sharded syncer"): S
+/// syncer processes share the fragments, shard s owning those p with
+/// p mod S = s. A shard merges, checkpoints and serves only its own
+/// fragments, refuses contributions to the others (`bad_fragment`) and names
+/// itself in its welcome, so that a learner's `sharded` transport routes
+/// each contribution to its owner. S = 1 (the default) is an unsharded
+/// syncer.
+struct shard_options {
+  std::uint32_t index = 0;  ///< s, in [0, S)
+  std::uint32_t count = 1;  ///< S, at least 1 and at most P (a shard without a fragment has nothing to do)
+
+  bool owns(std::uint32_t fragment) const noexcept { return fragment % count == index; }
+
+  /// Throws `std::invalid_argument` naming the first bad setting.
+  void check(std::uint32_t fragments) const {
+    if (count == 0) detail::bad_option("diloco::shard_options", "count", count, "must be at least 1");
+    if (index >= count)
+      detail::bad_option("diloco::shard_options", "index", index, "must be below count (" + std::to_string(count) + ")");
+    if (count > fragments)
+      detail::bad_option("diloco::shard_options", "count", count,
+                         "must not exceed the fragments P (" + std::to_string(fragments) + ")");
+  }
+};
+
 /// When the syncer ends a run by itself (docs/design.md, "The end of a
 /// run"): at the first limit reached. Every limit is off (0 or empty) by
 /// default. At the end the syncer merges the open rounds, tells every live
@@ -139,6 +163,7 @@ struct syncer_options {
   training_config training;
   world_options world{};             ///< a fixed set of M learners (synchronous modes); off by default
   end_options end{};                 ///< when the run is over; no limit by default
+  shard_options shard{};             ///< which fragments this syncer owns (all, unless sharded)
   std::uint32_t quorum = 1;          ///< K, distinct learners before a round may close (with a world: all of them)
   double grace_factor = 0.5;         ///< γ in [0, 1): share of the slack spent waiting for more learners
   std::chrono::nanoseconds max_grace = std::chrono::seconds(1);  ///< upper bound of one grace window

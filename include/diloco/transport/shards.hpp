@@ -1,0 +1,182 @@
+// A learner's connections to a sharded syncer, seen as one transport.
+//
+// A syncer grows past one machine by sharding fragments: S syncer processes,
+// shard s owning the fragments p with p mod S = s (`syncer_options::shard`):
+// it merges them, checkpoints them and serves them. A learner connects to
+// every shard and hands its learner `sharded<Transport>` over those
+// connections: a contribution goes to the shard that owns its fragment;
+// joins, heartbeats, leaves and the initial state go to every shard; what
+// arrives from any shard comes out of one queue. Each shard's welcome names
+// its index and S (docs/protocol.md, "Sharded syncers"), so the order of the
+// connections does not matter. A shard that is down costs only its own
+// fragments' progress: the others keep merging.
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <system_error>
+#include <vector>
+
+#include "diloco/concepts/transport.hpp"
+#include "diloco/error.hpp"
+#include "diloco/transport/message.hpp"
+
+namespace diloco {
+
+/// What `sharded` found wrong in the shards' welcomes.
+enum class shard_error : std::uint8_t {
+  none,
+  count_mismatch,   ///< a welcome names a number of shards other than the connections given
+  index_conflict,   ///< two connections' welcomes name the same shard (or one changed its index)
+};
+
+/// One transport over the connections to the S shards of a syncer (one
+/// `Transport` each, not owned). Not thread-safe, like the learner it serves.
+template <class Transport>
+  requires transport<Transport>
+class sharded {
+ public:
+  /// `shards`: one connection per syncer shard, in any order; at least one.
+  explicit sharded(std::vector<Transport*> shards) : shards_(std::move(shards)), index_(shards_.size()) {
+    if (shards_.empty()) throw std::invalid_argument("diloco::sharded: at least one shard");
+    for (auto* t : shards_)
+      if (!t) throw std::invalid_argument("diloco::sharded: a null transport");
+  }
+
+  /// A contribution to the shard that owns its fragment (`errc::unknown_peer`
+  /// until that shard has welcomed this learner); anything else to every
+  /// shard, succeeding if one took it (a shard that is down misses a
+  /// heartbeat or a join, which the learner repeats anyway).
+  std::error_code try_send(peer_id to, message& m) {
+    if (m.header.kind == message_kind::contribution) {
+      const auto owner = owner_of(m.header.fragment);
+      if (!owner) return make_error_code(errc::unknown_peer);
+      return shards_[*owner]->try_send(to, m);
+    }
+    std::error_code last = make_error_code(errc::unknown_peer);
+    bool sent = false;
+    for (std::size_t i = 0; i < shards_.size(); ++i) {
+      message copy = i + 1 == shards_.size() ? std::move(m) : duplicate(m);
+      if (auto e = shards_[i]->try_send(to, copy))
+        last = e;
+      else
+        sent = true;
+      if (i + 1 == shards_.size() && !sent) m = std::move(copy);  // refused everywhere: intact for a retry
+    }
+    return sent ? std::error_code{} : last;
+  }
+
+  /// The next message from any shard (taking them in turn), after checking
+  /// a welcome's shard fields and that an update comes from its owner.
+  std::optional<envelope> try_receive() {
+    for (std::size_t k = 0; k < shards_.size(); ++k) {
+      const std::size_t i = (next_ + k) % shards_.size();
+      while (auto e = shards_[i]->try_receive()) {
+        if (!admit(i, *e)) continue;
+        next_ = (i + 1) % shards_.size();
+        return e;
+      }
+    }
+    return std::nullopt;
+  }
+
+  /// Waits up to `timeout` for a message from any shard. With one shard it
+  /// sleeps in that transport; with several it waits on each in turn for at
+  /// most `slice` (1 ms), so a message waits at most S ms to be seen.
+  std::optional<envelope> receive_for(std::chrono::nanoseconds timeout)
+    requires blocking_transport<Transport>
+  {
+    if (auto e = try_receive()) return e;
+    if (shards_.size() == 1) {
+      auto e = shards_[0]->receive_for(timeout);
+      if (e && !admit(0, *e)) return std::nullopt;
+      return e;
+    }
+    const auto deadline = std::chrono::steady_clock::now() + timeout;
+    for (;;) {
+      for (std::size_t i = 0; i < shards_.size(); ++i) {
+        const auto left = deadline - std::chrono::steady_clock::now();
+        if (left <= std::chrono::nanoseconds::zero()) return std::nullopt;
+        if (auto e = shards_[i]->receive_for(std::min<std::chrono::nanoseconds>(left, slice)); e && admit(i, *e))
+          return e;
+      }
+    }
+  }
+
+  /// The connection serving fragment p, once its shard has welcomed us.
+  std::optional<std::size_t> owner_of(std::uint32_t p) const {
+    if (count_ == 0) return std::nullopt;
+    for (std::size_t i = 0; i < index_.size(); ++i)
+      if (index_[i] && *index_[i] == p % count_) return i;
+    return std::nullopt;
+  }
+
+  /// What is wrong with the shards' welcomes (`none` while all agree). A
+  /// welcome that disagrees is dropped, so the learner does not join and
+  /// `learner::step` times out; this says why.
+  shard_error error() const noexcept { return error_; }
+  /// Updates dropped because they came from a shard that does not own their fragment.
+  std::uint64_t misrouted() const noexcept { return misrouted_; }
+
+  std::span<Transport* const> connections() const noexcept { return shards_; }
+
+  static constexpr std::chrono::nanoseconds slice = std::chrono::milliseconds(1);
+
+ private:
+  static message duplicate(const message& m) {
+    message copy;
+    copy.header = m.header;
+    if (m.payload.size() != 0) {
+      copy.payload = byte_buffer(m.payload.size());
+      std::copy(m.payload.bytes().begin(), m.payload.bytes().end(), copy.payload.bytes().begin());
+    }
+    return copy;
+  }
+
+  /// Learns a shard's index from its welcome (not from a bootstrap's
+  /// `state_wanted` one, which precedes sharding); refuses what disagrees.
+  bool admit(std::size_t i, const envelope& e) {
+    const auto& h = e.msg.header;
+    if (e.error != wire_error::none) return true;  // the learner counts and ignores it
+    if (h.kind == message_kind::welcome && !(h.flags & state_wanted)) {
+      const std::uint32_t count = h.steps == 0 ? 1 : static_cast<std::uint32_t>(std::min<std::uint64_t>(h.steps, ~0u));
+      const std::uint32_t index = h.fragment;
+      if (count != shards_.size() || index >= count) {
+        error_ = shard_error::count_mismatch;
+        return false;
+      }
+      for (std::size_t j = 0; j < index_.size(); ++j)
+        if (j != i && index_[j] == index) {
+          error_ = shard_error::index_conflict;
+          return false;
+        }
+      if (index_[i] && *index_[i] != index) {
+        error_ = shard_error::index_conflict;
+        return false;
+      }
+      index_[i] = index;
+      count_ = count;
+      return true;
+    }
+    if (h.kind == message_kind::update && count_ != 0 && (!index_[i] || h.fragment % count_ != *index_[i])) {
+      ++misrouted_;
+      return false;
+    }
+    return true;
+  }
+
+  std::vector<Transport*> shards_;
+  std::vector<std::optional<std::uint32_t>> index_;  ///< the shard each connection's welcome named
+  std::uint32_t count_ = 0;                          ///< S, once a welcome has said it
+  std::size_t next_ = 0;
+  shard_error error_ = shard_error::none;
+  std::uint64_t misrouted_ = 0;
+};
+
+}  // namespace diloco
