@@ -31,6 +31,7 @@ std::optional<std::string> gpu_unavailable() {
   if (e != cudaSuccess)
     return std::string("no usable CUDA device: ") + cudaGetErrorName(e) + " (" + cudaGetErrorString(e) + ")";
   if (devices == 0) return std::string("no CUDA device");
+  if (const auto& blas = gpu_detail::cublas_functions::get(); !blas.error.empty()) return blas.error;
   return std::nullopt;
 }
 

@@ -15,8 +15,11 @@
 #include <span>
 #include <stdexcept>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
+
+#include <dlfcn.h>
 
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
@@ -105,40 +108,97 @@ __global__ void softmax_cross_entropy(const float* logits, const std::uint8_t* l
 /// Throws `diloco::cuda::error` for a failed CUDA call.
 inline void check(cudaError_t e, const char* what) { diloco::cuda::detail::check(e, what); }
 
+/// The six cuBLAS functions the model calls, from `libcublas.so.N` loaded
+/// at the first use (`dlopen`) rather than linked: loading cuBLAS and
+/// cuBLASLt costs 0.3–0.8 s, which every start of the trainer would pay
+/// otherwise, GPU learners or not. Looked for in the toolkit's library
+/// directory of the build (`FASHION_MNIST_CUBLAS_DIR`), then by the
+/// loader's search path. Never unloaded.
+struct cublas_functions {
+  decltype(&cublasCreate_v2) create = nullptr;
+  decltype(&cublasDestroy_v2) destroy = nullptr;
+  decltype(&cublasSetStream_v2) set_stream = nullptr;
+  decltype(&cublasSetMathMode) set_math_mode = nullptr;
+  decltype(&cublasSgemm_v2) sgemm = nullptr;
+  decltype(&cublasGetStatusString) status_string = nullptr;
+  std::string error;  ///< why it could not be loaded; empty if it was
+
+  /// The functions, loaded once (thread-safe); check `error` first.
+  static const cublas_functions& get() {
+    static const cublas_functions loaded = load();
+    return loaded;
+  }
+
+ private:
+  static cublas_functions load() {
+    cublas_functions f;
+    const std::string name = "libcublas.so." + std::to_string(CUBLAS_VER_MAJOR);
+    void* library = nullptr;
+#ifdef FASHION_MNIST_CUBLAS_DIR
+    library = dlopen((std::string(FASHION_MNIST_CUBLAS_DIR) + "/" + name).c_str(), RTLD_NOW | RTLD_LOCAL);
+#endif
+    if (!library) library = dlopen(name.c_str(), RTLD_NOW | RTLD_LOCAL);
+    if (!library) {
+      const char* why = dlerror();
+      f.error = "cannot load " + name + ": " + (why ? why : "dlopen failed");
+      return f;
+    }
+    bool found = true;
+    auto resolve = [&](auto& fn, const char* symbol) {
+      fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(library, symbol));
+      if (!fn && found) {
+        found = false;
+        f.error = name + " has no " + symbol;
+      }
+    };
+    resolve(f.create, "cublasCreate_v2");
+    resolve(f.destroy, "cublasDestroy_v2");
+    resolve(f.set_stream, "cublasSetStream_v2");
+    resolve(f.set_math_mode, "cublasSetMathMode");
+    resolve(f.sgemm, "cublasSgemm_v2");
+    resolve(f.status_string, "cublasGetStatusString");
+    return f;
+  }
+};
+
 /// Throws a `std::runtime_error` naming a failed cuBLAS call.
 inline void check(cublasStatus_t s, const char* what) {
   if (s != CUBLAS_STATUS_SUCCESS)
-    throw std::runtime_error(std::string("fashion::gpu_mlp: ") + what + ": " + cublasGetStatusString(s));
+    throw std::runtime_error(std::string("fashion::gpu_mlp: ") + what + ": " +
+                             cublas_functions::get().status_string(s));
 }
 
-/// A cuBLAS handle bound to one stream. Owns it; movable.
+/// A cuBLAS handle bound to one stream. Owns it; movable. Throws a
+/// `std::runtime_error` if cuBLAS cannot be loaded or the handle not made.
 class cublas {
  public:
-  explicit cublas(cudaStream_t stream) {
-    check(cublasCreate(&handle_), "cublasCreate");
-    check(cublasSetStream(handle_, stream), "cublasSetStream");
+  explicit cublas(cudaStream_t stream) : f_(&cublas_functions::get()) {
+    if (!f_->error.empty()) throw std::runtime_error("fashion::gpu_mlp: " + f_->error);
+    check(f_->create(&handle_), "cublasCreate");
+    check(f_->set_stream(handle_, stream), "cublasSetStream");
     // FP32 products in FP32: no TF32 (CUBLAS_DEFAULT_MATH would allow it
     // under NVIDIA_TF32_OVERRIDE), so that the GPU computes what the CPU does.
-    check(cublasSetMathMode(handle_, CUBLAS_PEDANTIC_MATH), "cublasSetMathMode");
+    check(f_->set_math_mode(handle_, CUBLAS_PEDANTIC_MATH), "cublasSetMathMode");
   }
-  cublas(cublas&& other) noexcept : handle_(std::exchange(other.handle_, nullptr)) {}
+  cublas(cublas&& other) noexcept : f_(other.f_), handle_(std::exchange(other.handle_, nullptr)) {}
   cublas& operator=(cublas&&) = delete;
   cublas(const cublas&) = delete;
   cublas& operator=(const cublas&) = delete;
   ~cublas() {
-    if (handle_) cublasDestroy(handle_);
+    if (handle_) f_->destroy(handle_);
   }
 
   /// C (m × n) ← op(A) · op(B), column-major, on the handle's stream.
   void gemm(bool transpose_a, bool transpose_b, int m, int n, int k, const float* a, int lda, const float* b, int ldb,
             float* c, int ldc) const {
     const float one = 1.0f, zero = 0.0f;
-    check(cublasSgemm(handle_, transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N, transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N, m, n,
-                      k, &one, a, lda, b, ldb, &zero, c, ldc),
+    check(f_->sgemm(handle_, transpose_a ? CUBLAS_OP_T : CUBLAS_OP_N, transpose_b ? CUBLAS_OP_T : CUBLAS_OP_N, m, n, k,
+                    &one, a, lda, b, ldb, &zero, c, ldc),
           "cublasSgemm");
   }
 
  private:
+  const cublas_functions* f_;
   cublasHandle_t handle_ = nullptr;
 };
 
