@@ -52,6 +52,18 @@ inline void check(command& c, std::optional<std::uint32_t> fragments, std::optio
   if (!s.checkpoint_dir.empty() && s.part != role::learner) refuse("--checkpoint-dir is for --role learner");
   if (checkpoint_every && s.checkpoint_dir.empty()) refuse("--checkpoint-every needs --checkpoint-dir");
   if (checkpoint_every) s.checkpoint_every = *checkpoint_every;
+  if (s.gpu_learners > s.learners) refuse("--gpu-learners must not exceed --learners");
+  if (s.gpu_learners > 0 && s.run_mode == mode::data_parallel)
+    refuse("--gpu-learners needs --mode diloco or decoupled (GPU learners take AdamW inner steps; data parallel "
+           "learners take SGD ones)");
+  // A process that will run a GPU learner (or, with --role all, start one)
+  // needs a usable device; the syncer does not.
+  const bool runs_gpu = c.launch_all ? s.gpu_learners > 0
+                        : s.part == role::syncer ? false
+                        : s.part == role::learner ? s.learner_id < s.gpu_learners
+                                                  : s.gpu_learners > 0;
+  if (runs_gpu)
+    if (const auto why = gpu_unavailable()) refuse("--gpu-learners: " + *why);
 }
 
 /// Reads the command line into `c`. Returns nothing to go on, or the exit
@@ -77,6 +89,9 @@ inline std::optional<int> parse_command_line(int argc, char** argv, command& c) 
   add_choice(app, "--mode", s.run_mode, {{"dp", mode::data_parallel}, {"diloco", mode::diloco}, {"decoupled", mode::decoupled}},
              "mode", "data parallel, DiLoCo or Decoupled DiLoCo (decoupled)");
   add_number<u32>(app, "--learners", s.learners, {1, 1024}, "learner units (4)", "M");
+  add_number<u32>(app, "--gpu-learners", s.gpu_learners, {0, 1024},
+                  "learners 0..N-1 train on the GPU, the others on the CPU (0; needs a build with CUDA and a device)",
+                  "N");
   add_number<u64>(app, "--steps", s.steps, {1}, "inner steps per learner (1000)", "N");
   add_number<u32>(app, "--batch", s.batch, {1}, "examples per inner step (64)", "B");
   add_number<u32>(app, "--H", s.sync_period, {1}, "inner steps between two sends of a fragment (50)", "H");

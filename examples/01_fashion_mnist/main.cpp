@@ -86,7 +86,7 @@ diloco::syncer_options syncer_options_for(const fashion::settings& s) {
 template <class Go>
 fashion::outcome with_policies(const fashion::settings& s, Go&& go) {
   using namespace diloco;
-  const inner::adamw_options adamw{.learning_rate = s.lr, .weight_decay = s.weight_decay};
+  const inner::adamw_options adamw = fashion::adamw_options_of(s);
   if (s.run_mode == fashion::mode::data_parallel)
     return go(presets::data_parallel_inner<float>(presets::data_parallel_inner_options()),
               presets::data_parallel_outer<float>(adamw), merge::average{});
@@ -192,7 +192,9 @@ int main(int argc, char** argv) {
       std::printf("%s\n", line.dump().c_str());
       return 0;
     }
-    std::printf("%s\n", result_line(s, options, r).dump().c_str());
+    auto line = result_line(s, options, r);
+    if (s.gpu_learners > 0) line["gpu_learners"] = s.gpu_learners;  // absent from CPU-only runs, as before
+    std::printf("%s\n", line.dump().c_str());
     return r.completed ? 0 : 1;
   } catch (const fashion::dataset_error& e) {
     std::fprintf(stderr,
@@ -203,5 +205,8 @@ int main(int argc, char** argv) {
   } catch (const std::invalid_argument& e) {
     std::fprintf(stderr, "fashion_mnist: error: %s\n", e.what());
     return 2;
+  } catch (const std::runtime_error& e) {  // e.g. diloco::cuda::error: a GPU learner's device failed
+    std::fprintf(stderr, "fashion_mnist: error: %s\n", e.what());
+    return 1;
   }
 }

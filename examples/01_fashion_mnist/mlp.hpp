@@ -13,14 +13,9 @@
 #include <diloco/concepts/model.hpp>
 #include <diloco/random.hpp>
 
-namespace fashion {
+#include "batch.hpp"
 
-/// One inner step's worth of examples: features × n images (column-major) and
-/// their labels.
-struct batch {
-  Eigen::MatrixXf x;
-  std::vector<std::uint8_t> y;
-};
+namespace fashion {
 
 class mlp {
  public:
@@ -50,16 +45,19 @@ class mlp {
   /// cross-entropy over the batch.
   diloco::step_stats compute_gradients(const batch& b) {
     const auto started = std::chrono::steady_clock::now();
-    const Eigen::Index n = b.x.cols();
-    const double loss = forward(b.x, &b.y, nullptr);
+    const auto n = static_cast<Eigen::Index>(b.size());
+    const Eigen::Map<const Eigen::MatrixXf> x(b.x.data(), b.features, n);
+    const double loss = forward(x, &b.y, nullptr);
     // dZ of the output layer: (softmax − onehot) / n.
     Eigen::MatrixXf& dz = delta_.back();
     dz = probs_;
     for (Eigen::Index j = 0; j < n; ++j) dz(b.y[j], j) -= 1.0f;
     dz /= float(n);
     for (std::size_t l = weights_.size(); l-- > 0;) {
-      const Eigen::MatrixXf& input = l == 0 ? b.x : act_[l - 1];
-      store_.grad(weights_[l]).noalias() = delta_[l] * input.transpose();
+      if (l == 0)
+        store_.grad(weights_[l]).noalias() = delta_[l] * x.transpose();
+      else
+        store_.grad(weights_[l]).noalias() = delta_[l] * act_[l - 1].transpose();
       store_.grad(biases_[l]) = delta_[l].rowwise().sum();
       if (l > 0) {
         delta_[l - 1].noalias() = store_.param(weights_[l]).transpose() * delta_[l];

@@ -80,6 +80,32 @@ refused "unknown partial-round rule 'some'" -- --partial-rounds some
 refused "--mode" -- --mode
 refused "--curve-secret and --curve-peer go together" -- --curve-secret key
 refused "unexpected argument 'stray'" -- stray
+refused "bad value '-1' for --gpu-learners" -- --gpu-learners -1
+refused "--gpu-learners must not exceed --learners" -- --learners 2 --gpu-learners 3
+refused "--gpu-learners needs --mode diloco or decoupled" -- --mode dp --gpu-learners 1
+
+# A GPU learner where none can run (a build without CUDA, or no usable
+# device): refused with the reason, status 2. Where one can, the command
+# line is good and the run stops at the missing dataset (status 1).
+err=$("$program" --progress 0 --learners 2 --gpu-learners 1 --data-dir /nonexistent 2>&1 >/dev/null)
+rc=$?
+if [[ $rc -eq 2 ]] && grep -Eq -- "--gpu-learners: (this fashion_mnist was built without CUDA|no usable CUDA device|no CUDA device)" <<<"$err"; then
+  echo "ok   --gpu-learners 1 without a GPU: $(head -n 1 <<<"$err")"
+elif [[ $rc -eq 1 ]] && grep -q "cannot open /nonexistent/" <<<"$err"; then
+  echo "ok   --gpu-learners 1 with a GPU: $(head -n 1 <<<"$err")"
+else
+  echo "FAIL --gpu-learners 1: status $rc, stderr: $err"
+  failures=$((failures + 1))
+fi
+# The syncer runs no learner: no device needed.
+err=$("$program" --progress 0 --role syncer --endpoint tcp://127.0.0.1:1 --gpu-learners 1 --data-dir /nonexistent 2>&1 >/dev/null)
+rc=$?
+if [[ $rc -ne 1 ]] || ! grep -q "cannot open /nonexistent/" <<<"$err"; then
+  echo "FAIL --role syncer --gpu-learners 1: status $rc (want 1, the dataset missing), stderr: $err"
+  failures=$((failures + 1))
+else
+  echo "ok   --role syncer --gpu-learners 1: no device needed"
+fi
 
 # The same options, well formed (both spellings, repeated: the last counts),
 # get past the parse and stop at the missing dataset.

@@ -25,7 +25,9 @@
 #include <diloco/transport/shards.hpp>
 #include <diloco/transport/zeromq.hpp>
 
+#include "gpu.hpp"
 #include "idx.hpp"
+#include "learner_unit.hpp"
 #include "mlp.hpp"
 
 namespace fashion {
@@ -56,6 +58,7 @@ struct settings {
   mode run_mode = mode::decoupled;
   transport via = transport::threads;
   std::uint32_t learners = 4;
+  std::uint32_t gpu_learners = 0;  ///< learners 0 … N−1 train on the GPU (gpu.hpp); the others on the CPU
   std::uint64_t steps = 1000;  ///< inner steps per learner
   std::uint32_t batch = 64;
   std::uint32_t sync_period = 50;
@@ -141,6 +144,23 @@ struct outcome {
   }
 };
 
+/// The AdamW options of the command line, for CPU and GPU learners alike.
+inline diloco::inner::adamw_options adamw_options_of(const settings& s) {
+  return {.learning_rate = s.lr, .weight_decay = s.weight_decay};
+}
+
+/// Learner `i` of a run: on the GPU if `i < s.gpu_learners` (`gpu_mlp` with
+/// `diloco::cuda::adamw`, which takes the command line's AdamW options:
+/// GPU learners are for modes whose inner step is AdamW), else `mlp` with
+/// `inner`.
+template <class Inner, class Transport>
+std::unique_ptr<learner_unit<Transport>> make_learner(const settings& s, std::uint32_t i, Transport& transport,
+                                                      const diloco::learner_options& options, const Inner& inner) {
+  if (i < s.gpu_learners) return make_gpu_learner(transport, options, adamw_options_of(s), s.seed);
+  return std::make_unique<learner_unit_of<mlp, Inner, Transport>>(
+      std::make_unique<mlp>(std::vector<int>{784, 256, 256, 10}, s.seed), transport, options, inner, "cpu");
+}
+
 /// Learner `index`'s shard of the training set (every M-th example of a
 /// seeded permutation), visited in a fresh seeded order every epoch.
 class shard_sampler {
@@ -157,7 +177,8 @@ class shard_sampler {
 
   batch next(std::uint32_t size) {
     batch b;
-    b.x.resize(data_->features, size);
+    b.features = data_->features;
+    b.x.resize(std::size_t(data_->features) * size);
     b.y.resize(size);
     for (std::uint32_t j = 0; j < size; ++j) {
       if (pos_ == shard_.size()) {
@@ -165,7 +186,8 @@ class shard_sampler {
         pos_ = 0;
       }
       const std::uint32_t e = shard_[pos_++];
-      std::copy_n(data_->x.data() + std::size_t(e) * data_->features, data_->features, b.x.col(j).data());
+      std::copy_n(data_->x.data() + std::size_t(e) * data_->features, data_->features,
+                  b.x.data() + std::size_t(j) * data_->features);
       b.y[j] = data_->y[e];
     }
     return b;
@@ -272,8 +294,8 @@ inline std::uint64_t steps_of(const settings& s, std::uint32_t i) {
 /// and its stall, then finishes it. A learner restored from a checkpoint
 /// counts the steps it had. `after_step`, if any, runs after every step.
 /// Returns an error message, or nothing.
-template <class Learner>
-std::string drive(Learner& l, const mlp& model, shard_sampler& sampler, double speed, std::uint32_t i,
+template <class Transport>
+std::string drive(learner_unit<Transport>& l, shard_sampler& sampler, double speed, std::uint32_t i,
                   const settings& s, progress& report, const std::function<void()>& after_step = {}) {
   std::chrono::steady_clock::duration busy{};
   const auto stop_at = std::chrono::system_clock::time_point(
@@ -286,7 +308,7 @@ std::string drive(Learner& l, const mlp& model, shard_sampler& sampler, double s
     if (!r) return "learner " + std::to_string(i) + ": " + r.error().message();
     report.stepped(i, r->loss);
     if (after_step) after_step();
-    const auto compute = model.last_compute();
+    const auto compute = l.last_compute();
     busy += compute;
     if (speed < 1.0) std::this_thread::sleep_for(std::chrono::duration<double>(compute) * (1.0 / speed - 1.0));
     if (s.stall && s.stall->learner == i && step + 1 == s.stall->after) {
@@ -320,8 +342,6 @@ outcome train(const settings& s, const split& train_set, const split& test_set, 
   speeds.resize(s.learners, 1.0);
   std::vector<shard_sampler> samplers;
   for (std::uint32_t i = 0; i < s.learners; ++i) samplers.emplace_back(train_set, s.learners, i, s.seed);
-  std::vector<std::unique_ptr<mlp>> models;
-  for (std::uint32_t i = 0; i < s.learners; ++i) models.push_back(std::make_unique<mlp>(widths, s.seed));
 
   const auto started = std::chrono::steady_clock::now();
   std::vector<float> final_params;
@@ -331,11 +351,10 @@ outcome train(const settings& s, const split& train_set, const split& test_set, 
     syncer<Outer, Merge, sim::endpoint> sync(initial.layout(), initial.parameters(), net.attach(syncer_peer),
                                              options, outer, merge);
     out.imbalance = sync.plan().imbalance();
-    using learner_type = learner<mlp, Inner, sim::endpoint>;
-    std::vector<std::unique_ptr<learner_type>> learners;
+    std::vector<std::unique_ptr<fashion::learner_unit<sim::endpoint>>> learners;
     std::vector<sim::learner_plan> plans;
     for (std::uint32_t i = 0; i < s.learners; ++i) {
-      learners.push_back(std::make_unique<learner_type>(*models[i], net.attach(i), learner_options{.id = i, .error_feedback = s.error_feedback}, inner));
+      learners.push_back(make_learner(s, i, net.attach(i), learner_options{.id = i, .error_feedback = s.error_feedback}, inner));
       sim::learner_plan plan{speeds[i], steps_of(s, i), {}};
       if (s.stall && s.stall->learner == i) {
         const auto step = std::chrono::duration_cast<std::chrono::nanoseconds>(s.sim_step_time) / speeds[i];
@@ -364,10 +383,9 @@ outcome train(const settings& s, const split& train_set, const split& test_set, 
     syncer<Outer, Merge, inproc::endpoint> sync(initial.layout(), initial.parameters(),
                                                  hub.attach(syncer_peer), options, outer, merge);
     out.imbalance = sync.plan().imbalance();
-    using learner_type = learner<mlp, Inner, inproc::endpoint>;
-    std::vector<std::unique_ptr<learner_type>> learners;
+    std::vector<std::unique_ptr<fashion::learner_unit<inproc::endpoint>>> learners;
     for (std::uint32_t i = 0; i < s.learners; ++i)
-      learners.push_back(std::make_unique<learner_type>(*models[i], hub.attach(i), learner_options{.id = i, .error_feedback = s.error_feedback}, inner));
+      learners.push_back(make_learner(s, i, hub.attach(i), learner_options{.id = i, .error_feedback = s.error_feedback}, inner));
 
     std::mutex error_mutex;
     std::atomic<std::uint32_t> finished{0};
@@ -376,7 +394,13 @@ outcome train(const settings& s, const split& train_set, const split& test_set, 
       std::vector<std::jthread> threads;
       for (std::uint32_t i = 0; i < s.learners; ++i) {
         threads.emplace_back([&, i] {
-          if (auto error = drive(*learners[i], *models[i], samplers[i], speeds[i], i, s, report); !error.empty()) {
+          std::string error;
+          try {
+            error = drive(*learners[i], samplers[i], speeds[i], i, s, report);
+          } catch (const std::exception& e) {  // e.g. a GPU learner's device lost (diloco::cuda::error)
+            error = "learner " + std::to_string(i) + ": " + e.what();
+          }
+          if (!error.empty()) {
             std::lock_guard lock(error_mutex);
             out.error = error;
             out.completed = false;
@@ -519,7 +543,8 @@ outcome learn(const settings& s, const split& train_set, Inner inner) {
     const auto pid = std::string(",\"pid\":").append(std::to_string(::getpid()));
     trace->learner_line(s.learner_id, s.incarnation, "start", pid);
   }
-  learner<mlp, Inner, sharded<zeromq::client>> l(model, client, options, inner);
+  const auto unit = make_learner(s, s.learner_id, client, options, inner);
+  learner_unit<sharded<zeromq::client>>& l = *unit;
   std::optional<checkpoint_store> checkpoints;
   std::function<void()> after_step;
   if (!s.checkpoint_dir.empty()) {
@@ -527,7 +552,7 @@ outcome learn(const settings& s, const split& train_set, Inner inner) {
     checkpoints.emplace(s.checkpoint_dir);
     std::vector<std::string> skipped;
     try {
-      if (const auto k = load_latest_learner_checkpoint(l, *checkpoints, &skipped))
+      if (const auto k = l.load_latest_checkpoint(*checkpoints, &skipped))
         std::fprintf(stderr, "fashion_mnist learner %u: resuming from learner checkpoint %llu at step %llu\n",
                      s.learner_id, static_cast<unsigned long long>(*k), static_cast<unsigned long long>(l.local_step()));
     } catch (const corrupt_state& e) {
@@ -537,13 +562,17 @@ outcome learn(const settings& s, const split& train_set, Inner inner) {
     for (const auto& why : skipped)
       std::fprintf(stderr, "fashion_mnist learner %u: skipped checkpoint %s\n", s.learner_id, why.c_str());
     after_step = [&] {
-      if (l.metrics().steps % s.checkpoint_every == 0) save_learner_checkpoint(l, *checkpoints);
+      if (l.metrics().steps % s.checkpoint_every == 0) l.save_checkpoint(*checkpoints);
     };
   }
   const double speed = s.learner_id < s.speeds.size() ? s.speeds[s.learner_id] : 1.0;
   const auto started = std::chrono::steady_clock::now();
   outcome out;
-  out.error = drive(l, model, sampler, speed, s.learner_id, s, report, after_step);
+  try {
+    out.error = drive(l, sampler, speed, s.learner_id, s, report, after_step);
+  } catch (const std::exception& e) {  // e.g. a GPU learner's device lost (diloco::cuda::error)
+    out.error = "learner " + std::to_string(s.learner_id) + ": " + e.what();
+  }
   out.completed = out.error.empty();
   out.inner_steps = l.local_step();
   out.bytes_sent = l.metrics().bytes_sent;

@@ -14,6 +14,8 @@
 #include <limits>
 #include <random>
 #include <span>
+#include <sstream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -74,6 +76,90 @@ void check_adamw() {
 DILOCO_CUDA_TEST(adamw, matches_inner_adamw) {
   check_adamw<float>();
   check_adamw<double>();
+}
+
+/// `cuda::adamw<T>`, the inner step, against `inner::adamw<T>` on the same
+/// inputs, with the kernel's bound above: `steps` steps on a stream of its
+/// own; then each saves its state, the other loads it, and both take
+/// `steps` more — within the bound for 2·steps, so the moments and the step
+/// count crossed in `inner::adamw`'s format both ways.
+template <class T>
+void check_inner_step() {
+  constexpr double eps = std::numeric_limits<T>::epsilon() / 2;
+  constexpr std::size_t n = 4099;
+  constexpr int steps = 4;
+  const diloco::inner::adamw_options options{.learning_rate = 2e-3, .weight_decay = 0.05};
+  std::mt19937 rng(5);
+  std::normal_distribution<T> normal(T(0), T(1));
+  std::vector<T> params(n);
+  for (auto& x : params) x = normal(rng);
+  std::vector<std::vector<T>> grads(2 * steps, std::vector<T>(n));
+  for (auto& g : grads)
+    for (auto& x : g) x = T(0.1) * normal(rng);
+
+  dc::stream stream;
+  diloco::inner::adamw<T> cpu(options);
+  dc::adamw<T> gpu(options, stream.get());
+  CUDA_TEST_CHECK(gpu.stream() == stream.get() && gpu.options().learning_rate == options.learning_rate, "options");
+  std::vector<T> cpu_params = params;
+  auto p = t::upload(params);
+  std::vector<dc::device_buffer<T>> g;
+  for (const auto& x : grads) g.push_back(t::upload(x));
+  auto steps_on_both = [&](diloco::inner::adamw<T>& c, dc::adamw<T>& d, int from) {
+    for (int s = from; s < from + steps; ++s) {
+      c.step(std::span<T>(cpu_params), std::span<const T>(grads[s]));
+      d.step(p.span(), std::span<const T>(g[s].span()));
+    }
+  };
+  auto compare = [&](int after, const char* what) {
+    const auto got = t::download(p);
+    std::size_t wrong = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      const double tolerance = after * (4 * eps * std::fabs(cpu_params[i]) + 64 * eps * options.learning_rate);
+      wrong += !(std::fabs(double(got[i]) - cpu_params[i]) <= tolerance);
+    }
+    CUDA_TEST_CHECK(wrong == 0, std::string(sizeof(T) == 8 ? "double, " : "float, ") + what + ": " +
+                                    std::to_string(wrong) + " parameters beyond the tolerance");
+  };
+  steps_on_both(cpu, gpu, 0);
+  CUDA_TEST_CHECK(gpu.steps() == steps, "step count");
+  compare(steps, "first steps");
+
+  // Swap the states through save and load: the CPU continues from the GPU's
+  // moments and the GPU from the CPU's.
+  std::stringstream from_gpu, from_cpu;
+  gpu.save(from_gpu);
+  cpu.save(from_cpu);
+  diloco::inner::adamw<T> cpu2(options);
+  dc::adamw<T> gpu2(options, stream.get());
+  cpu2.load(from_gpu);
+  gpu2.load(from_cpu);
+  CUDA_TEST_CHECK(cpu2.steps() == steps && gpu2.steps() == steps, "step counts after load");
+  steps_on_both(cpu2, gpu2, steps);
+  compare(2 * steps, "after swapping states");
+
+  // A corrupt state is refused and leaves the step as it was.
+  std::stringstream bad("not a state");
+  bool refused = false;
+  try {
+    gpu2.load(bad);
+  } catch (const diloco::corrupt_state&) {
+    refused = true;
+  }
+  CUDA_TEST_CHECK(refused && gpu2.steps() == steps * 2, "a corrupt state was not refused");
+  for (auto& x : g) t::download(x);  // the steps have finished before the gradients are freed
+}
+
+DILOCO_CUDA_TEST(adamw, inner_step_matches_inner_adamw) {
+  check_inner_step<float>();
+  check_inner_step<double>();
+  bool refused = false;
+  try {
+    dc::adamw<float> bad({.beta1 = 1.0}, nullptr);
+  } catch (const std::invalid_argument&) {
+    refused = true;
+  }
+  CUDA_TEST_CHECK(refused, "beta1 = 1 was not refused");
 }
 
 }  // namespace

@@ -1,13 +1,24 @@
-// The AdamW inner step on the device.
+// The AdamW inner step on the device: the kernel, and `adamw<T>`, the inner
+// step of a model whose parameters live in device memory.
 #pragma once
 
+#include <cassert>
 #include <cstddef>
+#include <cstdint>
+#include <istream>
+#include <ostream>
 #include <span>
+#include <vector>
 
 #include <cuda_runtime_api.h>
 
+#include "diloco/concepts/checkpointable.hpp"
+#include "diloco/concepts/inner_step.hpp"
 #include "diloco/cuda/detail/launch.cuh"
+#include "diloco/cuda/error.cuh"
+#include "diloco/cuda/memory.cuh"
 #include "diloco/inner/adamw.hpp"
+#include "diloco/serialize.hpp"
 
 namespace diloco::cuda {
 
@@ -37,5 +48,114 @@ cudaError_t adamw_step(const inner::adamw_element<T>& f, std::span<T> params, st
                                                                               grads.data());
   return detail::launched();
 }
+
+/// AdamW as an InnerStep on device memory: the inner step of a model whose
+/// `memory()` is a `device_memory` (`params` and `grads` are device spans).
+/// The same options as `inner::adamw<T>` (validated as it validates them) and
+/// the same update: `adamw_step` with `adamw_element<T>::at_step(options, t)`,
+/// so it differs from the CPU's only by nvcc's FMAs (`adamw_step`).
+///
+/// Each `step` is enqueued on the stream given at construction — the model's,
+/// so that it follows `compute_gradients` and precedes the learner's passes —
+/// and returns at once; the moments m and v are device buffers, allocated and
+/// zeroed (on the stream) at the first step. A failed launch throws
+/// `cuda::error`, as the learner's passes through `device_memory` do: the
+/// `inner_step` concept has no value to return it in, and the device is
+/// lost. Checkpointable: `save` copies the moments to the host (blocking)
+/// and writes them in `inner::adamw<T>`'s format, so a state one of them
+/// saved loads into the other; `load` reads it, then copies it to the device.
+/// Not thread-safe.
+template <class T>
+class adamw {
+ public:
+  using scalar_type = T;
+  using options_type = inner::adamw_options;
+
+  /// Throws `std::invalid_argument` on options `inner::adamw<T>` refuses.
+  /// Steps run on `stream`, which must be the model's (`device_memory`'s):
+  /// there is no default, because the legacy default stream does not order
+  /// itself with the non-blocking streams a model is likely to use.
+  adamw(options_type options, cudaStream_t stream)
+      : options_(inner::adamw<T>(options).options()), stream_(stream) {}
+
+  void step(std::span<T> params, std::span<const T> grads) {
+    assert(params.size() == grads.size());
+    if (m_.size() != params.size()) {
+      assert(m_.size() == 0);
+      m_ = device_buffer<T>(params.size());
+      v_ = device_buffer<T>(params.size());
+      zero(m_);
+      zero(v_);
+    }
+    ++steps_;
+    detail::check(adamw_step(inner::adamw_element<T>::at_step(options_, steps_), params, m_.span(), v_.span(), grads,
+                             stream_),
+                  "adamw_step");
+  }
+
+  options_type& options() noexcept { return options_; }
+  const options_type& options() const noexcept { return options_; }
+  std::uint64_t steps() const noexcept { return steps_; }
+  cudaStream_t stream() const noexcept { return stream_; }
+
+  /// Forgets the moments and the step count (bias correction restarts).
+  void reset() {
+    m_ = {};
+    v_ = {};
+    steps_ = 0;
+  }
+
+  /// Writes the step count and the moments as `inner::adamw<T>::save` does;
+  /// waits for the stream's work so far (two device-to-host copies).
+  void save(std::ostream& out) const {
+    serial::write_tag(out, "ADMW", 1);
+    serial::write_pod(out, steps_);
+    serial::write_array(out, download(m_));
+    serial::write_array(out, download(v_));
+  }
+
+  /// Reads what `save` (or `inner::adamw<T>::save`) wrote. Throws
+  /// `corrupt_state` on a bad block, leaving the state unchanged; the
+  /// moments are sized by the first `step` after an empty state.
+  void load(std::istream& in) {
+    serial::expect_tag(in, "ADMW", 1);
+    const auto steps = serial::read_pod<std::uint64_t>(in, "adamw steps");
+    auto m = serial::read_array<T>(in, serial::max_state_elements, "adamw first moment");
+    auto v = serial::read_array<T>(in, serial::max_state_elements, "adamw second moment");
+    if (m.size() != v.size()) throw corrupt_state("diloco: adamw moments differ in size");
+    device_buffer<T> dm = upload(m), dv = upload(v);
+    steps_ = steps;
+    m_ = std::move(dm);
+    v_ = std::move(dv);
+  }
+
+ private:
+  void zero(device_buffer<T>& b) const {
+    if (b.size() != 0) detail::check(cudaMemsetAsync(b.data(), 0, b.bytes(), stream_), "cudaMemsetAsync");
+  }
+  std::vector<T> download(const device_buffer<T>& b) const {
+    std::vector<T> host(b.size());
+    if (b.size() != 0)
+      detail::check(cudaMemcpyAsync(host.data(), b.data(), b.bytes(), cudaMemcpyDeviceToHost, stream_),
+                    "cudaMemcpyAsync");
+    detail::check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+    return host;
+  }
+  device_buffer<T> upload(const std::vector<T>& host) const {
+    device_buffer<T> b(host.size());
+    if (b.size() != 0)
+      detail::check(cudaMemcpyAsync(b.data(), host.data(), b.bytes(), cudaMemcpyHostToDevice, stream_),
+                    "cudaMemcpyAsync");
+    detail::check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");  // `host` is pageable and goes away
+    return b;
+  }
+
+  options_type options_;
+  cudaStream_t stream_;
+  device_buffer<T> m_, v_;
+  std::uint64_t steps_ = 0;
+};
+
+static_assert(check_inner_step<adamw<float>>() && inner_step<adamw<float>> && checkpointable<adamw<float>>);
 
 }  // namespace diloco::cuda
