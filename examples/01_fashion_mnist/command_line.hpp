@@ -8,6 +8,7 @@
 #include <limits>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 #include <diloco_tools/cli.hpp>
@@ -20,7 +21,7 @@ namespace fashion {
 struct command {
   settings run;
   bool launch_all = false;    ///< `--role all`: start 1 syncer and M learner processes
-  std::string evaluate_file;  ///< `--evaluate FILE`: only evaluate the parameters in FILE
+  std::vector<std::string> evaluate_files;  ///< `--evaluate FILE...`: only evaluate the parameters in each FILE
 };
 
 using diloco_tools::add_choice;
@@ -46,7 +47,8 @@ inline void check(command& c, std::optional<std::uint32_t> fragments, std::optio
   if (s.part == role::learner && s.learner_id >= s.learners) refuse("--learner-id must be below --learners");
   if (s.endpoint.find(',') != std::string::npos && s.part != role::learner)
     refuse("only --role learner takes several endpoints (one per syncer shard)");
-  if (!s.endpoint.empty() && (s.endpoint.front() == ',' || s.endpoint.back() == ',' || s.endpoint.find(",,") != std::string::npos))
+  if (!s.endpoint.empty() &&
+      (s.endpoint.front() == ',' || s.endpoint.back() == ',' || s.endpoint.find(",,") != std::string::npos))
     refuse("--endpoint has an empty entry");
   if (s.curve_secret.empty() != s.curve_peer.empty()) refuse("--curve-secret and --curve-peer go together");
   if (!s.checkpoint_dir.empty() && s.part != role::learner) refuse("--checkpoint-dir is for --role learner");
@@ -64,6 +66,8 @@ inline void check(command& c, std::optional<std::uint32_t> fragments, std::optio
                                                   : s.gpu_learners > 0;
   if (runs_gpu)
     if (const auto why = gpu_unavailable()) refuse("--gpu-learners: " + *why);
+  if (!s.snapshot_dir.empty() && s.part == role::learner) refuse("--snapshot-dir is for the syncer, not --role learner");
+  if (!s.snapshot_dir.empty() && s.eval_every == 0) refuse("--snapshot-dir needs --eval-every N above 0");
 }
 
 /// Reads the command line into `c`. Returns nothing to go on, or the exit
@@ -211,6 +215,10 @@ inline std::optional<int> parse_command_line(int argc, char** argv, command& c) 
                   "print the test accuracy of the global model on stderr every N outer updates, 0 for never (" +
                       std::to_string(s.eval_every) + ")",
                   "N");
+  app.add_option("--snapshot-dir", s.snapshot_dir,
+                 "instead of evaluating every --eval-every outer updates, save the global model to "
+                 "DIR/update_N.f32 and its time to DIR/snapshots.jsonl (evaluate them afterwards with --evaluate)")
+      ->type_name("DIR");
   app.add_option("--trace", s.trace_file, "role learner: append its events to FILE as JSON lines (docs/chaos.md)")
       ->type_name("FILE");
   add_number<double>(app, "--stop-at", s.stop_at, {0.0, real_max},
@@ -225,10 +233,12 @@ inline std::optional<int> parse_command_line(int argc, char** argv, command& c) 
          [&](const std::string& v) { checkpoint_every = parse_number<u64>("--checkpoint-every", v, {1}); },
          "role learner: inner steps between two learner checkpoints (" + std::to_string(s.checkpoint_every) + ")")
       ->type_name("N");
-  app.add_option("--evaluate", c.evaluate_file,
-                 "only evaluate the parameters in FILE (raw little-endian f32, as diloco_syncer --save writes them) "
-                 "on the test set")
-      ->type_name("FILE");
+  app.add_option("--evaluate", c.evaluate_files,
+                 "only evaluate the parameters in each FILE (raw little-endian f32, as diloco_syncer --save and "
+                 "--snapshot-dir write them) on the test set: one JSON line per file")
+      ->type_name("FILE...")
+      ->expected(1, 1 << 20)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
 
   app.final_callback([&] {
     if (const auto extra = app.remaining(); !extra.empty())

@@ -31,21 +31,26 @@ double six_digits(double v) {
   return std::strtod(text, nullptr);
 }
 
-/// `--evaluate`: the test accuracy and loss of the parameters in `path`.
-int evaluate_saved(const fashion::settings& s, const std::string& path) {
+/// `--evaluate`: the test accuracy and loss of the parameters in each of
+/// `paths`, one JSON line each.
+int evaluate_saved(const fashion::settings& s, const std::vector<std::string>& paths) {
   fashion::mlp shape({784, 256, 256, 10}, s.seed);
-  std::ifstream in(path, std::ios::binary | std::ios::ate);
-  if (!in) throw std::invalid_argument("cannot read " + path);
-  const auto bytes = static_cast<std::size_t>(in.tellg());
-  if (bytes != shape.parameters().size() * sizeof(float))
-    throw std::invalid_argument(path + " holds " + std::to_string(bytes) + " bytes; this model has " +
-                                std::to_string(shape.parameters().size()) + " f32 parameters");
+  const auto test = fashion::load_split(s.data_dir, "t10k");
   std::vector<float> params(shape.parameters().size());
-  in.seekg(0);
-  in.read(reinterpret_cast<char*>(params.data()), static_cast<std::streamsize>(bytes));
-  if (!in) throw std::invalid_argument("cannot read " + path);
-  const auto [accuracy, loss] = fashion::evaluate(params, fashion::load_split(s.data_dir, "t10k"), s.seed);
-  std::printf("%s\n", json{{"test_accuracy", six_digits(accuracy)}, {"test_loss", six_digits(loss)}}.dump().c_str());
+  for (const auto& path : paths) {
+    std::ifstream in(path, std::ios::binary | std::ios::ate);
+    if (!in) throw std::invalid_argument("cannot read " + path);
+    const auto bytes = static_cast<std::size_t>(in.tellg());
+    if (bytes != params.size() * sizeof(float))
+      throw std::invalid_argument(path + " holds " + std::to_string(bytes) + " bytes; this model has " +
+                                  std::to_string(params.size()) + " f32 parameters");
+    in.seekg(0);
+    in.read(reinterpret_cast<char*>(params.data()), static_cast<std::streamsize>(bytes));
+    if (!in) throw std::invalid_argument("cannot read " + path);
+    const auto [accuracy, loss] = fashion::evaluate(params, test, s.seed);
+    std::printf("%s\n",
+                json{{"file", path}, {"test_accuracy", six_digits(accuracy)}, {"test_loss", six_digits(loss)}}.dump().c_str());
+  }
   return 0;
 }
 
@@ -170,7 +175,7 @@ int main(int argc, char** argv) {
   const fashion::settings& s = c.run;
   try {
     if (c.launch_all) return fashion::launch_all(argc, argv, s);
-    if (!c.evaluate_file.empty()) return evaluate_saved(s, c.evaluate_file);
+    if (!c.evaluate_files.empty()) return evaluate_saved(s, c.evaluate_files);
     const auto options = syncer_options_for(s);  // validated again by the syncer
     if (s.progress_seconds > 0 && s.part != fashion::role::learner)
       std::fprintf(stderr, "fashion_mnist: %s, %u learners x %llu steps of %u, H=%u, P=%u, K=%u, tau=%u, alpha=%g, %s\n",

@@ -64,6 +64,8 @@ refused "bad value '0' for --checkpoint-every" -- --role learner --endpoint tcp:
 refused "bad value '-5' for --checkpoint-every" -- --role learner --endpoint tcp://127.0.0.1:1 --checkpoint-dir d \
   --checkpoint-every -5
 refused "--checkpoint-every needs --checkpoint-dir" -- --role learner --endpoint tcp://127.0.0.1:1 --checkpoint-every 10
+refused "--snapshot-dir needs --eval-every" -- --snapshot-dir /tmp --eval-every 0
+refused "--snapshot-dir is for the syncer" -- --role learner --endpoint tcp://127.0.0.1:1 --snapshot-dir /tmp
 refused "--checkpoint-dir is for --role learner" -- --checkpoint-dir d
 refused "bad value 'x' for --stall" -- --stall x:1:1
 refused "--stall takes LEARNER:AFTER:STEPS" -- --stall 1:1

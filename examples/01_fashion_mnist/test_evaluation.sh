@@ -39,3 +39,38 @@ check(isinstance(result.get("train_loss"), float) and 0 < result["train_loss"] <
 check(result.get("completed") is True, "completed")
 sys.exit(1 if failures else 0)
 PY
+[[ $? -eq 0 ]] || exit 1
+
+# --snapshot-dir: the same hook saves the global model instead of evaluating
+# it; `--evaluate` of the snapshot taken at the last outer update gives the
+# final model's test accuracy (data parallel: one outer update per step).
+"$program" --mode dp --learners 2 --steps 40 --transport sim --eval-every 20 --snapshot-dir "$work/snapshots/new" \
+  --progress 0 >"$work/out" 2>"$work/err"
+status=$?
+if [[ $status -ne 0 ]]; then
+  echo "FAIL: exit status $status with --snapshot-dir"; cat "$work/err"; exit 1
+fi
+"$program" --evaluate "$work/snapshots/new/update_40.f32" "$work/snapshots/new/update_20.f32" >"$work/evaluated" || exit 1
+python3 - "$work/out" "$work/err" "$work/snapshots/new" "$work/evaluated" <<'PY'
+import json, os, sys, time
+out, err, folder, evaluated = sys.argv[1:]
+failures = []
+def check(ok, what):
+    print(("ok   " if ok else "FAIL ") + what)
+    if not ok:
+        failures.append(what)
+index = [json.loads(l) for l in open(os.path.join(folder, "snapshots.jsonl"))]
+check([s["outer_update"] for s in index] == [20, 40], "snapshots at outer updates 20 and 40: %s" % index)
+check(all(0 <= a["seconds"] <= b["seconds"] for a, b in zip(index, index[1:])), "seconds since the start, in order")
+check(all(abs(s["unix_seconds"] - time.time()) < 600 for s in index), "unix_seconds is the wall time")
+sizes = [os.path.getsize(os.path.join(folder, s["file"])) for s in index]
+check(sizes == [269322 * 4] * 2, "each snapshot is the model in f32 (269322 x 4 bytes): %s" % sizes)
+check("evaluation at outer update" not in open(err).read(), "no evaluation while training")
+final = json.loads(open(out).read().splitlines()[-1])
+lines = [json.loads(l) for l in open(evaluated).read().splitlines()]
+check([os.path.basename(l["file"]) for l in lines] == ["update_40.f32", "update_20.f32"], "one line per file, in order")
+check(lines[0]["test_accuracy"] == final["test_accuracy"],
+      "the last snapshot is the final model: %s vs %s" % (lines[0]["test_accuracy"], final["test_accuracy"]))
+check(lines[1]["test_accuracy"] != lines[0]["test_accuracy"], "the snapshots differ")
+sys.exit(1 if failures else 0)
+PY
