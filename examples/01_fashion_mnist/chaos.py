@@ -114,7 +114,7 @@ def merge_times(out, fragments):
     """When (seconds from the run's start) any of `fragments` was merged."""
     events = [json.loads(line) for line in open(os.path.join(out, "events.jsonl"))]
     begin = next(e["t"] for e in events if e["src"] == "runner" and e["ev"] == "begin")
-    return sorted((e["t"] - begin) / 1e9 for e in events
+    return sorted((e["t"] - begin) / 1e6 for e in events  # "t": microseconds
                   if e["src"] == "syncer" and e["ev"] == "merged" and e.get("fragment") in fragments)
 
 

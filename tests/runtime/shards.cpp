@@ -209,6 +209,24 @@ BOOST_AUTO_TEST_CASE(sharded_routes_contributions_to_the_owner_and_checks_welcom
   BOOST_TEST(shard_a.try_receive().has_value());
   BOOST_TEST(shard_b.try_receive().has_value());
 
+  // A shard whose connection refuses (here: closed) gets its messages queued,
+  // in order, and the other shard is not held up behind them.
+  shard_b.close();
+  message to_b;
+  to_b.header.kind = message_kind::contribution;
+  to_b.header.fragment = 4;  // shard 0: connection b
+  BOOST_TEST(!link.try_send(syncer_peer, to_b));
+  BOOST_TEST(link.pending(1) == 1u);
+  BOOST_TEST(!link.try_send(syncer_peer, c));  // fragment 3, shard 1: connection a
+  BOOST_TEST(shard_a.try_receive().has_value());
+  message beat;
+  beat.header.kind = message_kind::heartbeat;
+  BOOST_TEST(!link.try_send(syncer_peer, beat));
+  BOOST_TEST(shard_a.try_receive().has_value());
+  BOOST_TEST(link.pending(1) == 1u);  // a heartbeat is not kept for later
+  BOOST_TEST(link.deferred() == 1u);
+  BOOST_TEST(link.dropped() == 1u);
+
   // An update of fragment 4 from connection a (shard 1) is not its to send.
   message u;
   u.header.kind = message_kind::update;

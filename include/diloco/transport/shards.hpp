@@ -9,13 +9,16 @@
 // arrives from any shard comes out of one queue. Each shard's welcome names
 // its index and S (docs/protocol.md, "Sharded syncers"), so the order of the
 // connections does not matter. A shard that is down costs only its own
-// fragments' progress: the others keep merging.
+// fragments' progress: the others keep merging. For that, what a shard's
+// connection refuses waits in that shard's own queue (the learner's outbox
+// would hold every later message, to every shard, behind it).
 #pragma once
 
 #include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <optional>
 #include <span>
 #include <stdexcept>
@@ -43,7 +46,8 @@ template <class Transport>
 class sharded {
  public:
   /// `shards`: one connection per syncer shard, in any order; at least one.
-  explicit sharded(std::vector<Transport*> shards) : shards_(std::move(shards)), index_(shards_.size()) {
+  explicit sharded(std::vector<Transport*> shards)
+      : shards_(std::move(shards)), index_(shards_.size()), pending_(shards_.size()) {
     if (shards_.empty()) throw std::invalid_argument("diloco::sharded: at least one shard");
     for (auto* t : shards_)
       if (!t) throw std::invalid_argument("diloco::sharded: a null transport");
@@ -51,30 +55,27 @@ class sharded {
 
   /// A contribution to the shard that owns its fragment (`errc::unknown_peer`
   /// until that shard has welcomed this learner); anything else to every
-  /// shard, succeeding if one took it (a shard that is down misses a
-  /// heartbeat or a join, which the learner repeats anyway).
+  /// shard. A message a shard's connection refuses waits in that shard's
+  /// queue (at most `max_pending`, the oldest dropped beyond) and is sent
+  /// before anything newer to that shard, at the next call; a heartbeat
+  /// is not kept (the next one replaces it). So the call succeeds once the
+  /// destination is known.
   std::error_code try_send(peer_id to, message& m) {
+    flush(to);
     if (m.header.kind == message_kind::contribution) {
       const auto owner = owner_of(m.header.fragment);
       if (!owner) return make_error_code(errc::unknown_peer);
-      return shards_[*owner]->try_send(to, m);
+      deliver(*owner, to, std::move(m));
+      return {};
     }
-    std::error_code last = make_error_code(errc::unknown_peer);
-    bool sent = false;
-    for (std::size_t i = 0; i < shards_.size(); ++i) {
-      message copy = i + 1 == shards_.size() ? std::move(m) : duplicate(m);
-      if (auto e = shards_[i]->try_send(to, copy))
-        last = e;
-      else
-        sent = true;
-      if (i + 1 == shards_.size() && !sent) m = std::move(copy);  // refused everywhere: intact for a retry
-    }
-    return sent ? std::error_code{} : last;
+    for (std::size_t i = 0; i < shards_.size(); ++i) deliver(i, to, i + 1 == shards_.size() ? std::move(m) : duplicate(m));
+    return {};
   }
 
   /// The next message from any shard (taking them in turn), after checking
   /// a welcome's shard fields and that an update comes from its owner.
   std::optional<envelope> try_receive() {
+    flush(syncer_peer);
     for (std::size_t k = 0; k < shards_.size(); ++k) {
       const std::size_t i = (next_ + k) % shards_.size();
       while (auto e = shards_[i]->try_receive()) {
@@ -123,6 +124,14 @@ class sharded {
   shard_error error() const noexcept { return error_; }
   /// Updates dropped because they came from a shard that does not own their fragment.
   std::uint64_t misrouted() const noexcept { return misrouted_; }
+  /// Messages waiting for connection i, which refused them.
+  std::size_t pending(std::size_t i) const noexcept { return pending_[i].size(); }
+  /// Messages a connection refused that were kept to retry, and those dropped
+  /// (heartbeats, and the oldest beyond `max_pending`).
+  std::uint64_t deferred() const noexcept { return deferred_; }
+  std::uint64_t dropped() const noexcept { return dropped_; }
+
+  static constexpr std::size_t max_pending = 64;
 
   std::span<Transport* const> connections() const noexcept { return shards_; }
 
@@ -137,6 +146,23 @@ class sharded {
       std::copy(m.payload.bytes().begin(), m.payload.bytes().end(), copy.payload.bytes().begin());
     }
     return copy;
+  }
+
+  /// Sends `m` to connection i after what waits for it, or queues it there.
+  void deliver(std::size_t i, peer_id to, message&& m) {
+    if (pending_[i].empty() && !shards_[i]->try_send(to, m)) return;
+    if (m.header.kind == message_kind::heartbeat) {
+      ++dropped_;
+      return;
+    }
+    ++deferred_;
+    pending_[i].push_back(std::move(m));
+    for (; pending_[i].size() > max_pending; ++dropped_) pending_[i].pop_front();
+  }
+
+  void flush(peer_id to) {
+    for (std::size_t i = 0; i < shards_.size(); ++i)
+      while (!pending_[i].empty() && !shards_[i]->try_send(to, pending_[i].front())) pending_[i].pop_front();
   }
 
   /// Learns a shard's index from its welcome (not from a bootstrap's
@@ -174,9 +200,10 @@ class sharded {
   std::vector<Transport*> shards_;
   std::vector<std::optional<std::uint32_t>> index_;  ///< the shard each connection's welcome named
   std::uint32_t count_ = 0;                          ///< S, once a welcome has said it
+  std::vector<std::deque<message>> pending_;         ///< per connection: what it refused, in order
   std::size_t next_ = 0;
   shard_error error_ = shard_error::none;
-  std::uint64_t misrouted_ = 0;
+  std::uint64_t misrouted_ = 0, deferred_ = 0, dropped_ = 0;
 };
 
 }  // namespace diloco
