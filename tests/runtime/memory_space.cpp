@@ -157,7 +157,8 @@ BOOST_AUTO_TEST_CASE(decoupled_with_compression_mixing_and_error_feedback_trains
   setup.training.codecs = {.contributions = codec::format::int8, .updates = codec::format::bf16, .block = 5};
   const auto host = run<false>(setup, true, 60);
   const auto fenced = run<true>(setup, true, 60);
-  same_bits(fenced, host, 3 * 60 / 4);  // every fragment is sent once per H = 4 steps: at least one update per fragment and period
+  same_bits(fenced, host,
+            3 * 60 / 4);  // every fragment is sent once per H = 4 steps: at least one update per fragment and period
 }
 
 BOOST_AUTO_TEST_CASE(lock_step_diloco_at_full_precision_trains_as_in_host_memory) {
@@ -195,7 +196,8 @@ BOOST_AUTO_TEST_CASE(a_fenced_learner_gives_a_syncer_without_a_model_its_initial
   fenced::arena arena;
   fenced::linear_regression<T> model(arena, features, 42);
   learner<fenced::linear_regression<T>, fenced::inner_step<inner::adamw<T>>, inproc::endpoint> l(
-      model, hub.attach(0), learner_options{.id = 0}, fenced::inner_step<inner::adamw<T>>(arena, inner::adamw<T>(inner::adamw_options{})));
+      model, hub.attach(0), learner_options{.id = 0},
+      fenced::inner_step<inner::adamw<T>>(arena, inner::adamw<T>(inner::adamw_options{})));
   time_point now{};
   for (int round = 0; round < 3 && !boot.ready(); ++round) {
     BOOST_TEST(!l.poll(now));
@@ -204,9 +206,9 @@ BOOST_AUTO_TEST_CASE(a_fenced_learner_gives_a_syncer_without_a_model_its_initial
   BOOST_TEST_REQUIRE(boot.ready());
   toy::linear_regression<T> reference(features, 42);
   const auto expected = reference.parameters();
-  BOOST_TEST(std::vector<T>(boot.initial().begin(), boot.initial().end()) ==
-                 std::vector<T>(expected.begin(), expected.end()),
-             boost::test_tools::per_element());
+  BOOST_TEST(
+      std::vector<T>(boot.initial().begin(), boot.initial().end()) == std::vector<T>(expected.begin(), expected.end()),
+      boost::test_tools::per_element());
 }
 
 BOOST_AUTO_TEST_SUITE_END()

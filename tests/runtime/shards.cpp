@@ -67,9 +67,9 @@ struct sharded_world {
       models.push_back(std::make_unique<toy::linear_regression<T>>(features, 100 + id));
       // Heartbeats every 100 ms: a learner whose contribution a dead shard
       // swallowed joins again after 1 s and sends anyway after 6 s.
-      learners.push_back(std::make_unique<learner_type>(
-          *models.back(), *links.back(), learner_options{.id = id}.with(timeouts::from(100ms)),
-          inner::adamw<T>({.learning_rate = 0.02})));
+      learners.push_back(std::make_unique<learner_type>(*models.back(), *links.back(),
+                                                        learner_options{.id = id}.with(timeouts::from(100ms)),
+                                                        inner::adamw<T>({.learning_rate = 0.02})));
       teachers.emplace_back(features, 200 + id);
     }
   }
@@ -263,7 +263,8 @@ BOOST_AUTO_TEST_CASE(a_shard_refuses_other_shards_fragments_and_bad_shard_option
   c.header.revision = 1000;
   c.payload = byte_buffer(c.header.element_count * sizeof(T));
   const auto before = w.shards[0]->metrics().rejected_for(reject_reason::bad_fragment);
-  BOOST_TEST_REQUIRE(!w.links[0]->connections()[1]->try_send(syncer_peer, c));  // connections built in reverse: [1] is hub 0
+  BOOST_TEST_REQUIRE(
+      !w.links[0]->connections()[1]->try_send(syncer_peer, c));  // connections built in reverse: [1] is hub 0
   while (auto e = w.syncer_ends[0]->try_receive()) w.shards[0]->handle(std::move(*e), w.now);
   BOOST_TEST(w.shards[0]->metrics().rejected_for(reject_reason::bad_fragment) == before + 1);
 

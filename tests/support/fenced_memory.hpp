@@ -95,7 +95,9 @@ class buffer {
   buffer() = default;
   buffer(arena& a, std::size_t n) : arena_(&a), data_(a.map<T>(n)), size_(n) {}
   buffer(buffer&& o) noexcept
-      : arena_(std::exchange(o.arena_, nullptr)), data_(std::exchange(o.data_, nullptr)), size_(std::exchange(o.size_, 0)) {}
+      : arena_(std::exchange(o.arena_, nullptr)),
+        data_(std::exchange(o.data_, nullptr)),
+        size_(std::exchange(o.size_, 0)) {}
   buffer& operator=(buffer&& o) noexcept {
     if (this != &o) {
       release();
@@ -147,8 +149,8 @@ class memory {
   }
   template <diloco::scalar T>
   void adopt(diloco::codec_id c, std::uint32_t block, std::span<const std::byte> payload,
-             std::span<const diloco::fragment_slice> slices, std::span<T> theta, buffer<T>& base,
-             diloco::adoption how, T alpha) {
+             std::span<const diloco::fragment_slice> slices, std::span<T> theta, buffer<T>& base, diloco::adoption how,
+             T alpha) {
     ++passes;
     auto open = arena_.open();
     diloco::host_memory{}.adopt(c, block, payload, slices, theta, base, how, alpha);
@@ -195,7 +197,10 @@ class linear_regression {
   using batch_type = toy::batch<T>;
 
   linear_regression(arena& a, std::size_t features, std::uint64_t seed)
-      : arena_(a), memory_(a), host_(features, seed), params_(a, host_.parameters().size()),
+      : arena_(a),
+        memory_(a),
+        host_(features, seed),
+        params_(a, host_.parameters().size()),
         grads_(a, host_.parameters().size()) {
     auto open = arena_.open();
     std::copy(host_.parameters().begin(), host_.parameters().end(), params_.data());

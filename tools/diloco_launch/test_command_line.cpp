@@ -9,31 +9,18 @@
 #include <string>
 #include <vector>
 
+#include <diloco_tools/command_line_test.hpp>
+
 #include "command_line.hpp"
 
 namespace {
 
-struct parsed {
-  std::optional<int> status;
-  std::string error;  ///< what went to stderr
-  diloco_launch::command c;
-};
+namespace dt = diloco_tools::testing;
+using parsed = dt::parsed<diloco_launch::command>;
+using dt::refused;
 
 parsed parse(std::initializer_list<const char*> args) {
-  std::vector<const char*> argv{"diloco_launch"};
-  argv.insert(argv.end(), args);
-  parsed p;
-  std::ostringstream err;
-  auto* old = std::cerr.rdbuf(err.rdbuf());
-  p.status = diloco_launch::parse_command_line(static_cast<int>(argv.size()), argv.data(), p.c);
-  std::cerr.rdbuf(old);
-  p.error = err.str();
-  return p;
-}
-
-bool refused(const parsed& p, const std::string& message) {
-  BOOST_TEST_INFO("stderr: " << p.error);
-  return p.status == 2 && p.error.find(message) != std::string::npos;
+  return dt::parse_words<diloco_launch::command>(diloco_launch::parse_command_line, "diloco_launch", args);
 }
 
 }  // namespace

@@ -47,7 +47,8 @@ concept buffer = requires(S& s, std::size_t n, const typename S::template buffer
   { s.template allocate<T>(n) } -> std::same_as<typename S::template buffer<T>>;
   { b.data() } -> std::convertible_to<const T*>;
   { b.size() } -> std::convertible_to<std::size_t>;
-} && std::move_constructible<typename S::template buffer<T>>;
+  requires std::move_constructible<typename S::template buffer<T>>;
+};
 
 /// 2. `s.encode_delta(codec, block, slices, theta, base, residual, out)`
 ///    returning `bool` — the outer gradient `Δ = base − θ_p` (plus
@@ -58,12 +59,11 @@ concept buffer = requires(S& s, std::size_t n, const typename S::template buffer
 ///    sent, if a value of Δ is not finite. The bytes and residual must be
 ///    those of `host_memory` for the same values, bit for bit.
 template <class S, class T>
-concept encode_delta =
-    requires(S& s, codec_id c, std::uint32_t block, std::span<const fragment_slice> slices,
-             std::span<const T> theta, const typename S::template buffer<T>& base,
-             typename S::template buffer<T>* residual, std::span<std::byte> out) {
-      { s.encode_delta(c, block, slices, theta, base, residual, out) } -> std::same_as<bool>;
-    };
+concept encode_delta = requires(S& s, codec_id c, std::uint32_t block, std::span<const fragment_slice> slices,
+                                std::span<const T> theta, const typename S::template buffer<T>& base,
+                                typename S::template buffer<T>* residual, std::span<std::byte> out) {
+  { s.encode_delta(c, block, slices, theta, base, residual, out) } -> std::same_as<bool>;
+};
 
 /// 3. `s.adopt(codec, block, payload, slices, theta, base, how, alpha)` —
 ///    `base ← decode(payload)` (host bytes that passed `payload::check`),
@@ -85,8 +85,7 @@ concept scatter = requires(S& s, std::span<const fragment_slice> slices, const t
 /// 5. `s.gather(slices, theta, host)` — θ_p packed into host memory (the
 ///    initial state a learner sends a syncer that has none).
 template <class S, class T>
-concept gather = requires(S& s, std::span<const fragment_slice> slices, std::span<const T> theta,
-                          std::span<T> host) {
+concept gather = requires(S& s, std::span<const fragment_slice> slices, std::span<const T> theta, std::span<T> host) {
   { s.gather(slices, theta, host) } -> std::same_as<void>;
 };
 
@@ -105,8 +104,8 @@ concept copies = requires(S& s, std::span<const T> from, std::span<T> to) {
 /// the time it returns: the learner may send `out`, or write θ, right after.
 template <class S, class T>
 concept memory_space = requirements::memory_space::buffer<S, T> && requirements::memory_space::encode_delta<S, T> &&
-                       requirements::memory_space::adopt<S, T> && requirements::memory_space::scatter<S, T> &&
-                       requirements::memory_space::gather<S, T> && requirements::memory_space::copies<S, T>;
+    requirements::memory_space::adopt<S, T> && requirements::memory_space::scatter<S, T> &&
+    requirements::memory_space::gather<S, T> && requirements::memory_space::copies<S, T>;
 
 /// Returns true if `S` is a memory space for `T`s; otherwise, with
 /// `on_unmet::fail`, stops compilation naming the first requirement missed.

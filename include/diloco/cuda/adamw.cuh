@@ -108,23 +108,17 @@ class adamw {
   /// Writes the step count and the moments as `inner::adamw<T>::save` does;
   /// waits for the stream's work so far (two device-to-host copies).
   void save(std::ostream& out) const {
-    serial::write_tag(out, "ADMW", 1);
-    serial::write_pod(out, steps_);
-    serial::write_array(out, download(m_));
-    serial::write_array(out, download(v_));
+    const std::vector<T> m = download(m_), v = download(v_);
+    inner::adamw<T>::saved_state::write(out, steps_, std::span<const T>(m), std::span<const T>(v));
   }
 
   /// Reads what `save` (or `inner::adamw<T>::save`) wrote. Throws
   /// `corrupt_state` on a bad block, leaving the state unchanged; the
   /// moments are sized by the first `step` after an empty state.
   void load(std::istream& in) {
-    serial::expect_tag(in, "ADMW", 1);
-    const auto steps = serial::read_pod<std::uint64_t>(in, "adamw steps");
-    auto m = serial::read_array<T>(in, serial::max_state_elements, "adamw first moment");
-    auto v = serial::read_array<T>(in, serial::max_state_elements, "adamw second moment");
-    if (m.size() != v.size()) throw corrupt_state("diloco: adamw moments differ in size");
-    device_buffer<T> dm = upload(m), dv = upload(v);
-    steps_ = steps;
+    const auto s = inner::adamw<T>::saved_state::read(in);
+    device_buffer<T> dm = upload(s.m), dv = upload(s.v);
+    steps_ = s.steps;
     m_ = std::move(dm);
     v_ = std::move(dv);
   }

@@ -67,8 +67,8 @@ class device_memory {
   }
 
   template <std::same_as<float> T>
-  bool encode_delta(codec_id c, std::uint32_t block, std::span<const fragment_slice> slices,
-                    std::span<const T> theta, const buffer<T>& base, buffer<T>* residual, std::span<std::byte> out) {
+  bool encode_delta(codec_id c, std::uint32_t block, std::span<const fragment_slice> slices, std::span<const T> theta,
+                    const buffer<T>& base, buffer<T>* residual, std::span<std::byte> out) {
     const std::size_t n = base.size();
     std::span<const float> packed = theta_of(slices, theta, n);
     grow(bytes_, out.size());
@@ -76,8 +76,8 @@ class device_memory {
     if (!refused_.data()) refused_ = device_buffer<unsigned>(1), flag_ = pinned_buffer<unsigned>(1);
     check(cudaMemsetAsync(refused_.data(), 0, sizeof(unsigned), stream_), "cudaMemsetAsync");
     check(diloco::cuda::encode_delta(*format_of(c), block, std::span<const float>(base.span()), packed,
-                                     residual ? residual->span() : std::span<float>(),
-                                     bytes_.span().first(out.size()), refused_.data(), stream_),
+                                     residual ? residual->span() : std::span<float>(), bytes_.span().first(out.size()),
+                                     refused_.data(), stream_),
           "encode_delta");
     // The bytes and the verdict cross together; the bytes are only used if
     // every value was finite.
@@ -100,9 +100,10 @@ class device_memory {
     check(cudaMemcpyAsync(bytes_.data(), staging_.data(), payload.size(), cudaMemcpyHostToDevice, stream_),
           "cudaMemcpyAsync");
     check(cudaMemsetAsync(base.data(), 0, base.bytes(), stream_), "cudaMemsetAsync");
-    check(diloco::cuda::decode_accumulate(*format_of(c), block, std::span<const std::byte>(bytes_.data(), payload.size()), 1.0f,
-                            base.span(), stream_),
-          "decode_accumulate");
+    check(
+        diloco::cuda::decode_accumulate(*format_of(c), block, std::span<const std::byte>(bytes_.data(), payload.size()),
+                                        1.0f, base.span(), stream_),
+        "decode_accumulate");
     if (how == adoption::overwrite) {
       scatter(slices, base, theta);
       return;
@@ -110,7 +111,7 @@ class device_memory {
     if (how == adoption::mix)
       for (const auto& s : slices)
         check(diloco::cuda::mix(mixing_element<float>{alpha}, theta.subspan(s.flat_offset, s.size),
-                  std::span<const float>(base.data() + s.packed_offset, s.size), stream_),
+                                std::span<const float>(base.data() + s.packed_offset, s.size), stream_),
               "mix");
     synchronize();  // the staging buffer is free again
   }
@@ -154,8 +155,7 @@ class device_memory {
 
   /// θ_p as one contiguous run of device memory: θ itself for a fragment of
   /// one slice, else its slices copied into a scratch buffer.
-  std::span<const float> theta_of(std::span<const fragment_slice> slices, std::span<const float> theta,
-                                  std::size_t n) {
+  std::span<const float> theta_of(std::span<const fragment_slice> slices, std::span<const float> theta, std::size_t n) {
     if (slices.size() == 1) return theta.subspan(slices[0].flat_offset, n);
     grow(packed_, n);
     for (const auto& s : slices)

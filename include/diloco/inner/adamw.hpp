@@ -100,23 +100,41 @@ class adamw {
     steps_ = 0;
   }
 
+  /// The saved form of an AdamW state: the step count and both moments
+  /// (also `cuda::adamw`'s, so that a state moves between host and device).
+  struct saved_state {
+    std::uint64_t steps = 0;
+    std::vector<T> m, v;
+
+    static void write(std::ostream& out, std::uint64_t step_count, std::span<const T> first,
+                      std::span<const T> second) {
+      serial::write_tag(out, "ADMW", 1);
+      serial::write_pod(out, step_count);
+      serial::write_array(out, first);
+      serial::write_array(out, second);
+    }
+    /// Throws `corrupt_state` on a bad block.
+    static saved_state read(std::istream& in) {
+      serial::expect_tag(in, "ADMW", 1);
+      saved_state s;
+      s.steps = serial::read_pod<std::uint64_t>(in, "adamw steps");
+      s.m = serial::read_array<T>(in, serial::max_state_elements, "adamw first moment");
+      s.v = serial::read_array<T>(in, serial::max_state_elements, "adamw second moment");
+      if (s.m.size() != s.v.size()) throw corrupt_state("diloco: adamw moments differ in size");
+      return s;
+    }
+  };
+
   void save(std::ostream& out) const {
-    serial::write_tag(out, "ADMW", 1);
-    serial::write_pod(out, steps_);
-    serial::write_array(out, m_);
-    serial::write_array(out, v_);
+    saved_state::write(out, steps_, std::span<const T>(m_), std::span<const T>(v_));
   }
 
   /// Throws `corrupt_state` on a bad block; the state is unchanged then.
   void load(std::istream& in) {
-    serial::expect_tag(in, "ADMW", 1);
-    const auto steps = serial::read_pod<std::uint64_t>(in, "adamw steps");
-    auto m = serial::read_array<T>(in, serial::max_state_elements, "adamw first moment");
-    auto v = serial::read_array<T>(in, serial::max_state_elements, "adamw second moment");
-    if (m.size() != v.size()) throw corrupt_state("diloco: adamw moments differ in size");
-    steps_ = steps;
-    m_ = std::move(m);
-    v_ = std::move(v);
+    auto s = saved_state::read(in);
+    steps_ = s.steps;
+    m_ = std::move(s.m);
+    v_ = std::move(s.v);
   }
 
  private:

@@ -39,8 +39,8 @@ struct host_memory {
   /// writes the encoded outer gradient; with error feedback, a second pass
   /// over the bytes leaves in the residual what the codec rounded away.
   template <scalar T, class Buffer>
-  bool encode_delta(codec_id c, std::uint32_t block, std::span<const fragment_slice> slices,
-                    std::span<const T> theta, const Buffer& base, Buffer* residual, std::span<std::byte> out) const {
+  bool encode_delta(codec_id c, std::uint32_t block, std::span<const fragment_slice> slices, std::span<const T> theta,
+                    const Buffer& base, Buffer* residual, std::span<std::byte> out) const {
     const T* r = residual ? residual->data() : nullptr;
     if (!payload::encode<T>(c, block, base.size(), delta_reader<T>{slices, theta.data(), base.data(), r}, out))
       return false;
@@ -116,7 +116,7 @@ struct model_memory {
   using type = host_memory;
 };
 template <class M>
-  requires requires(M& m) { m.memory(); }
+requires requires(M& m) { m.memory(); }
 struct model_memory<M> {
   using type = std::remove_cvref_t<decltype(std::declval<M&>().memory())>;
 };

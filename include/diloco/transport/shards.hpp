@@ -35,8 +35,8 @@ namespace diloco {
 /// What `sharded` found wrong in the shards' welcomes.
 enum class shard_error : std::uint8_t {
   none,
-  count_mismatch,   ///< a welcome names a number of shards other than the connections given
-  index_conflict,   ///< two connections' welcomes name the same shard (or one changed its index)
+  count_mismatch,  ///< a welcome names a number of shards other than the connections given
+  index_conflict,  ///< two connections' welcomes name the same shard (or one changed its index)
 };
 
 /// One transport over the connections to the S shards of a syncer (one
@@ -68,7 +68,8 @@ class sharded {
       deliver(*owner, to, std::move(m));
       return {};
     }
-    for (std::size_t i = 0; i < shards_.size(); ++i) deliver(i, to, i + 1 == shards_.size() ? std::move(m) : duplicate(m));
+    for (std::size_t i = 0; i < shards_.size(); ++i)
+      deliver(i, to, i + 1 == shards_.size() ? std::move(m) : duplicate(m));
     return {};
   }
 
