@@ -19,6 +19,7 @@ template <class Command>
 struct parsed {
   std::optional<int> status;  ///< nothing: go on; else the exit status
   std::string error;          ///< what went to stderr
+  std::string output;         ///< what went to stdout (--help)
   Command c;
 };
 
@@ -36,6 +37,7 @@ parsed<Command> parse_words(Parse&& parse, const char* program, std::initializer
   std::cerr.rdbuf(old_err);
   std::cout.rdbuf(old_out);
   p.error = err.str();
+  p.output = out.str();
   return p;
 }
 
