@@ -6,8 +6,11 @@
 #include <boost/test/unit_test.hpp>
 
 #include <signal.h>
+#include <stdlib.h>
+#include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -118,9 +121,16 @@ BOOST_AUTO_TEST_CASE(a_syncer_that_outlives_the_learners_is_terminated_then_kill
 }
 
 BOOST_AUTO_TEST_CASE(passes_sigterm_on_and_exits_with_128_plus_it) {
-  // A learner sends SIGTERM to the launcher (this process) as a user would.
-  auto plan = plan_of("trap 'echo bye; exit 0' TERM; sleep 30 & wait",
-                      "[ {id} = 1 ] && kill -TERM $PPID; exec sleep 30", 2);
+  // A learner sends SIGTERM to the launcher (this process) as a user would,
+  // once the syncer has set its trap: a signal that came before the trap
+  // would end the syncer's shell without its "bye" (a CI run saw that race).
+  char dir[] = "/tmp/diloco_launch_test_XXXXXX";
+  BOOST_TEST_REQUIRE(mkdtemp(dir) != nullptr);
+  const std::string ready = std::string(dir) + "/ready";
+  auto plan = plan_of("trap 'echo bye; exit 0' TERM; touch " + ready + "; sleep 30 & wait",
+                      "if [ {id} = 1 ]; then i=0; while [ ! -e " + ready + " ] && [ $i -lt 150 ]; do "
+                      "sleep 0.02; i=$((i+1)); done; kill -TERM $PPID; fi; exec sleep 30",
+                      2);
   plan.kill_after = 5s;
   const auto r = run(plan);
   BOOST_TEST(r.report.interrupted_by == SIGTERM);
@@ -132,6 +142,8 @@ BOOST_AUTO_TEST_CASE(passes_sigterm_on_and_exits_with_128_plus_it) {
   }
   BOOST_TEST(launch::worst_status(r.report) == 128 + SIGTERM);
   BOOST_TEST(r.seconds < 4.0);  // ended by the signal, not by SIGKILL 5 s later
+  std::remove(ready.c_str());
+  rmdir(dir);
 }
 
 BOOST_AUTO_TEST_CASE(refuses_bad_plans_before_starting_anything) {
