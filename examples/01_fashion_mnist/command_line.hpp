@@ -142,6 +142,10 @@ inline std::optional<int> parse_command_line(int argc, char** argv, command& c) 
       ->type_name("N:AFTER");
   add_choice(app, "--transport", s.via, {{"threads", transport::threads}, {"sim", transport::simulated}}, "transport",
              "learner threads in this process, or the deterministic simulator (threads)");
+  add_number<double>(app, "--sim-latency", s.sim_latency_ms, {0.0, 60e3},
+                     "simulator: one-way delay of every link, in ms (1)", "MS");
+  add_number<double>(app, "--sim-bandwidth", s.sim_bandwidth_mbit, {1e-3, 1e6},
+                     "simulator: rate of every link each way, in Mbit/s (8000)", "MBIT");
   add_choice(app, "--merge", s.merge,
              {{"tokens", merge_rule::token_weighted},
               {"average", merge_rule::average},

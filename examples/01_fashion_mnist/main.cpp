@@ -154,6 +154,8 @@ json result_line(const fashion::settings& s, const diloco::syncer_options& optio
           {"quarantines", r.quarantines},
           {"rounds_dropped", r.rounds_dropped},
           {"partial_rounds", r.partial_rounds},
+          {"staleness_mean", six_digits(r.staleness_mean)},
+          {"staleness_max", r.staleness_max},
           {"codec", std::string(diloco::codec::name(options.training.codecs.contributions))},
           {"update_codec", std::string(diloco::codec::name(options.training.codecs.updates))},
           {"codec_block", options.training.codecs.block},

@@ -98,6 +98,8 @@ struct settings {
   std::string checkpoint_dir;     ///< role learner: resume from and save learner checkpoints here (empty: none)
   std::uint64_t checkpoint_every = 100;  ///< role learner: inner steps between two checkpoints
   std::chrono::milliseconds sim_step_time{10};
+  double sim_latency_ms = 1.0;      ///< simulator: one-way delay of every link
+  double sim_bandwidth_mbit = 8e3;  ///< simulator: rate of every link, each way
   diloco::codec_options codecs{};  ///< how outer gradients (`--codec`) and updates (`--update-codec`) travel
   bool error_feedback = false;     ///< learners carry each fragment's encoding error into its next send
 };
@@ -114,6 +116,8 @@ struct outcome {
   std::uint64_t quarantines = 0;
   std::uint64_t rounds_dropped = 0;
   std::uint64_t partial_rounds = 0;  ///< rounds merged without every learner (0 in a healthy synchronous run)
+  double staleness_mean = 0.0;       ///< revisions between a merged contribution's base and its merge, mean
+  std::uint64_t staleness_max = 0;
   std::uint64_t bytes_sent = 0;      ///< payload bytes learners → syncer (contributions, and states)
   std::uint64_t bytes_received = 0;  ///< payload bytes syncer → learners (updates)
   double seconds = 0.0;          ///< wall time of training
@@ -132,6 +136,8 @@ struct outcome {
     quarantines = m.quarantines;
     rounds_dropped = m.rounds_dropped;
     partial_rounds = m.partial_rounds;
+    staleness_mean = m.contributions_merged ? double(m.staleness_sum) / double(m.contributions_merged) : 0.0;
+    staleness_max = m.staleness_max;
     // What the syncer saw; a run with the learners in this process counts
     // at the learners instead (`take_learner_bytes`).
     bytes_sent = m.payload_bytes_received;
@@ -388,7 +394,10 @@ outcome train(const settings& s, const split& train_set, const split& test_set, 
   std::vector<float> final_params;
 
   if (s.via == transport::simulated) {
-    sim::network net(s.seed, sim::link_options{std::chrono::milliseconds(1), 1e9});
+    sim::network net(s.seed,
+                     sim::link_options{std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                           std::chrono::duration<double, std::milli>(s.sim_latency_ms)),
+                                       s.sim_bandwidth_mbit * 1e6 / 8});
     syncer<Outer, Merge, sim::endpoint> sync(initial.layout(), initial.parameters(), net.attach(syncer_peer),
                                              options, outer, merge);
     out.imbalance = sync.plan().imbalance();

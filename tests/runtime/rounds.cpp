@@ -47,10 +47,15 @@ BOOST_AUTO_TEST_CASE(the_grace_window_is_a_share_of_the_slack_within_its_bounds)
   // Held at max_grace.
   in.max_grace = 2ms;
   BOOST_TEST(rounds::grace_window(in).count() == 2'000'000);
-  // A slack that is gone (the quorum took 12 ms) waits not at all.
+  // A slack that is gone (the quorum took 12 ms, or a transfer 20 ms) still
+  // waits γ of one step, 1 ms: contributions sent together arrive together.
   in.max_grace = 1s;
   in.quorum_ns = 12e6;
-  BOOST_TEST(rounds::grace_window(in).count() == 0);
+  BOOST_TEST(rounds::grace_window(in).count() == 1'000'000);
+  in.quorum_ns = 3e6;
+  in.transfer_ns = 20e6;
+  BOOST_TEST(rounds::grace_window(in).count() == 1'000'000);
+  in.transfer_ns = 1e6;
   // No window before any step time is known, without overlap, or with γ = 0.
   in.quorum_ns = 3e6;
   auto unknown_step = in;

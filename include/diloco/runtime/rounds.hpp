@@ -53,12 +53,19 @@ struct grace_inputs {
 };
 
 /// The grace window a round that reaches its quorum now waits for more
-/// learners: `γ·(τ·ξ_step − ξ_quorum − ξ_sync)`, the share γ of the slack a
-/// learner has before it needs the answer, held within [0, max_grace]; none
-/// while no step time is known, with τ = 0 or with γ = 0.
+/// learners: `γ·max(τ·ξ_step − ξ_quorum − ξ_sync, ξ_step)`, the share γ of
+/// the slack a learner has before it needs the answer, but of at least one
+/// inner step, held within [0, max_grace]; none while no step time is
+/// known, with τ = 0 or with γ = 0.
+///
+/// The floor is for links slower than τ steps: the answer is late whatever
+/// the syncer does, and without a window learners in phase, whose
+/// contributions arrive within a step of each other, were merged one by one,
+/// each against a base up to M − 1 revisions old (docs/design.md, "Grace
+/// window").
 inline std::chrono::nanoseconds grace_window(const grace_inputs& in) noexcept {
   if (!in.step_ns || in.overlap == 0 || in.grace_factor == 0.0) return {};
-  const double slack = in.overlap * *in.step_ns - (in.quorum_ns + in.transfer_ns);
+  const double slack = std::max(in.overlap * *in.step_ns - (in.quorum_ns + in.transfer_ns), *in.step_ns);
   const double g = std::clamp(in.grace_factor * slack, 0.0, double(in.max_grace.count()));
   return std::chrono::nanoseconds(static_cast<std::int64_t>(g));
 }
