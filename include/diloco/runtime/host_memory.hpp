@@ -116,7 +116,7 @@ struct model_memory {
   using type = host_memory;
 };
 template <class M>
-requires requires(M& m) { m.memory(); }
+  requires requires(M& m) { m.memory(); }
 struct model_memory<M> {
   using type = std::remove_cvref_t<decltype(std::declval<M&>().memory())>;
 };
