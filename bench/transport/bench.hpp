@@ -52,6 +52,9 @@ struct link_options {
   std::size_t queue_bytes = std::size_t{256} << 20;
   /// ZeroMQ only: call `diloco::zeromq::keep_large_blocks()` (process-wide).
   bool zmq_keep_large_blocks = true;
+  /// ZeroMQ only: payloads larger than this go in parts of this size
+  /// (`socket_options::chunk_bytes`; 0: whole).
+  std::size_t zmq_chunk_bytes = std::size_t{256} << 10;
 };
 
 // One factory per implementation, each in its own translation unit.
@@ -64,6 +67,11 @@ std::unique_ptr<link> make_asio_tcp(const link_options& o);                // tc
 /// library's `diloco::crc32c`), the median of `repeat` passes over a buffer of
 /// that size. raw_tcp.cpp.
 double crc32c_gbps(std::size_t bytes, int repeat);
+
+/// GB/s of libsodium's crypto_box_afternm (CURVE's cipher) on one thread
+/// over messages of `message_bytes`, the median of 5 passes over `seconds`.
+/// sodium.cpp.
+double curve_cipher_gbps(std::size_t message_bytes, double seconds);
 
 /// Empty if `diloco::crc32c` agrees with a bitwise CRC-32C over lengths and
 /// offsets that exercise every path (and continuation), else the first

@@ -16,16 +16,18 @@
 //   zmq_inproc     diloco::zeromq over inproc://
 //   zmq_ipc        diloco::zeromq over ipc://
 //   zmq_tcp        diloco::zeromq over tcp://127.0.0.1
+//   zmq_tcp_whole  the same, every payload in one frame (chunk_bytes = 0)
 //   zmq_tcp_curve  diloco::zeromq over tcp://127.0.0.1 with CURVE
 //   asio_tcp       diloco::tcp (standalone Asio) over 127.0.0.1
 // Prints the median GB/s, [min–max], the median over repetitions of the ratio
 // to raw_tcp measured in the same repetition, and the median and p99 round
-// trip over all repetitions.
+// trip over all repetitions; with CURVE, libsodium's own speed at CURVE's
+// cipher on one thread, CURVE's ceiling, measured before each size.
 //
 //   bench_transport [--sizes 64K,1M,16M,64M] [--seconds 0.5] [--repeat 3]
 //                   [--warmup 0.2] [--latency-seconds 0.25]
 //                   [--transports raw_tcp,zmq_tcp,...] [--queue-mib 256]
-//                   [--no-keep-large-blocks] [--json]
+//                   [--chunk-kib 256] [--no-keep-large-blocks] [--json]
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -63,6 +65,12 @@ std::vector<transport> all_transports() {
       {"zmq_inproc", "zeromq inproc", [](const link_options& o) { return bench::make_zmq(o, "inproc", false); }},
       {"zmq_ipc", "zeromq ipc", [](const link_options& o) { return bench::make_zmq(o, "ipc", false); }},
       {"zmq_tcp", "zeromq tcp", [](const link_options& o) { return bench::make_zmq(o, "tcp", false); }},
+      {"zmq_tcp_whole", "zeromq tcp whole",
+       [](const link_options& o) {
+         auto whole = o;
+         whole.zmq_chunk_bytes = 0;
+         return bench::make_zmq(whole, "tcp", false);
+       }},
       {"zmq_tcp_curve", "zeromq tcp curve", [](const link_options& o) { return bench::make_zmq(o, "tcp", true); }},
       {"asio_tcp", "asio tcp", [](const link_options& o) { return bench::make_asio_tcp(o); }},
   };
@@ -77,6 +85,7 @@ struct options {
   double latency_seconds = 0.25;
   std::vector<std::string> transports;  ///< empty: all
   std::size_t queue_bytes = std::size_t{256} << 20;
+  std::size_t chunk_bytes = std::size_t{256} << 10;
   bool keep_large_blocks = true;
   bool json = false;
 };
@@ -111,7 +120,8 @@ std::optional<int> parse(int argc, char** argv, options& o) {
       ->capture_default_str()
       ->type_name("S");
   app.add_option("--transports", o.transports,
-                 "a subset of: raw_tcp raw_tcp_crc32c inproc_hub zmq_inproc zmq_ipc zmq_tcp zmq_tcp_curve asio_tcp "
+                 "a subset of: raw_tcp raw_tcp_crc32c inproc_hub zmq_inproc zmq_ipc zmq_tcp zmq_tcp_whole "
+                 "zmq_tcp_curve asio_tcp "
                  "(ratios need raw_tcp; default: all)")
       ->delimiter(',')
       ->check(CLI::IsMember(names).description(""))
@@ -121,11 +131,17 @@ std::optional<int> parse(int argc, char** argv, options& o) {
       ->check(CLI::Range(std::size_t{1}, std::size_t{1} << 20).description(""))
       ->capture_default_str()
       ->type_name("Q");
+  std::size_t chunk_kib = o.chunk_bytes >> 10;
+  app.add_option("--chunk-kib", chunk_kib, "ZeroMQ: payloads larger than this go in parts of this size, KiB (0: whole)")
+      ->check(CLI::Range(std::size_t{0}, std::size_t{1} << 20).description(""))
+      ->capture_default_str()
+      ->type_name("C");
   bool leave_malloc = false;
   app.add_flag("--no-keep-large-blocks", leave_malloc, "ZeroMQ: leave malloc alone (no zeromq::keep_large_blocks())");
   app.add_flag("--json", o.json, "one JSON object per size on stdout, nothing else");
   const auto status = diloco_tools::parse(app, argc, argv);
   o.queue_bytes = queue_mib << 20;
+  o.chunk_bytes = chunk_kib << 10;
   o.keep_large_blocks = !leave_malloc;
   return status;
 }
@@ -162,6 +178,7 @@ struct measured {
 struct size_result {
   std::size_t bytes;
   double crc_gbps;
+  double cipher_gbps;  ///< libsodium's crypto_box_afternm on one thread over one part (NaN: no CURVE run)
   std::vector<measured> rows;
 };
 
@@ -187,12 +204,16 @@ long page_faults() {
 }
 
 size_result run_size(const options& o, std::size_t bytes, const std::vector<transport>& chosen) {
-  size_result s{bytes, bench::crc32c_gbps(bytes, 5), {}};
+  const bool curve =
+      std::any_of(chosen.begin(), chosen.end(), [](const transport& t) { return t.name == std::string_view("zmq_tcp_curve"); });
+  const std::size_t part = o.chunk_bytes == 0 ? bytes : std::min(bytes, o.chunk_bytes);
+  size_result s{bytes, bench::crc32c_gbps(bytes, 5), curve ? bench::curve_cipher_gbps(part, 0.25) : NAN, {}};
   for (const auto& t : chosen) s.rows.push_back({&t, {}, {}, {}, {}});
   link_options lo;
   lo.payload_bytes = bytes;
   lo.queue_bytes = o.queue_bytes;
   lo.zmq_keep_large_blocks = o.keep_large_blocks;
+  lo.zmq_chunk_bytes = o.chunk_bytes;
   for (int r = 0; r < o.repeat; ++r) {
     double raw = NAN;
     for (auto& m : s.rows) {
@@ -230,7 +251,9 @@ void print_size(const options& o, const size_result& s) {
                 *hi, median(m.ratio), median(m.rtt_us), quantile(m.rtt_us, 0.99), m.rtt_us.size(), median(m.faults));
   }
   const double curve = paired_ratio(find(s, "zmq_tcp_curve"), find(s, "zmq_tcp"));
-  if (!std::isnan(curve)) std::printf("  zeromq tcp: CURVE / plaintext throughput %.3f\n", curve);
+  if (!std::isnan(curve))
+    std::printf("  zeromq tcp: CURVE / plaintext throughput %.3f; CURVE / its cipher alone (%.3f GB/s) %.3f\n",
+                curve, s.cipher_gbps, median(find(s, "zmq_tcp_curve")->gbps) / s.cipher_gbps);
   std::printf("\n");
   std::fflush(stdout);
 }
@@ -256,7 +279,12 @@ void print_json(const options& o, const size_result& s) {
                          {"keep_large_blocks", o.keep_large_blocks},
                          {"crc32c_gbps", number(s.crc_gbps)},
                          {"transports", std::move(transports)},
-                         {"curve_over_plaintext", number(paired_ratio(find(s, "zmq_tcp_curve"), find(s, "zmq_tcp")))}};
+                         {"curve_over_plaintext", number(paired_ratio(find(s, "zmq_tcp_curve"), find(s, "zmq_tcp")))},
+                         {"curve_cipher_gbps", number(s.cipher_gbps)},
+                         {"curve_over_cipher", number(find(s, "zmq_tcp_curve")
+                                                          ? median(find(s, "zmq_tcp_curve")->gbps) / s.cipher_gbps
+                                                          : NAN)},
+                         {"chunk_bytes", o.chunk_bytes}};
   std::printf("%s\n", line.dump().c_str());
   std::fflush(stdout);
 }

@@ -21,6 +21,7 @@ diloco::zeromq::socket_options zmq_options(const link_options& o) {
   diloco::zeromq::socket_options s;
   s.queue_bytes = o.queue_bytes;
   s.message_bytes = o.payload_bytes;
+  s.chunk_bytes = o.zmq_chunk_bytes;
   return s;
 }
 

@@ -185,6 +185,47 @@ def decode(frames):
     return header, payload
 
 
+CONTINUATION = struct.Struct("<4sIQ")   # magic, index, offset (docs/protocol.md, "Framing")
+CONTINUATION_MAGIC = b"DLCC"
+
+
+class Parts:
+    """Reassembles a payload that arrives in parts: the header with the first
+    part, then one continuation message per further part, each continuing
+    exactly where the previous one ended (docs/protocol.md, "Framing")."""
+
+    def __init__(self):
+        self.pending = None  # [header frame, payload size, bytearray, next index]
+
+    def take(self, frames):
+        """Returns the frames of a whole message, or None while parts are missing.
+        Raises ValueError for a part that does not belong."""
+        if len(frames) == 2 and len(frames[0]) == CONTINUATION.size and frames[0][:4] == CONTINUATION_MAGIC:
+            _, index, offset = CONTINUATION.unpack(frames[0])
+            pending, self.pending = self.pending, None
+            if pending is None:
+                raise ValueError("truncated: a part of no message")
+            header, size, data, expected = pending
+            if index != expected or offset != len(data) or not frames[1] or len(data) + len(frames[1]) > size:
+                raise ValueError("truncated: part %d at offset %d, expected part %d at %d of %d bytes"
+                                 % (index, offset, expected, len(data), size))
+            data += frames[1]
+            if len(data) < size:
+                self.pending = [header, size, data, expected + 1]
+                return None
+            return [header, bytes(data)]
+        if self.pending is not None:
+            self.pending = None
+            log("dropped an unfinished message: a new one began")
+        if len(frames) == 2 and len(frames[0]) == HEADER_SIZE:
+            header = dict(zip(FIELDS, HEADER_FORMAT.unpack(frames[0])))
+            size = payload_size(header) if header["kind"] in KIND_NAMES else None
+            if size is not None and len(frames[1]) < size <= MAX_PAYLOAD and frames[1]:
+                self.pending = [frames[0], size, bytearray(frames[1]), 1]
+                return None
+        return frames  # whole, or for decode() to refuse
+
+
 # ---------------------------------------------------------------------------
 # Codecs (docs/protocol.md, "Codecs"): how a fragment's values travel
 #
@@ -534,6 +575,7 @@ class Learner:
         self.socket.connect(args.endpoint)
         self.poller = zmq.Poller()
         self.poller.register(self.socket, zmq.POLLIN)
+        self.parts = Parts()
         self.sequence = 0
         self.step = 0
         self.tokens_total = 0
@@ -609,10 +651,15 @@ class Learner:
                 return
             while True:
                 try:
-                    frames = self.socket.recv_multipart(zmq.NOBLOCK)
+                    frames = self.parts.take(self.socket.recv_multipart(zmq.NOBLOCK))
                 except zmq.Again:
                     break
-                self.handle(frames)
+                except ValueError as error:
+                    self.stats["ignored_messages"] += 1
+                    log("ignored a part: %s" % error)
+                    continue
+                if frames is not None:
+                    self.handle(frames)
             if time.monotonic() >= deadline:
                 return
 

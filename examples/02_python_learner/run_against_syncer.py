@@ -3,7 +3,7 @@
 
 usage: run_against_syncer.py PATH/TO/diloco_syncer [--steps N] [--timeout SEC] [--alpha A] [--quorum K]
                              [--lock-step] [--codec C] [--update-codec C] [--codec-block B]
-                             [--error-feedback] [--keep]
+                             [--chunk-bytes N] [--error-feedback] [--keep]
 
 Starts the syncer on a free loopback port (--learners 2 --fragments 3 --H 10
 --quorum 2) and learner 1, which provides the layout and the initial model;
@@ -88,6 +88,9 @@ def main():
     parser.add_argument("--codec", choices=CODECS, help="contribution codec (syncer --codec; its default: fp32)")
     parser.add_argument("--update-codec", choices=CODECS, help="update codec (syncer --update-codec; default fp32)")
     parser.add_argument("--codec-block", type=int, help="values per scaled block (syncer --codec-block; default 256)")
+    parser.add_argument("--chunk-bytes", type=int,
+                        help="the syncer sends payloads in parts of N bytes (syncer --chunk-bytes), which the "
+                             "learners must reassemble")
     parser.add_argument("--error-feedback", action="store_true", help="learners carry codec error forward")
     parser.add_argument("--keep", action="store_true", help="keep the work directory with the logs")
     args = parser.parse_args()
@@ -146,7 +149,7 @@ def main():
         if args.lock_step:
             command.append("--lock-step")
         for option, value in (("--codec", args.codec), ("--update-codec", args.update_codec),
-                              ("--codec-block", args.codec_block)):
+                              ("--codec-block", args.codec_block), ("--chunk-bytes", args.chunk_bytes)):
             if value is not None:
                 command += [option, str(value)]
         syncer = start("syncer", command)

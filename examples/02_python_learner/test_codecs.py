@@ -478,5 +478,49 @@ class LearnerUse(unittest.TestCase):
         self.assertEqual((learner.stats["invalid_updates"], learner.stats["ignored_messages"]), (1, 1))
 
 
+class Parts(unittest.TestCase):
+    """docs/protocol.md, "Framing": a payload in parts, each continuation a 16-byte
+    frame b"DLCC", u32 index, u64 offset, built here by hand."""
+
+    def update(self, payload):
+        return L.encode({"kind": L.UPDATE, "codec": L.CODEC_BF16, "element_count": len(payload) // 2}, payload)
+
+    @staticmethod
+    def continuation(index, offset):
+        return b"DLCC" + struct.pack("<IQ", index, offset)
+
+    def test_parts_reassemble_into_the_message(self):
+        payload = bytes(range(200)) * 5
+        header = self.update(payload)
+        parts = L.Parts()
+        self.assertIsNone(parts.take([header, payload[:300]]))
+        self.assertIsNone(parts.take([self.continuation(1, 300), payload[300:600]]))
+        whole = parts.take([self.continuation(2, 600), payload[600:]])
+        self.assertEqual(whole, [header, payload])
+        decoded_header, decoded = L.decode(whole)
+        self.assertEqual(decoded, payload)
+        self.assertEqual(decoded_header["element_count"], 500)
+
+    def test_a_part_out_of_place_or_of_no_message_is_refused(self):
+        payload = bytes(1000)
+        header = self.update(payload)
+        for index, offset, data in ((2, 300, payload[300:600]),     # a part skipped
+                                    (1, 299, payload[299:600]),     # at the wrong offset
+                                    (1, 300, bytes(701)),           # past the end
+                                    (1, 300, b"")):                 # empty
+            parts = L.Parts()
+            parts.take([header, payload[:300]])
+            with self.assertRaises(ValueError):
+                parts.take([self.continuation(index, offset), data])
+            with self.assertRaises(ValueError):  # nothing is pending any more
+                parts.take([self.continuation(1, 300), payload[300:]])
+
+    def test_whole_messages_pass_through(self):
+        payload = bytes(64)
+        whole = [self.update(payload), payload]
+        self.assertEqual(L.Parts().take(whole), whole)
+        self.assertEqual(L.Parts().take([whole[0]]), [whole[0]])  # for decode() to refuse
+
+
 if __name__ == "__main__":
     unittest.main(verbosity=1)

@@ -25,11 +25,13 @@
 //   frame    := u32 little-endian length, then that many bytes (cut short at
 //               the end of the input).
 //
-// A message is decoded as `zeromq::detail::decode` does it (frame count, then
-// `wire::decode_header`, then `wire::check_payload`; that function itself
-// takes libzmq's frames, and the fuzzer does without libzmq) and the
-// envelope, decoded or refused, goes to the syncer, which is then polled. Each input starts from a
-// fresh syncer, so a crashing input reproduces on its own. After every
+// A message is decoded as `zeromq::detail::inbox` decodes a whole one (frame
+// count, then `wire::decode_header`, then the payload's size and checksum;
+// the inbox takes libzmq's frames, and the fuzzer does without libzmq; its
+// reassembly of payloads in parts has its own tests,
+// tests/transport/zeromq_chunks.cpp) and the envelope, decoded or refused,
+// goes to the syncer, which is then polled. Each input starts from a fresh
+// syncer, so a crashing input reproduces on its own. After every
 // message the harness checks, and traps on a violation:
 //   - a decoded header re-encodes (`wire::encode_header`) to the same bytes;
 //   - a message is refused at most once, an undecodable one or one of a kind
@@ -224,8 +226,8 @@ class harness {
     std::memcpy(h.data() + wire::offset::header_crc, &header_crc, 4);
   }
 
-  /// What `zeromq::detail::decode` does with the frames after the routing id,
-  /// plus the round-trip check of a decoded header.
+  /// What `zeromq::detail::inbox` does with the frames of a whole message
+  /// (after the routing id), plus the round-trip check of a decoded header.
   envelope decode(const std::vector<std::vector<std::byte>>& frames, peer_id from) {
     envelope e;
     e.from = from;

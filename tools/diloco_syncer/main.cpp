@@ -56,6 +56,7 @@ struct settings {
   double durability_seconds = 0;  ///< 0: before every published update
   std::uint64_t learners = 0;
   bool insecure = false, quiet = false;
+  diloco::zeromq::socket_options sockets;
 };
 
 /// Reads the command line into `s`: nothing when the service is to start,
@@ -212,6 +213,9 @@ std::optional<int> parse(int argc, char** argv, settings& s) {
                  "--learners IDS writes such a file")
       ->type_name("FILE")->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   app.add_flag("--insecure", s.insecure, "allow binding a non-loopback address without CURVE");
+  app.add_option("--chunk-bytes", s.sockets.chunk_bytes,
+                 "send payloads larger than this in parts of this size (docs/protocol.md, \"Framing\"; 0: whole)")
+      ->type_name("BYTES")->check(whole)->capture_default_str();
   app.add_option("--save", s.save_file, "write the final global parameters (raw little-endian f32)")
       ->type_name("FILE");
   app.add_option("--metrics", s.metrics_file, "also write the final counters (the JSON line) to FILE")
@@ -627,7 +631,7 @@ int main(int argc, char** argv) {
 
     diloco::zeromq::keep_large_blocks();  // large fragments arrive without page faults (process-wide)
     ::zmq::context_t context;
-    diloco::zeromq::server server(context, s.endpoint, {}, security);
+    diloco::zeromq::server server(context, s.endpoint, s.sockets, security);
     log("listening on " + server.endpoint() + ", P=" + std::to_string(s.options.training.fragments) +
         " H=" + std::to_string(s.options.training.sync_period) + " tau=" + std::to_string(s.options.training.overlap) +
         " K=" + std::to_string(s.options.quorum));

@@ -4,18 +4,21 @@
 
 #include <zmq.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <system_error>
+#include <vector>
 
 #include "diloco/concepts/transport.hpp"
 #include "diloco/error.hpp"
-#include "diloco/transport/buffer.hpp"
 #include "diloco/transport/message.hpp"
 #include "diloco/transport/zeromq/detail/framing.hpp"
 #include "diloco/transport/zeromq/detail/socket.hpp"
+#include "diloco/transport/zeromq/learner_ids.hpp"
 #include "diloco/transport/zeromq/options.hpp"
 #include "diloco/transport/zeromq/security.hpp"
 
@@ -33,7 +36,7 @@ class client {
   /// them, and the syncer's ROUTER names the connection itself.
   client(::zmq::context_t& context, const std::string& endpoint, std::uint32_t /*learner*/,
          std::uint32_t /*incarnation*/, socket_options options = {})
-      : options_(options), socket_(context, ::zmq::socket_type::dealer) {
+      : options_(options), socket_(context, ::zmq::socket_type::dealer), inbox_(options_) {
     connect(endpoint, nullptr);
   }
 
@@ -41,14 +44,14 @@ class client {
   /// learner's key pair against the syncer's public key.
   client(::zmq::context_t& context, const std::string& endpoint, std::uint32_t /*learner*/,
          std::uint32_t /*incarnation*/, socket_options options, const client_security& security)
-      : options_(options), socket_(context, ::zmq::socket_type::dealer) {
+      : options_(options), socket_(context, ::zmq::socket_type::dealer), inbox_(options_) {
     connect(endpoint, &security);
   }
 
   /// With CURVE if `security` holds keys.
   client(::zmq::context_t& context, const std::string& endpoint, std::uint32_t /*learner*/,
          std::uint32_t /*incarnation*/, socket_options options, const std::optional<client_security>& security)
-      : options_(options), socket_(context, ::zmq::socket_type::dealer) {
+      : options_(options), socket_(context, ::zmq::socket_type::dealer), inbox_(options_) {
     connect(endpoint, security ? &*security : nullptr);
   }
 
@@ -57,20 +60,30 @@ class client {
   /// Sends to the syncer (`to` must be `syncer_peer`).
   std::error_code try_send(peer_id to, message& m) {
     if (to != syncer_peer) return errc::unknown_peer;
-    return detail::send(socket_, nullptr, m);
+    return detail::send(socket_, nullptr, m, options_, queued_);
   }
 
   std::optional<envelope> try_receive() {
-    auto raw = detail::receive_raw(socket_, false);
-    if (!raw) return std::nullopt;
-    return detail::decode(raw->frames, syncer_peer, options_.max_payload_bytes, pool_);
+    return detail::receive(
+        inbox_, socket_, false, [](const std::string&) { return syncer_peer; },
+        [](const std::vector<::zmq::message_t>&) { return static_cast<const learner_ids*>(nullptr); });
   }
 
+  /// Waits up to `timeout`, rounded up to a whole millisecond, for a
+  /// message; returns as soon as one arrives.
   std::optional<envelope> receive_for(std::chrono::nanoseconds timeout) {
-    if (auto e = try_receive()) return e;
-    if (!detail::wait_readable(socket_, timeout)) return std::nullopt;
-    return try_receive();
+    using clock = std::chrono::steady_clock;
+    const auto deadline = clock::now() + std::max(timeout, std::chrono::nanoseconds::zero());
+    for (;;) {
+      if (auto e = try_receive()) return e;
+      const auto now = clock::now();
+      if (now >= deadline) return std::nullopt;
+      (void)detail::wait_readable(socket_, deadline - now);
+    }
   }
+
+  /// Payload bytes sent and not yet written to the connection by libzmq.
+  std::uint64_t queued_bytes() const noexcept { return queued_->load(std::memory_order_relaxed); }
 
  private:
   void connect(const std::string& endpoint, const client_security* security) {
@@ -86,7 +99,8 @@ class client {
 
   socket_options options_;
   ::zmq::socket_t socket_;
-  buffer_pool pool_;
+  std::shared_ptr<detail::queued_bytes> queued_ = std::make_shared<detail::queued_bytes>(0);
+  detail::inbox inbox_;
 };
 
 static_assert(blocking_transport<client>);

@@ -1,5 +1,5 @@
 // The settings of diloco::zeromq's `server` and `client`: payload limit, queue
-// budgets, heartbeats, reconnection and linger.
+// budgets, chunking, heartbeats, reconnection and linger.
 #pragma once
 
 #include <chrono>
@@ -12,11 +12,21 @@ struct socket_options {
   /// Largest payload accepted; also sets `ZMQ_MAXMSGSIZE` (libzmq drops a peer
   /// that announces more).
   std::uint64_t max_payload_bytes = std::uint64_t{1} << 30;
-  /// Bytes the send and receive queues may hold, and the size of a typical
-  /// message: the high-water marks are `queue_bytes / message_bytes` messages,
-  /// so that the budget is in bytes whatever the fragment size.
+  /// Payload bytes each peer's send queue may hold: `try_send` reports
+  /// `errc::queue_full` beyond (a larger message still goes when nothing is
+  /// queued). The receive queue holds `queue_bytes / min(chunk_bytes,
+  /// message_bytes)` ZeroMQ messages (libzmq counts messages, not bytes);
+  /// `message_bytes` is the typical message from a peer that does not chunk.
   std::uint64_t queue_bytes = std::uint64_t{1} << 30;
   std::uint64_t message_bytes = std::uint64_t{16} << 20;
+  /// Payloads larger than this go as parts of this size (docs/protocol.md,
+  /// "Framing"), so that libzmq's receive buffers are reused instead of
+  /// page-faulted in and each part is copied out while still in cache;
+  /// 0 sends every payload whole. Receiving takes any size.
+  std::uint64_t chunk_bytes = std::uint64_t{256} << 10;
+  /// A message whose parts stop arriving for this long is refused as
+  /// `wire_error::truncated` and its buffer freed (its sender is gone).
+  std::chrono::milliseconds partial_timeout{30000};
   /// ZeroMQ's own heartbeats (ZMTP PING/PONG): a silent connection is closed
   /// after `heartbeat_timeout`, and the DEALER reconnects.
   std::chrono::milliseconds heartbeat_interval{1000};

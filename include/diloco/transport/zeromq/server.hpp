@@ -21,7 +21,6 @@
 
 #include "diloco/concepts/transport.hpp"
 #include "diloco/error.hpp"
-#include "diloco/transport/buffer.hpp"
 #include "diloco/transport/message.hpp"
 #include "diloco/transport/zeromq/detail/framing.hpp"
 #include "diloco/transport/zeromq/detail/listener_watch.hpp"
@@ -67,7 +66,7 @@ class server {
   /// learner ids.
   server(::zmq::context_t& context, const std::string& endpoint, socket_options options = {},
          std::optional<server_security> security = std::nullopt)
-      : options_(options), socket_(context, ::zmq::socket_type::router) {
+      : options_(options), socket_(context, ::zmq::socket_type::router), inbox_(options_) {
     detail::configure(socket_, options_);
     if (security) {
       zap_ = std::make_unique<zap_handler>(context, security->allowed);
@@ -101,17 +100,26 @@ class server {
   /// not empty the queue of waiting connections.
   std::uint64_t listener_pauses() const noexcept { return watch_ ? watch_->listener_pauses() : 0; }
 
+  /// `errc::queue_full` when `socket_options::queue_bytes` of this peer's
+  /// payloads are still queued (see `detail::send`).
   std::error_code try_send(peer_id to, message& m) {
-    if (to == 0 || to > routing_ids_.size()) return errc::unknown_peer;
-    return detail::send(socket_, &routing_ids_[to - 1], m);
+    if (to == 0 || to > peers_by_id_.size()) return errc::unknown_peer;
+    const auto& p = peers_by_id_[to - 1];
+    return detail::send(socket_, &p.routing_id, m, options_, p.queued);
   }
 
   std::optional<envelope> try_receive() {
     if (watch_) watch_->service(std::chrono::steady_clock::now());
-    auto raw = detail::receive_raw(socket_, true);
-    if (!raw) return std::nullopt;
-    const learner_ids* owned = zap_ && !raw->frames.empty() ? &learners_of(raw->frames.front()) : nullptr;
-    return detail::decode(raw->frames, peer_of(raw->routing_id), options_.max_payload_bytes, pool_, owned);
+    return detail::receive(
+        inbox_, socket_, true, [this](const std::string& routing_id) { return peer_of(routing_id); },
+        [this](const std::vector<::zmq::message_t>& frames) {
+          return zap_ && !frames.empty() ? &learners_of(frames.front()) : nullptr;
+        });
+  }
+
+  /// Payload bytes sent to `to` and not yet written to its connection.
+  std::uint64_t queued_bytes(peer_id to) const noexcept {
+    return to == 0 || to > peers_by_id_.size() ? 0 : peers_by_id_[to - 1].queued->load(std::memory_order_relaxed);
   }
 
   /// Waits up to `timeout`, rounded up to a whole millisecond, for a
@@ -155,10 +163,15 @@ class server {
   }
 
   peer_id peer_of(const std::string& routing_id) {
-    auto [it, fresh] = peers_.try_emplace(routing_id, static_cast<peer_id>(routing_ids_.size() + 1));
-    if (fresh) routing_ids_.push_back(routing_id);
+    auto [it, fresh] = peers_.try_emplace(routing_id, static_cast<peer_id>(peers_by_id_.size() + 1));
+    if (fresh) peers_by_id_.push_back({routing_id, std::make_shared<detail::queued_bytes>(0)});
     return it->second;
   }
+
+  struct peer {
+    std::string routing_id;
+    std::shared_ptr<detail::queued_bytes> queued;  ///< shared with libzmq's release of what was sent
+  };
 
   socket_options options_;
   std::unique_ptr<zap_handler> zap_;  ///< before the socket: destroyed after it
@@ -167,8 +180,8 @@ class server {
   std::unique_ptr<detail::listener_watch> watch_;  ///< tcp only; after the socket: destroyed before it
   std::string endpoint_;
   std::unordered_map<std::string, peer_id> peers_;
-  std::vector<std::string> routing_ids_;  ///< by peer id − 1
-  buffer_pool pool_;
+  std::vector<peer> peers_by_id_;  ///< by peer id − 1
+  detail::inbox inbox_;
 };
 
 static_assert(blocking_transport<server>);

@@ -1,18 +1,35 @@
-// diloco::zeromq's framing: a message as a header frame and a payload frame
-// (docs/protocol.md), sent without copying the payload and received, checked
-// and copied into a pooled buffer.
+// diloco::zeromq's framing (docs/protocol.md, "Framing"): a message is a
+// header frame and a payload frame; a payload larger than a chunk goes as
+// that first message with its first chunk, then one continuation message per
+// further chunk. Payloads are lent to libzmq without a copy, counted in bytes
+// until libzmq lets go of them, and received into pooled buffers reused from
+// message to message, checksummed on the way.
+//
+// Why chunks: libzmq allocates every received frame with `malloc`. A 64 MiB
+// frame is a fresh mapping whose 16 384 pages all fault while the kernel
+// fills it (0.27 GB/s here against 3 GB/s for a raw socket), and even a
+// 16 MiB one is read back from memory, long out of cache, when it is copied
+// out. Frames of 256 KiB are served from malloc's free lists, and each is
+// copied into the reassembled payload while the kernel's write is still in
+// cache, one chunk behind the socket.
 #pragma once
 
 #include <zmq.hpp>
 
 #include <algorithm>
+#include <array>
+#include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <deque>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
 #include <system_error>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -23,42 +40,131 @@
 #include "diloco/transport/wire.hpp"
 #include "diloco/transport/zeromq/detail/socket.hpp"
 #include "diloco/transport/zeromq/learner_ids.hpp"
+#include "diloco/transport/zeromq/options.hpp"
 
 namespace diloco::zeromq::detail {
 
-/// Frees a payload handed to libzmq without copying, on libzmq's I/O thread.
-inline void release_payload(void* /*data*/, void* hint) noexcept { delete static_cast<byte_buffer*>(hint); }
+// --- continuation frames ------------------------------------------------------
 
-/// Sends `prefix` (a routing-id frame, or nothing), the header and the
-/// payload of `m` without blocking. The payload is handed to libzmq without a
-/// copy; `m` is moved from only once the first frame is queued, after which
-/// libzmq accepts the rest of the multipart message.
-inline std::error_code send(::zmq::socket_t& s, const std::string* prefix, message& m) {
-  const bool payload = !m.payload.empty();
+/// The first frame of a continuation message: magic "DLCC", u32 index (1 for
+/// the second part of a payload, 2 for the third, ...), u64 offset of the
+/// part's first byte in the payload; little-endian.
+inline constexpr std::size_t continuation_size = 16;
+inline constexpr std::array<std::byte, 4> continuation_magic{std::byte{'D'}, std::byte{'L'}, std::byte{'C'},
+                                                             std::byte{'C'}};
+
+struct continuation {
+  std::uint32_t index = 0;
+  std::uint64_t offset = 0;
+};
+
+inline std::array<std::byte, continuation_size> encode_continuation(continuation c) noexcept {
+  std::array<std::byte, continuation_size> out{};
+  std::memcpy(out.data(), continuation_magic.data(), 4);
+  std::memcpy(out.data() + 4, &c.index, 4);
+  std::memcpy(out.data() + 8, &c.offset, 8);
+  return out;
+}
+
+/// The continuation a frame announces, or nothing if it is not one.
+inline std::optional<continuation> decode_continuation(std::span<const std::byte> frame) noexcept {
+  if (frame.size() != continuation_size || std::memcmp(frame.data(), continuation_magic.data(), 4) != 0)
+    return std::nullopt;
+  continuation c;
+  std::memcpy(&c.index, frame.data() + 4, 4);
+  std::memcpy(&c.offset, frame.data() + 8, 8);
+  return c;
+}
+
+// --- sending --------------------------------------------------------------------
+
+/// Payload bytes of one peer's messages that libzmq holds (queued, or being
+/// written to the connection). libzmq's high-water marks count messages,
+/// whatever their size, so the send budget is kept here, in bytes: the
+/// count goes up when a part is handed over and down, on libzmq's I/O
+/// thread, when libzmq lets go of it (written, or dropped with its
+/// connection).
+using queued_bytes = std::atomic<std::uint64_t>;
+
+/// A payload lent to libzmq as parts of `chunk` bytes (the last one
+/// shorter); freed when libzmq and the sender have let go of every part.
+struct lent_payload {
+  byte_buffer buffer;
+  std::shared_ptr<queued_bytes> queued;
+  std::size_t chunk;
+  std::atomic<std::size_t> holders{1};  ///< the sender, until every part is handed over
+
+  void let_go() noexcept {
+    if (holders.fetch_sub(1, std::memory_order_acq_rel) == 1) delete this;
+  }
+};
+
+/// libzmq's release of one part (zero-copy message free function).
+inline void release_part(void* data, void* hint) noexcept {
+  auto* lent = static_cast<lent_payload*>(hint);
+  const auto offset = static_cast<std::size_t>(static_cast<const std::byte*>(data) - lent->buffer.data());
+  lent->queued->fetch_sub(std::min(lent->chunk, lent->buffer.size() - offset), std::memory_order_relaxed);
+  lent->let_go();
+}
+
+/// Sends `prefix` (a routing-id frame, or nothing) and `m` without blocking,
+/// without copying the payload, in parts of at most `o.chunk_bytes`.
+///
+/// `errc::queue_full`, and `m` kept, when libzmq takes no message now (no
+/// connection yet) or when `queued` (this peer's bytes held by libzmq) is
+/// not zero and would pass `o.queue_bytes`: a message larger than the
+/// budget still goes when nothing else is queued. Once the first part is
+/// taken the message is committed: `m` is emptied, and a later part that
+/// libzmq refuses (its connection went away meanwhile) is lost with the
+/// connection, as queued messages are.
+inline std::error_code send(::zmq::socket_t& s, const std::string* prefix, message& m, const socket_options& o,
+                            const std::shared_ptr<queued_bytes>& queued) {
+  const std::size_t n = m.payload.size();
+  if (n > 0) {
+    const std::uint64_t held = queued->load(std::memory_order_relaxed);
+    if (held > 0 && held + n > o.queue_bytes) return errc::queue_full;
+  }
   const auto header = wire::encode_header(m.header, m.payload.bytes());
+  const auto more = ::zmq::send_flags::sndmore | ::zmq::send_flags::dontwait;
   try {
-    const auto more = ::zmq::send_flags::sndmore | ::zmq::send_flags::dontwait;
-    if (prefix) {
-      if (!s.send(::zmq::buffer(*prefix), more)) return errc::queue_full;
-      if (!s.send(::zmq::buffer(header.data(), header.size()), payload ? more : ::zmq::send_flags::dontwait))
-        return errc::queue_full;  // not reached: later parts are never refused
-    } else if (!s.send(::zmq::buffer(header.data(), header.size()),
-                       payload ? more : ::zmq::send_flags::dontwait)) {
+    if (prefix && !s.send(::zmq::buffer(*prefix), more)) return errc::queue_full;
+    // After a routing id, libzmq never refuses the rest of the message.
+    if (!s.send(::zmq::buffer(header.data(), header.size()), n ? more : ::zmq::send_flags::dontwait))
       return errc::queue_full;
-    }
-    if (payload) {
-      auto* owned = new byte_buffer(std::move(m.payload));
-      ::zmq::message_t frame(owned->data(), owned->size(), release_payload, owned);
-      (void)s.send(frame, ::zmq::send_flags::dontwait);
-    }
-    m = message{};
-    return {};
   } catch (const ::zmq::error_t& e) {
     return from_errno(e.num());
   }
+  if (n == 0) {
+    m = message{};
+    return {};
+  }
+  const std::size_t chunk = o.chunk_bytes == 0 ? n : static_cast<std::size_t>(std::min<std::uint64_t>(o.chunk_bytes, n));
+  auto* lent = new lent_payload{std::move(m.payload), queued, chunk};
+  m = message{};
+  try {
+    std::uint32_t index = 0;
+    for (std::size_t offset = 0; offset < n; offset += chunk, ++index) {
+      const std::size_t part = std::min(chunk, n - offset);
+      lent->holders.fetch_add(1, std::memory_order_relaxed);
+      queued->fetch_add(part, std::memory_order_relaxed);
+      ::zmq::message_t frame(lent->buffer.data() + offset, part, release_part, lent);  // released if not sent
+      if (index > 0) {
+        const auto c = encode_continuation({index, offset});
+        if (prefix && !s.send(::zmq::buffer(*prefix), more)) break;
+        if (!s.send(::zmq::buffer(c.data(), c.size()), more)) break;
+      }
+      if (!s.send(frame, ::zmq::send_flags::dontwait)) break;
+    }
+  } catch (const ::zmq::error_t&) {
+    // The connection went away after the message was committed.
+  }
+  lent->let_go();
+  return {};
 }
 
-/// Receives one whole multipart message without blocking, or nothing.
+// --- receiving ------------------------------------------------------------------
+
+/// One whole ZeroMQ multipart message, received without blocking.
 /// `routed`: the first frame is a routing id (ROUTER side).
 struct raw_message {
   std::string routing_id;
@@ -91,13 +197,16 @@ inline std::optional<raw_message> receive_raw(::zmq::socket_t& s, bool routed) {
   return r;
 }
 
-/// Copies `from` to `to` and returns the CRC-32C of the bytes, in blocks of
-/// 48 KiB: each block is checksummed, then copied while it is still in
-/// cache, so the payload is read from memory once instead of twice
-/// (1.1-1.2x the throughput of a checksum pass then a `memcpy` at 1-64 MiB).
-inline std::uint32_t copy_and_checksum(std::byte* to, std::span<const std::byte> from) noexcept {
+inline std::span<const std::byte> bytes_of(const ::zmq::message_t& frame) noexcept {
+  return {static_cast<const std::byte*>(frame.data()), frame.size()};
+}
+
+/// Copies `from` to `to` and returns the CRC-32C of the bytes continued from
+/// `crc`, in blocks of 48 KiB: each block is checksummed, then copied while
+/// it is still in cache, so the bytes are read from memory once instead of
+/// twice (1.1-1.2x the throughput of a checksum pass then a `memcpy`).
+inline std::uint32_t copy_and_checksum(std::byte* to, std::span<const std::byte> from, std::uint32_t crc = 0) noexcept {
   constexpr std::size_t block = std::size_t{48} << 10;
-  std::uint32_t crc = 0;
   for (std::size_t at = 0; at < from.size(); at += block) {
     const auto part = from.subspan(at, std::min(block, from.size() - at));
     crc = crc32c(part, crc);
@@ -106,42 +215,163 @@ inline std::uint32_t copy_and_checksum(std::byte* to, std::span<const std::byte>
   return crc;
 }
 
-/// Turns frames into a validated message, or an envelope carrying the error.
-/// The payload is copied out of libzmq's message into a pooled buffer (whose
-/// alignment libzmq's blocks do not have) and checksummed on the way.
-/// With `owned` (the ids the sender's key may speak for), a well-formed
-/// header naming another learner gives `wire_error::unauthorized`, with the
-/// header kept and the payload neither copied nor checked.
-inline envelope decode(std::vector<::zmq::message_t>& frames, peer_id from, std::uint64_t max_payload,
-                       buffer_pool& pool, const learner_ids* owned = nullptr) {
-  envelope e;
-  e.from = from;
-  auto refuse = [&e](wire_error error) {
-    e.error = error;
-    return std::move(e);
+/// Turns the ZeroMQ messages of every peer into envelopes: decodes headers,
+/// reassembles chunked payloads into pooled buffers (one message in progress
+/// per peer), checks them, and refuses what is malformed with a `wire_error`
+/// — once per message, however many parts it had. Never trusts a size or an
+/// offset a peer sends: a part must continue the payload exactly where the
+/// previous one ended and not pass the size the header announced.
+class inbox {
+ public:
+  using clock = std::chrono::steady_clock;
+
+  explicit inbox(const socket_options& o) : max_payload_(o.max_payload_bytes), stall_(o.partial_timeout) {}
+
+  /// Takes one ZeroMQ message (its frames after the routing id) from `from`.
+  /// `owned`: the learner ids the sender's CURVE key may speak for (nullptr:
+  /// any). What it completes or refuses comes out of `pop`.
+  void take(std::vector<::zmq::message_t>& frames, peer_id from, const learner_ids* owned, clock::time_point now) {
+    if (frames.empty() || frames.size() > 2) return refuse(from, wire_error::truncated);
+    if (auto c = decode_continuation(bytes_of(frames[0]))) return take_part(*c, frames, from, now);
+    if (auto it = partial_.find(from); it != partial_.end()) {
+      // A new message while one is unfinished: the rest of that one is not
+      // coming (a peer that reconnects, or one that breaks the protocol).
+      if (!it->second.discard) refuse(from, wire_error::truncated);
+      partial_.erase(it);
+    }
+    const auto d = wire::decode_header(bytes_of(frames[0]), max_payload_);
+    if (d.error != wire_error::none) return refuse(from, d.error);
+    const auto first = frames.size() == 2 ? bytes_of(frames[1]) : std::span<const std::byte>();
+    if (first.size() > d.payload_bytes || (first.empty() && d.payload_bytes > 0))
+      return refuse(from, wire_error::truncated);
+    partial p;
+    p.header = d.header;
+    p.expected_crc = d.payload_crc;
+    p.total = d.payload_bytes;
+    p.last = now;
+    if (owned && !owned->contains(d.header.learner)) {
+      // Checked before any payload byte is copied; the rest is dropped unread.
+      refuse(from, wire_error::unauthorized, &d.header);
+      p.discard = true;
+    } else if (p.total > 0) {
+      p.payload = pool_.acquire(p.total);
+    }
+    append(p, first);
+    if (p.received == p.total) return finish(from, p);
+    partial_.insert_or_assign(from, std::move(p));
+  }
+
+  /// The next complete or refused message, if any.
+  std::optional<envelope> pop() {
+    if (ready_.empty()) return std::nullopt;
+    auto e = std::move(ready_.front());
+    ready_.pop_front();
+    return e;
+  }
+
+  /// Refuses (as `truncated`) every message whose parts have not advanced
+  /// for `partial_timeout`; its sender is gone or stuck. Call when the
+  /// socket has nothing left to read, so that a receiver that was busy
+  /// does not blame parts still waiting in libzmq's queue.
+  void expire(clock::time_point now) {
+    for (auto it = partial_.begin(); it != partial_.end();) {
+      if (now - it->second.last < stall_) {
+        ++it;
+        continue;
+      }
+      if (!it->second.discard) refuse(it->first, wire_error::truncated);
+      it = partial_.erase(it);
+    }
+  }
+
+  /// Messages in progress (parts received, more expected).
+  std::size_t in_progress() const noexcept { return partial_.size(); }
+
+ private:
+  struct partial {
+    message_header header{};
+    std::uint32_t expected_crc = 0;
+    std::uint64_t total = 0;
+    std::uint64_t received = 0;
+    std::uint32_t crc = 0;
+    std::uint32_t next_index = 1;
+    clock::time_point last{};
+    bool discard = false;  ///< refused already: the remaining parts are dropped unread
+    byte_buffer payload;
   };
-  if (frames.empty() || frames.size() > 2) return refuse(wire_error::truncated);
-  const auto d = wire::decode_header(
-      std::span<const std::byte>(static_cast<const std::byte*>(frames[0].data()), frames[0].size()), max_payload);
-  if (d.error != wire_error::none) return refuse(d.error);
-  if (owned && !owned->contains(d.header.learner)) {
-    e.msg.header = d.header;
-    return refuse(wire_error::unauthorized);
+
+  void take_part(continuation c, std::vector<::zmq::message_t>& frames, peer_id from, clock::time_point now) {
+    const auto it = partial_.find(from);
+    if (it == partial_.end()) return refuse(from, wire_error::truncated);  // a part of no message
+    auto& p = it->second;
+    const auto part = frames.size() == 2 ? bytes_of(frames[1]) : std::span<const std::byte>();
+    p.last = now;
+    if (c.index != p.next_index || c.offset != p.received || part.empty() || part.size() > p.total - p.received) {
+      // Refused once; the parts that follow are dropped until the next
+      // header or `partial_timeout`.
+      if (!p.discard) refuse(from, wire_error::truncated);
+      p.discard = true;
+      p.payload = {};
+      return;
+    }
+    ++p.next_index;
+    append(p, part);
+    if (p.received < p.total) return;
+    auto done = std::move(p);
+    partial_.erase(it);
+    finish(from, done);
   }
-  const std::span<const std::byte> payload =
-      frames.size() == 2 ? std::span<const std::byte>(static_cast<const std::byte*>(frames[1].data()), frames[1].size())
-                         : std::span<const std::byte>();
-  if (payload.size() != d.payload_bytes) return refuse(wire_error::truncated);
-  byte_buffer copy;
-  if (!payload.empty()) {
-    copy = pool.acquire(payload.size());
-    if (copy_and_checksum(copy.data(), payload) != d.payload_crc) return refuse(wire_error::bad_checksum);
-  } else if (crc32c(payload) != d.payload_crc) {
-    return refuse(wire_error::bad_checksum);
+
+  static void append(partial& p, std::span<const std::byte> part) noexcept {
+    if (!p.discard && !part.empty()) p.crc = copy_and_checksum(p.payload.data() + p.received, part, p.crc);
+    p.received += part.size();
   }
-  e.msg.header = d.header;
-  e.msg.payload = std::move(copy);
-  return e;
+
+  void finish(peer_id from, partial& p) {
+    if (p.discard) return;
+    if (p.crc != p.expected_crc) return refuse(from, wire_error::bad_checksum);
+    envelope e;
+    e.from = from;
+    e.msg.header = p.header;
+    e.msg.payload = std::move(p.payload);
+    ready_.push_back(std::move(e));
+  }
+
+  /// An envelope carrying `error` and no message; `unauthorized` keeps the
+  /// header its sender claimed.
+  void refuse(peer_id from, wire_error error, const message_header* claimed = nullptr) {
+    envelope e;
+    e.from = from;
+    e.error = error;
+    if (claimed) e.msg.header = *claimed;
+    ready_.push_back(std::move(e));
+  }
+
+  std::uint64_t max_payload_;
+  clock::duration stall_;
+  std::unordered_map<peer_id, partial> partial_;
+  std::deque<envelope> ready_;
+  buffer_pool pool_;
+};
+
+/// The next message of `s`, without blocking: reads ZeroMQ messages into
+/// `box` until one completes or is refused (at most 4096 parts a call, so
+/// that a receiver streamed at returns now and then). `peer_of(routing_id)`
+/// names the sender; `owned_of(frames)` gives what its key may speak for
+/// (nullptr: anything).
+template <class PeerOf, class OwnedOf>
+std::optional<envelope> receive(inbox& box, ::zmq::socket_t& s, bool routed, PeerOf&& peer_of, OwnedOf&& owned_of) {
+  for (int parts = 0; parts < 4096; ++parts) {
+    if (auto e = box.pop()) return e;
+    auto raw = receive_raw(s, routed);
+    const auto now = inbox::clock::now();
+    if (!raw) {
+      box.expire(now);
+      return box.pop();
+    }
+    box.take(raw->frames, peer_of(raw->routing_id), owned_of(raw->frames), now);
+  }
+  return box.pop();
 }
 
 }  // namespace diloco::zeromq::detail

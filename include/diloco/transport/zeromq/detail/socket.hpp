@@ -16,15 +16,18 @@
 
 namespace diloco::zeromq::detail {
 
-inline int high_water_mark(const socket_options& o) {
-  const std::uint64_t n = o.queue_bytes / std::max<std::uint64_t>(1, o.message_bytes);
+/// The receive high-water mark, in ZeroMQ messages: the byte budget over
+/// the size of one part.
+inline int receive_high_water_mark(const socket_options& o) {
+  const std::uint64_t part = o.chunk_bytes == 0 ? o.message_bytes : std::min(o.chunk_bytes, o.message_bytes);
+  const std::uint64_t n = o.queue_bytes / std::max<std::uint64_t>(1, part);
   return static_cast<int>(std::clamp<std::uint64_t>(n, 4, 1u << 20));
 }
 
 inline void configure(::zmq::socket_t& s, const socket_options& o) {
   s.set(::zmq::sockopt::maxmsgsize, static_cast<std::int64_t>(o.max_payload_bytes + wire::header_size));
-  s.set(::zmq::sockopt::sndhwm, high_water_mark(o));
-  s.set(::zmq::sockopt::rcvhwm, high_water_mark(o));
+  s.set(::zmq::sockopt::sndhwm, 0);  // no limit in messages: `send` keeps a budget in bytes
+  s.set(::zmq::sockopt::rcvhwm, receive_high_water_mark(o));
   s.set(::zmq::sockopt::heartbeat_ivl, static_cast<int>(o.heartbeat_interval.count()));
   s.set(::zmq::sockopt::heartbeat_timeout, static_cast<int>(o.heartbeat_timeout.count()));
   s.set(::zmq::sockopt::heartbeat_ttl, static_cast<int>(o.heartbeat_timeout.count()));
