@@ -67,7 +67,10 @@ class synthetic_learner {
     clock::time_point last_join{};
     while (!joined()) {
       if (stop.load() || clock::now() > deadline) return false;
-      if (clock::now() - last_join > std::chrono::seconds(1)) {  // repeated every second until welcomed
+      // Repeated until welcomed, every 10 s rather than a learner's 1 s: each
+      // repeat is answered with the whole model again, which a busy syncer
+      // would then spend the measurement sending.
+      if (clock::now() - last_join > std::chrono::seconds(10)) {
         auto m = next(diloco::message_kind::join);
         m.header.layout = layout_.fingerprint();
         m.header.element_count = layout_.size();

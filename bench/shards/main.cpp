@@ -15,8 +15,8 @@
 // the median GB/s and the median over repetitions of the ratio to S = 1
 // measured in the same repetition.
 //
-//   bench_shards [--shards 1,2,4] [--parameters 32M] [--fragments 8] [--learners 4]
-//                [--quorum all|K] [--H 50] [--threads T] [--seconds 3] [--warmup 1]
+//   bench_shards [--shards 1,2,4] [--parameters 16M] [--fragments 8] [--learners 4]
+//                [--quorum all|K] [--H 50] [--threads T] [--seconds 5] [--warmup 2]
 //                [--repeat 3] [--syncer PATH] [--json]
 #include <stdlib.h>
 
@@ -45,14 +45,14 @@ using namespace std::chrono_literals;
 
 struct options {
   std::vector<std::uint32_t> shards{1, 2, 4};
-  std::size_t parameters = std::size_t{32} << 20;
+  std::size_t parameters = std::size_t{16} << 20;
   std::uint32_t fragments = 8;
   std::uint32_t learners = 4;
   std::string quorum = "all";
   std::uint32_t sync_period = 50;
   unsigned threads = 0;
-  double seconds = 3;
-  double warmup = 1;
+  double seconds = 5;
+  double warmup = 2;
   int repeat = 3;
   std::string syncer = DILOCO_SYNCER_PATH;
   bool json = false;
