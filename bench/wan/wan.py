@@ -360,6 +360,17 @@ def is_clean(found: dict) -> bool:
     return not any(found[k] for k in ("namespaces", "delay_programs", "links", "iptables_rules", "qdiscs"))
 
 
+def left_behind(before: dict, after: dict) -> list[str]:
+    """What `after` (leftovers()) holds that `before` did not: one line per
+    kind (namespaces, delay programs, links, iptables rules, qdiscs)."""
+    found = []
+    for k in ("namespaces", "delay_programs", "links", "iptables_rules", "qdiscs"):
+        new = [x for x in after[k] if x not in before[k]]
+        if new:
+            found.append(f"left behind: {k} {new}")
+    return found
+
+
 def cleanup(dry_run: bool = False) -> dict:
     found = leftovers()
     if dry_run:
@@ -521,10 +532,7 @@ def _smoke(args) -> int:
         failures.append("bandwidth out of range")
     after = leftovers()
     print("after: ", json.dumps(after))
-    for k in ("namespaces", "delay_programs", "links", "iptables_rules", "qdiscs"):
-        new = [x for x in after[k] if x not in before[k]]
-        if new:
-            failures.append(f"left behind: {k} {new}")
+    failures += left_behind(before, after)
     for f in failures:
         print("FAIL", f)
     print("ok" if not failures else "FAILED")
