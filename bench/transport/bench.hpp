@@ -54,7 +54,7 @@ struct link_options {
   bool zmq_keep_large_blocks = true;
   /// ZeroMQ only: payloads larger than this go in parts of this size
   /// (`socket_options::chunk_bytes`; 0: whole).
-  std::size_t zmq_chunk_bytes = std::size_t{256} << 10;
+  std::size_t zmq_chunk_bytes = std::size_t{1} << 20;
 };
 
 // One factory per implementation, each in its own translation unit.

@@ -27,7 +27,7 @@
 //   bench_transport [--sizes 64K,1M,16M,64M] [--seconds 0.5] [--repeat 3]
 //                   [--warmup 0.2] [--latency-seconds 0.25]
 //                   [--transports raw_tcp,zmq_tcp,...] [--queue-mib 256]
-//                   [--chunk-kib 256] [--no-keep-large-blocks] [--json]
+//                   [--chunk-kib 1024] [--no-keep-large-blocks] [--json]
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -85,7 +85,7 @@ struct options {
   double latency_seconds = 0.25;
   std::vector<std::string> transports;  ///< empty: all
   std::size_t queue_bytes = std::size_t{256} << 20;
-  std::size_t chunk_bytes = std::size_t{256} << 10;
+  std::size_t chunk_bytes = std::size_t{1} << 20;
   bool keep_large_blocks = true;
   bool json = false;
 };

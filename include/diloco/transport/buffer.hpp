@@ -37,9 +37,15 @@ inline std::align_val_t alignment_for(std::size_t capacity) noexcept {
   return std::align_val_t{capacity >= huge_page ? huge_page : buffer_alignment};
 }
 
-inline block allocate_block(std::size_t bytes) {
+/// The capacity of a block allocated for `bytes`: whole pages, or whole huge
+/// pages from 2 MiB on.
+inline std::size_t capacity_for(std::size_t bytes) noexcept {
   const std::size_t granule = bytes >= huge_page ? huge_page : 4096;
-  const std::size_t capacity = (bytes + granule - 1) / granule * granule;
+  return (bytes + granule - 1) / granule * granule;
+}
+
+inline block allocate_block(std::size_t bytes) {
+  const std::size_t capacity = capacity_for(bytes);
   auto* p = static_cast<std::byte*>(::operator new(capacity, alignment_for(capacity)));
 #if defined(__linux__) && defined(MADV_HUGEPAGE)
   if (capacity >= huge_page) ::madvise(p, capacity, MADV_HUGEPAGE);
@@ -163,9 +169,15 @@ class buffer_pool {
     {
       std::lock_guard lock(state_->mutex);
       auto& free = state_->free;
+      // A block of the capacity a fresh one would have fits best: stop there
+      // (a pool of a few hundred equal blocks is searched in one step).
+      const std::size_t exact = detail::capacity_for(bytes);
       std::size_t best = free.size();
-      for (std::size_t i = 0; i < free.size(); ++i)
-        if (free[i].capacity >= bytes && (best == free.size() || free[i].capacity < free[best].capacity)) best = i;
+      for (std::size_t i = 0; i < free.size(); ++i) {
+        if (free[i].capacity < bytes || (best != free.size() && free[i].capacity >= free[best].capacity)) continue;
+        best = i;
+        if (free[i].capacity == exact) break;
+      }
       if (best != free.size()) {
         const auto b = free[best];
         free[best] = free.back();

@@ -25,7 +25,7 @@ namespace diloco::zeromq {
 /// mapped, and glibc no longer adapts these thresholds itself. Messages over
 /// 32 MiB are still fresh mappings (glibc accepts no higher threshold).
 /// diloco's own senders split payloads into parts of
-/// `socket_options::chunk_bytes` (256 KiB), which malloc recycles anyway;
+/// `socket_options::chunk_bytes` (1 MiB), which malloc recycles anyway;
 /// this matters for peers that send large payloads whole.
 inline void keep_large_blocks() noexcept {
 #if defined(__GLIBC__)

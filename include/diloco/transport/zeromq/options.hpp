@@ -23,7 +23,7 @@ struct socket_options {
   /// "Framing"), so that libzmq's receive buffers are reused instead of
   /// page-faulted in and each part is copied out while still in cache;
   /// 0 sends every payload whole. Receiving takes any size.
-  std::uint64_t chunk_bytes = std::uint64_t{256} << 10;
+  std::uint64_t chunk_bytes = std::uint64_t{1} << 20;
   /// A message whose parts stop arriving for this long is refused as
   /// `wire_error::truncated` and its buffer freed (its sender is gone).
   std::chrono::milliseconds partial_timeout{30000};

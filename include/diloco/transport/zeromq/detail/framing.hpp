@@ -9,7 +9,7 @@
 // frame is a fresh mapping whose 16 384 pages all fault while the kernel
 // fills it (0.27 GB/s here against 3 GB/s for a raw socket), and even a
 // 16 MiB one is read back from memory, long out of cache, when it is copied
-// out. Frames of 256 KiB are served from malloc's free lists, and each is
+// out. Frames of 1 MiB are served from malloc's free lists, and each is
 // copied into the reassembled payload while the kernel's write is still in
 // cache, one chunk behind the socket.
 #pragma once
