@@ -501,6 +501,9 @@ outcome serve(const settings& s, const split& test_set, Outer outer, Merge merge
   // A learner killed and never restarted must not keep the syncer waiting:
   // the run ends once every learner has left or been dead for 30 s.
   if (!options.end.when_all_gone) options.end.when_all_gone = std::chrono::seconds(30);
+  // Learner processes start when their data is loaded: those that finish
+  // first must not end the run before the last one has joined.
+  if (!options.end.expected_learners) options.end.expected_learners = s.learners;
   evaluate_during_training(options, s, test_set);
   options.on_update = [&](const update_event& e) {
     ++updates;

@@ -136,6 +136,25 @@ BOOST_FIXTURE_TEST_CASE(the_run_ends_when_every_learner_left_or_stayed_dead_past
   BOOST_TEST(contains(s.ended(), "1 left, 1 dead"), s.ended().value_or("(not ended)"));
 }
 
+BOOST_FIXTURE_TEST_CASE(learners_that_finish_early_do_not_end_a_run_that_expects_more, fixture) {
+  auto o = options();
+  o.heartbeat_timeout = 10s;
+  o.end.when_all_gone = 60s;
+  o.end.expected_learners = 2;
+  test_syncer s(layout, initial, syncer_end, o);
+  join_all(s, 1);
+  send(0, leave(0));  // learner 0 is done before learner 1 has even joined
+  deliver(s);
+  now += 600s;
+  (void)s.poll(now);
+  BOOST_TEST(!s.ended());
+  join_all(s, 2);  // the late one, then it leaves too
+  send(1, leave(1));
+  deliver(s);
+  (void)s.poll(now);
+  BOOST_TEST(contains(s.ended(), "2 left"), s.ended().value_or("(not ended)"));
+}
+
 BOOST_FIXTURE_TEST_CASE(a_learner_heard_from_again_keeps_the_run_going, fixture) {
   auto o = options();
   o.heartbeat_timeout = 10s;

@@ -143,8 +143,8 @@ std::optional<int> parse(int argc, char** argv, settings& s) {
   app.add_option("--deadline", deadline_s, "end the run SEC seconds after the first message (0: none)")
       ->type_name("SEC")->check(in(interval<double>{.min = 0, .max = 1e9}))->capture_default_str();
   app.add_option("--end-when-gone", end_when_gone,
-                 "end the run once every learner that joined has left or been dead SEC seconds (never: keep "
-                 "serving)")
+                 "end the run once every learner that joined has left or been dead SEC seconds, and with "
+                 "--learners N once N have joined (never: keep serving)")
       ->type_name("SEC|never")
       ->check(CLI::Validator(
           [](std::string& text) {
@@ -277,6 +277,8 @@ std::optional<int> parse(int argc, char** argv, settings& s) {
   if (o.world.size > 0) o.quorum = o.world.size;
   o.end.deadline = seconds_of(deadline_s);
   if (end_when_gone != "never") o.end.when_all_gone = seconds_of(std::strtod(end_when_gone.c_str(), nullptr));
+  // Learners that finish early do not end a run of --learners N before the others joined.
+  o.end.expected_learners = static_cast<std::uint32_t>(std::min<std::uint64_t>(s.learners, UINT32_MAX));
   if (heartbeat->count() > 0)
     o.heartbeat_timeout =
         std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::duration<double>(heartbeat_s));

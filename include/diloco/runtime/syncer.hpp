@@ -228,7 +228,7 @@ class syncer {
     if (!started_ && first_message_) earliest(*first_message_ + options_.world.rendezvous_timeout);
     const auto& end = options_.end;
     if (first_message_ && end.deadline > std::chrono::nanoseconds::zero()) earliest(*first_message_ + end.deadline);
-    if (end.when_all_gone)
+    if (all_gone_may_end())
       for (const auto& [id, l] : learners_)
         if (!l.live && !l.left && l.gone_since) earliest(*l.gone_since + *end.when_all_gone);
     check_end(now);
@@ -745,6 +745,7 @@ class syncer {
     l.live = true;
     l.gone_since.reset();
     l.last_seen = now;
+    if (joined_.size() < options_.end.expected_learners) joined_.insert(h.learner);
     if (!started_) return start_if_complete(now);  // welcomed with everyone else at the rendezvous
     welcome(h.learner, l);
   }
@@ -779,6 +780,13 @@ class syncer {
       if (l.live) welcome(id, l);
   }
 
+  /// Whether `end_options::when_all_gone` applies yet: past the rendezvous,
+  /// with learners, and as many as `expected_learners` having joined.
+  bool all_gone_may_end() const noexcept {
+    return options_.end.when_all_gone && started_ && !learners_.empty() &&
+           joined_.size() >= options_.end.expected_learners;
+  }
+
   /// Applies `end_options`: ends the run at the first limit reached.
   void check_end(time_point now) {
     if (ended_ || failure_) return;
@@ -792,7 +800,7 @@ class syncer {
       return end_run(std::to_string(metrics_.steps_merged / p) + " inner steps trained (max_steps)", now);
     if (first_message_ && e.deadline > std::chrono::nanoseconds::zero() && now - *first_message_ >= e.deadline)
       return end_run("deadline of " + seconds(e.deadline) + " reached", now);
-    if (e.when_all_gone && started_ && !learners_.empty()) {
+    if (all_gone_may_end()) {
       std::size_t left = 0;
       for (const auto& [id, l] : learners_) {
         if (l.live || (!l.left && (!l.gone_since || now - *l.gone_since < *e.when_all_gone))) return;
@@ -1394,6 +1402,7 @@ class syncer {
   detail::log_limiter log_limit_;
   syncer_metrics metrics_;
   bool started_ = true;                     ///< past the rendezvous (always, without a world size)
+  std::set<std::uint32_t> joined_;  ///< learners that joined, up to `end_options::expected_learners`
   std::optional<time_point> first_message_;  ///< when the rendezvous began
   std::optional<std::string> failure_;
   std::optional<std::string> ended_;

@@ -111,6 +111,11 @@ struct end_options {
   /// Once a learner has joined: when every learner has left or has been
   /// dead (silent past the heartbeat timeout) this much longer. Empty: never.
   std::optional<std::chrono::nanoseconds> when_all_gone{};
+  /// With `when_all_gone`: not before this many distinct learners have
+  /// joined (0 or 1: the first is enough). A run whose learners start at
+  /// different times sets it to their number, so that those that finish
+  /// early do not end it before the late ones are in.
+  std::uint32_t expected_learners = 0;
 
   /// Throws `std::invalid_argument` naming the first bad setting.
   void check() const {
