@@ -33,8 +33,12 @@
 #include <diloco_tools/cli.hpp>
 #include "../common/huge_buffer.hpp"
 #include "../common/json.hpp"
+#include "../common/stats.hpp"
 
 namespace {
+
+using bench::summarize;
+using bench::summary;
 
 using diloco::codec::format;
 
@@ -109,17 +113,6 @@ struct method {
   std::function<void()> run;
   std::vector<double> gbps{};
 };
-
-struct summary {
-  double median, min, max;
-};
-
-summary summarize(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const std::size_t k = v.size();
-  const double median = k % 2 ? v[k / 2] : (v[k / 2 - 1] + v[k / 2]) / 2;
-  return {median, v.front(), v.back()};
-}
 
 struct buffers {
   bench::huge_buffer base, theta, residual, acc, encoded, triad_out, global, delta;

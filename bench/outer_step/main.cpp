@@ -32,8 +32,12 @@
 #include <diloco_tools/cli.hpp>
 #include "../common/huge_buffer.hpp"
 #include "../common/json.hpp"
+#include "../common/stats.hpp"
 
 namespace {
+
+using bench::summarize;
+using bench::summary;
 
 struct options {
   std::vector<std::size_t> sizes{std::size_t{16} << 20, std::size_t{64} << 20};
@@ -112,17 +116,6 @@ struct method {
   std::function<void()> run;
   std::vector<double> gbps{};
 };
-
-struct summary {
-  double median, min, max;
-};
-
-summary summarize(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const std::size_t k = v.size();
-  const double median = k % 2 ? v[k / 2] : (v[k / 2 - 1] + v[k / 2]) / 2;
-  return {median, v.front(), v.back()};
-}
 
 std::string mib(std::size_t bytes) { return std::to_string(bytes >> 20) + " MiB"; }
 

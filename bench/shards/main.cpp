@@ -36,10 +36,13 @@
 
 #include <diloco_tools/cli.hpp>
 #include "../common/json.hpp"
+#include "../common/stats.hpp"
 #include "learner.hpp"
 #include "syncers.hpp"
 
 namespace {
+
+using bench::median;
 
 using namespace std::chrono_literals;
 
@@ -120,13 +123,6 @@ std::optional<int> parse(int argc, char** argv, options& o) {
     return diloco_tools::bad_usage;
   }
   return std::nullopt;
-}
-
-double median(std::vector<double> v) {
-  if (v.empty()) return NAN;
-  std::sort(v.begin(), v.end());
-  const std::size_t k = v.size();
-  return k % 2 ? v[k / 2] : (v[k / 2 - 1] + v[k / 2]) / 2;
 }
 
 double epoch_seconds() {

@@ -45,10 +45,13 @@
 #include "bench.hpp"
 #include <diloco_tools/cli.hpp>
 #include "../common/json.hpp"
+#include "../common/stats.hpp"
 
 namespace {
 
 using bench::link;
+using bench::median;
+using bench::quantile;
 using bench::link_options;
 
 struct transport {
@@ -144,21 +147,6 @@ std::optional<int> parse(int argc, char** argv, options& o) {
   o.chunk_bytes = chunk_kib << 10;
   o.keep_large_blocks = !leave_malloc;
   return status;
-}
-
-double median(std::vector<double> v) {
-  if (v.empty()) return NAN;
-  std::sort(v.begin(), v.end());
-  const std::size_t k = v.size();
-  return k % 2 ? v[k / 2] : (v[k / 2 - 1] + v[k / 2]) / 2;
-}
-
-/// The smallest sample with at least `q` of all samples at or below it.
-double quantile(std::vector<double> v, double q) {
-  if (v.empty()) return NAN;
-  std::sort(v.begin(), v.end());
-  const auto rank = static_cast<std::size_t>(std::ceil(q * static_cast<double>(v.size())));
-  return v[std::clamp<std::size_t>(rank, 1, v.size()) - 1];
 }
 
 std::string size_name(std::size_t bytes) {

@@ -149,8 +149,9 @@ class network:
     def leaf_if(self, i: int) -> str:
         return f"{LINK_PREFIX}{self.run_id}e{i}"
 
-    def hub_address(self, i: int) -> str:
-        """The hub's address as seen from leaf i."""
+    def hub_address(self, i: int | str) -> str:
+        """The hub's address as seen from leaf i (or a template, with a
+        placeholder such as diloco_chaos's "{id}" for i)."""
         return f"10.77.{i}.1"
 
     def leaf_address(self, i: int) -> str:

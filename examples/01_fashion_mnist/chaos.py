@@ -16,6 +16,12 @@ final global model evaluated on the test set.
                                         after each restart, 0 acknowledged contributions lost
   chaos.py BIN_DIR --mode decoupled     one run (options below; --shards N for a sharded syncer)
 
+--wan RATE:RTT (as root; e.g. 14mbit:10ms) runs the syncer and each learner in
+its own network namespace, every learner joined to the syncer by a link of
+that rate and round-trip time (bench/wan/wan.py), the same fault schedule over
+it; Decoupled DiLoCo then sends int4 outer gradients and int8 updates, as in
+bench/wan/run (fp32 models do not fit through such links at H = 50).
+
 --learner-checkpoints N makes every learner save a checkpoint every N inner
 steps in DIR/learnerL/, so that a learner restarted after a kill resumes from
 it (docs/design.md, "Learner checkpoints").
@@ -23,12 +29,15 @@ it (docs/design.md, "Learner checkpoints").
 BIN_DIR is the build directory (tools/ and examples/01_fashion_mnist/ below it).
 """
 import argparse
+import contextlib
 import json
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "bench", "wan"))
 
 MODES = {
     # The syncer's flags per mode; learners take --mode. Data parallel is H=1
@@ -40,21 +49,47 @@ MODES = {
 }
 
 
+@contextlib.contextmanager
+def emulated_wan(args):
+    """The network of --wan (a star of namespaces, removed on exit), or None."""
+    if not args.wan:
+        yield None
+        return
+    import wan  # bench/wan/wan.py
+    rate, rtt = args.wan.split(":")
+    links = [wan.link(f"l{i}", wan.parse_rate(rate), wan.parse_time(rtt)) for i in range(args.learners)]
+    with wan.network(links) as net:
+        yield net
+
+
 def run(bins, out, mode, args, faults=True):
     """One chaos run in `out`; returns its report with the test accuracy added."""
+    with emulated_wan(args) as net:
+        return run_in(bins, out, mode, args, faults, net)
+
+
+def run_in(bins, out, mode, args, faults, net):
     os.makedirs(out, exist_ok=True)
     m = args.learners
     for i in range(m):  # a learner checkpoint of an earlier run in `out` is not this run's
         shutil.rmtree(os.path.join(out, f"learner{i}"), ignore_errors=True)
     # A shard keeps its own checkpoints, final model and counters.
     own = "" if args.shards == 1 else "{shard}"
-    syncer = (f"{bins}/tools/diloco_syncer --endpoint {{endpoint}} --trace {{trace}} --quiet "
+    # Over --wan each process runs in its site's namespace: the syncer serves
+    # every address of the hub, each learner reaches it at the hub's address
+    # on its own link (diloco_chaos fills in {id} and {port}).
+    syncer_at, learner_to, in_hub, in_leaf, codecs = "{endpoint}", "{endpoint}", "", "", ""
+    if net:
+        syncer_at, learner_to = "tcp://0.0.0.0:{port} --insecure", f"tcp://{net.hub_address('{id}')}:{{port}}"
+        in_hub, in_leaf = f"ip netns exec {net.hub_ns()} ", f"ip netns exec {net.ns('l{id}')} "
+        codecs = " --codec int4 --update-codec int8" if mode == "decoupled" else ""
+    syncer = (f"{in_hub}{bins}/tools/diloco_syncer --endpoint {syncer_at} --trace {{trace}} --quiet "
               f"--checkpoint-dir {{dir}}/checkpoints{own} --save {{dir}}/final{own}.f32 "
               f"--metrics {{dir}}/syncer{own}.json --shard {{shard}}/{{shards}} "
               f"--heartbeat-timeout {args.heartbeat_timeout} "
-              + MODES[mode].format(M=m))
-    learner = (f"{bins}/examples/01_fashion_mnist/fashion_mnist --role learner --mode {mode} --learners {m} "
-               f"--endpoint {{endpoint}} --learner-id {{id}} --incarnation {{incarnation}} --trace {{trace}} "
+              + MODES[mode].format(M=m) + codecs)
+    learner = (f"{in_leaf}{bins}/examples/01_fashion_mnist/fashion_mnist --role learner --mode {mode} --learners {m} "
+               f"--endpoint {learner_to} --learner-id {{id}} --incarnation {{incarnation}} --trace {{trace}} "
                f"--stop-at {{stop_at}} --steps 100000000 --progress 0 --seed {args.seed}")
     if args.learner_checkpoints > 0:
         learner += f" --checkpoint-dir {{dir}}/learner{{id}} --checkpoint-every {args.learner_checkpoints}"
@@ -190,6 +225,8 @@ def main():
     p.add_argument("--shards", type=int, default=1, help="syncer shards (diloco_syncer --shard)")
     p.add_argument("--kill-shard", type=int, default=0, help="the shard --syncer-kill-at kills")
     p.add_argument("--syncer-recovery", type=float, default=2, help="how long a killed syncer stays down, s")
+    p.add_argument("--wan", metavar="RATE:RTT", help="each learner behind its own emulated link (root; e.g. "
+                   "14mbit:10ms)")
     p.add_argument("--learner-checkpoints", type=int, default=0, metavar="N",
                    help="learners save a checkpoint every N inner steps and resume from it after a restart (0: off)")
     args = p.parse_args()

@@ -46,6 +46,8 @@ constexpr const char* placeholders = R"(
 Commands are split at spaces (no quoting); these words are replaced:
   {endpoint}     tcp://127.0.0.1:PORT, a free loopback port, the same for every restart; with
                  --shards N: the syncer's own shard's, and for learners every shard's, comma-separated
+  {port}         the port of {endpoint} alone (with --shards N: the syncer's own shard's, and
+                 for learners shard 0's), for commands that reach the syncer at another address
   {shard} {shards}     the syncer: which shard it is (0 when not sharded), and N (1)
   {trace}        DIR/events.jsonl, which every process appends to
   {dir}          DIR
@@ -201,17 +203,19 @@ int main(int argc, char** argv) {
     fs::create_directories(dir);
     const auto events = dir / "events.jsonl";
     fs::remove(events);
-    std::vector<std::string> endpoints;
+    std::vector<std::string> endpoints, ports;
     std::string every_endpoint;
     for (std::uint32_t i = 0; i < shards; ++i) {
-      endpoints.push_back("tcp://127.0.0.1:" + std::to_string(diloco_tools::free_loopback_port()));
+      ports.push_back(std::to_string(diloco_tools::free_loopback_port()));
+      endpoints.push_back("tcp://127.0.0.1:" + ports.back());
       every_endpoint += (i ? "," : "") + endpoints.back();
     }
     const double stop_at =
         std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count() +
         plan.duration_seconds;
-    auto expand = [&](const std::string& command, const std::string& endpoint) {
+    auto expand = [&](const std::string& command, const std::string& endpoint, const std::string& port) {
       std::string c = replace_all(command, "{endpoint}", endpoint);
+      c = replace_all(c, "{port}", port);
       c = replace_all(c, "{trace}", events.string());
       c = replace_all(c, "{dir}", dir.string());
       char when[32];
@@ -223,11 +227,11 @@ int main(int argc, char** argv) {
     o.duration_seconds = plan.duration_seconds;
     if (!no_faults) o.faults = chaos::make_schedule(plan);
     o.learner_command = [&](std::uint32_t id, std::uint32_t incarnation) {
-      std::string c = replace_all(expand(learner, every_endpoint), "{id}", std::to_string(id));
+      std::string c = replace_all(expand(learner, every_endpoint, ports.front()), "{id}", std::to_string(id));
       return words(replace_all(c, "{incarnation}", std::to_string(incarnation)));
     };
     o.syncer_command = [&](std::uint32_t shard, std::uint32_t restart) {
-      std::string c = replace_all(expand(syncer, endpoints[shard]), "{restart}", std::to_string(restart));
+      std::string c = replace_all(expand(syncer, endpoints[shard], ports[shard]), "{restart}", std::to_string(restart));
       c = replace_all(c, "{shards}", std::to_string(shards));
       return words(replace_all(c, "{shard}", std::to_string(shard)));
     };

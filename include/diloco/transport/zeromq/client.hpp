@@ -72,14 +72,12 @@ class client {
   /// Waits up to `timeout`, rounded up to a whole millisecond, for a
   /// message; returns as soon as one arrives.
   std::optional<envelope> receive_for(std::chrono::nanoseconds timeout) {
-    using clock = std::chrono::steady_clock;
-    const auto deadline = clock::now() + std::max(timeout, std::chrono::nanoseconds::zero());
-    for (;;) {
-      if (auto e = try_receive()) return e;
-      const auto now = clock::now();
-      if (now >= deadline) return std::nullopt;
-      (void)detail::wait_readable(socket_, deadline - now);
-    }
+    return detail::receive_within(
+        timeout, [this] { return try_receive(); },
+        [this](auto, std::chrono::nanoseconds left) {
+          (void)detail::wait_readable(socket_, left);
+          return true;
+        });
   }
 
   /// Payload bytes sent and not yet written to the connection by libzmq.

@@ -127,24 +127,23 @@ class server {
   /// events meanwhile.
   std::optional<envelope> receive_for(std::chrono::nanoseconds timeout) {
     using clock = std::chrono::steady_clock;
-    const auto deadline = clock::now() + std::max(timeout, std::chrono::nanoseconds::zero());
-    for (;;) {
-      if (auto e = try_receive()) return e;
-      const auto now = clock::now();
-      if (now >= deadline) return std::nullopt;
-      auto wait = deadline - now;
-      ::zmq::pollitem_t items[2] = {{socket_.handle(), 0, ZMQ_POLLIN, 0}, {nullptr, 0, ZMQ_POLLIN, 0}};
-      int watched = 1;
-      if (watch_ && watch_->paused(now))
-        wait = std::min<clock::duration>(wait, watch_->paused_until() - now);
-      else if (watch_)
-        items[watched++].socket = watch_->events().handle();
-      try {
-        (void)::zmq::poll(items, static_cast<std::size_t>(watched), std::chrono::ceil<std::chrono::milliseconds>(wait));
-      } catch (const ::zmq::error_t&) {
-        return std::nullopt;
-      }
-    }
+    return detail::receive_within(
+        timeout, [this] { return try_receive(); },
+        [this](clock::time_point now, std::chrono::nanoseconds left) {
+          clock::duration wait = left;
+          ::zmq::pollitem_t items[2] = {{socket_.handle(), 0, ZMQ_POLLIN, 0}, {nullptr, 0, ZMQ_POLLIN, 0}};
+          int watched = 1;
+          if (watch_ && watch_->paused(now))
+            wait = std::min<clock::duration>(wait, watch_->paused_until() - now);
+          else if (watch_)
+            items[watched++].socket = watch_->events().handle();
+          try {
+            (void)::zmq::poll(items, static_cast<std::size_t>(watched), std::chrono::ceil<std::chrono::milliseconds>(wait));
+          } catch (const ::zmq::error_t&) {
+            return false;
+          }
+          return true;
+        });
   }
 
  private:

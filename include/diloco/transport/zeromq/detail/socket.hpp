@@ -46,6 +46,21 @@ inline std::error_code from_errno(int e) {
   }
 }
 
+/// Calls `try_receive` until it gives a message or `timeout` has passed;
+/// in between, `wait(now, time_left)` blocks until there may be more (false:
+/// give up). A timeout of zero still tries once.
+template <class TryReceive, class Wait>
+auto receive_within(std::chrono::nanoseconds timeout, TryReceive&& try_receive, Wait&& wait)
+    -> decltype(try_receive()) {
+  using clock = std::chrono::steady_clock;
+  const auto deadline = clock::now() + std::max(timeout, std::chrono::nanoseconds::zero());
+  for (;;) {
+    if (auto e = try_receive()) return e;
+    const auto now = clock::now();
+    if (now >= deadline || !wait(now, deadline - now)) return {};
+  }
+}
+
 inline bool wait_readable(::zmq::socket_t& s, std::chrono::nanoseconds timeout) {
   ::zmq::pollitem_t item{s.handle(), 0, ZMQ_POLLIN, 0};
   const auto ms = std::chrono::ceil<std::chrono::milliseconds>(std::max(timeout, std::chrono::nanoseconds::zero()));
