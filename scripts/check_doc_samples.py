@@ -13,7 +13,8 @@ A Markdown page includes a source file verbatim between two markers:
 when a page's copy differs from the file, when a marker is unterminated or
 names a missing file, and when a file of docs/samples/ is shown on no page.
 `--fix` rewrites the pages' copies from the files instead. Pages:
-README.md and docs/*.md. Standard library only.
+README.md and every docs/**/*.md (docs/concepts/ has one page per concept).
+Standard library only.
 
     python3 scripts/check_doc_samples.py [--fix]
 """
@@ -36,7 +37,7 @@ def fenced(path):
 
 def main(argv):
     fix = "--fix" in argv
-    pages = [ROOT / "README.md"] + sorted((ROOT / "docs").glob("*.md"))
+    pages = [ROOT / "README.md"] + sorted((ROOT / "docs").rglob("*.md"))
     problems, shown = [], set()
     for page in pages:
         text = page.read_text(encoding="utf-8")

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Checks every relative link of the repository's Markdown pages.
 
-Pages: README.md, docs/*.md, bench/*/README.md (or the files given on the
-command line, relative to the repository root). For every inline link or
+Pages: README.md, docs/**/*.md, bench/*/README.md (or the files given on
+the command line, relative to the repository root). For every inline link or
 image `[text](target)` and every reference definition `[id]: target` outside
 code, a relative target must name a file or directory that exists, and an
 `#anchor` into a Markdown page (the page itself for `#anchor` alone) must
@@ -32,7 +32,7 @@ SCHEME = re.compile(r"^[a-zA-Z][a-zA-Z0-9+.-]*:")
 
 def default_pages():
     pages = [ROOT / "README.md"]
-    pages += sorted((ROOT / "docs").glob("*.md"))
+    pages += sorted((ROOT / "docs").rglob("*.md"))
     pages += sorted((ROOT / "bench").glob("*/README.md"))
     return pages
 

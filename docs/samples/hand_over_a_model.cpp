@@ -46,7 +46,7 @@ std::vector<example> draw(std::mt19937& rng, std::size_t n) {
   return batch;
 }
 
-/// The model: everything `diloco::model` asks for (docs/concepts.md).
+/// The model: everything `diloco::model` asks for (docs/concepts/model.md).
 class linear_model {
  public:
   using scalar_type = float;

@@ -59,7 +59,7 @@ struct momentum_sgd_options {
 };
 
 /// The trainer's optimizer. The three lines marked "InnerStep" make it one
-/// (docs/concepts.md, inner_step); nothing else changes.
+/// (docs/concepts/inner_step.md); nothing else changes.
 class momentum_sgd {
  public:
   using scalar_type = float;                  // InnerStep
