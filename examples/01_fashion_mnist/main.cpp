@@ -13,10 +13,10 @@
 #include <string>
 #include <vector>
 
+#include <diloco_tools/launch/this_program.hpp>
 #include <nlohmann/json.hpp>
 
 #include "command_line.hpp"
-#include "launcher.hpp"
 #include "trainer.hpp"
 
 namespace {
@@ -176,7 +176,8 @@ int main(int argc, char** argv) {
   if (const auto status = fashion::parse_command_line(argc, argv, c)) return *status;
   const fashion::settings& s = c.run;
   try {
-    if (c.launch_all) return fashion::launch_all(argc, argv, s);
+    if (c.launch_all)
+      return diloco_tools::launch::run_this_program(argc, argv, "fashion_mnist", s.learners, s.endpoint);
     if (!c.evaluate_files.empty()) return evaluate_saved(s, c.evaluate_files);
     const auto options = syncer_options_for(s);  // validated again by the syncer
     if (s.progress_seconds > 0 && s.part != fashion::role::learner)
