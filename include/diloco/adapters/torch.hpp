@@ -225,7 +225,7 @@ class module_model {
   /// Throws `std::invalid_argument` as `flat_parameters` does, for an empty
   /// `forward`, or for parameters on a device `Memory` does not serve.
   module_model(::torch::nn::Module& module, forward_function forward, const module_options& options = {},
-               Memory memory = {})
+               Memory memory = Memory())
       : module_(&module), forward_(checked(std::move(forward))), flat_(module, options), memory_(std::move(memory)) {
     constexpr bool host = std::is_same_v<Memory, host_memory>;
     if (host != flat_.device().is_cpu())
