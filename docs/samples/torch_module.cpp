@@ -70,6 +70,8 @@ int main() {
       learner<decltype(mine.model), decltype(adamw), inproc::endpoint> unit(mine.model, hub.attach(id), {.id = id},
                                                                            std::move(adamw));
       for (int step = 0; step < 1000; ++step) {
+        // A schedule: the learning rate decays linearly to a twentieth, so the model settles.
+        unit.inner().options().lr(0.02 * (1.0 - 0.95 * step / 1000.0));
         unit.step(draw(16)).value();  // throws if the learner stopped
         std::this_thread::sleep_for(std::chrono::microseconds(100));
       }
