@@ -55,7 +55,9 @@ struct module_options {
 /// trained nor exchanged.
 ///
 /// Keep the module alive and do not re-register its parameters while this
-/// object exists. Not thread-safe.
+/// object exists. Adapt a module once: a second `flat_parameters` over it
+/// takes its parameters over, and the first one's buffers are no longer the
+/// module's. Not thread-safe.
 class flat_parameters {
  public:
   /// Throws `std::invalid_argument` if the module has no trainable parameter,
