@@ -12,6 +12,7 @@
 
 #include <CLI/CLI.hpp>
 #include <diloco_tools/cli.hpp>
+#include <diloco_tools/trainer/command_line.hpp>
 
 #include "trainer.hpp"
 
@@ -20,7 +21,7 @@ namespace fashion {
 /// What `fashion_mnist` was asked to do.
 struct command {
   settings run;
-  bool launch_all = false;    ///< `--role all`: start 1 syncer and M learner processes
+  diloco_tools::trainer::parsed_run parsed;  ///< `--role all`, `--fragments`
   std::vector<std::string> evaluate_files;  ///< `--evaluate FILE...`: only evaluate the parameters in each FILE
 };
 
@@ -33,24 +34,18 @@ using diloco_tools::split_list;
 
 /// Refuses settings that contradict each other; fills in the defaults that
 /// depend on the mode.
-inline void check(command& c, std::optional<std::uint32_t> fragments, std::optional<std::uint64_t> checkpoint_every) {
+inline void check(command& c, std::optional<std::uint64_t> checkpoint_every) {
   settings& s = c.run;
   auto refuse = [](const std::string& why) { throw CLI::ValidationError(why); };
-  if (!s.speeds.empty() && s.speeds.size() != s.learners)
-    refuse("--speeds needs one value per learner (" + std::to_string(s.learners) + ")");
+  diloco_tools::trainer::check_run_settings(s, c.parsed);
   if (s.stall && s.stall->learner >= s.learners) refuse("--stall names a learner that does not exist");
   if (s.leave && s.leave->count >= s.learners) refuse("--leave needs fewer leavers than learners");
-  s.fragments = fragments.value_or(s.run_mode == mode::decoupled ? 4u : 1u);
-  if (s.overlap && *s.overlap >= s.sync_period) refuse("--overlap must be smaller than --H");
   if (s.screening.clip_factor != 0.0 && s.screening.clip_factor < 1.0) refuse("--clip must be 0 (off) or at least 1");
-  if (s.part != role::in_process && s.endpoint.empty()) refuse("--role syncer and --role learner need --endpoint");
-  if (s.part == role::learner && s.learner_id >= s.learners) refuse("--learner-id must be below --learners");
   if (s.endpoint.find(',') != std::string::npos && s.part != role::learner)
     refuse("only --role learner takes several endpoints (one per syncer shard)");
   if (!s.endpoint.empty() &&
       (s.endpoint.front() == ',' || s.endpoint.back() == ',' || s.endpoint.find(",,") != std::string::npos))
     refuse("--endpoint has an empty entry");
-  if (s.curve_secret.empty() != s.curve_peer.empty()) refuse("--curve-secret and --curve-peer go together");
   if (!s.checkpoint_dir.empty() && s.part != role::learner) refuse("--checkpoint-dir is for --role learner");
   if (checkpoint_every && s.checkpoint_dir.empty()) refuse("--checkpoint-every needs --checkpoint-dir");
   if (checkpoint_every) s.checkpoint_every = *checkpoint_every;
@@ -60,7 +55,7 @@ inline void check(command& c, std::optional<std::uint32_t> fragments, std::optio
            "learners take SGD ones)");
   // A process that will run a GPU learner (or, with --role all, start one)
   // needs a usable device; the syncer does not.
-  const bool runs_gpu = c.launch_all ? s.gpu_learners > 0
+  const bool runs_gpu = c.parsed.launch_all ? s.gpu_learners > 0
                         : s.part == role::syncer ? false
                         : s.part == role::learner ? s.learner_id < s.gpu_learners
                                                   : s.gpu_learners > 0;
@@ -84,43 +79,16 @@ inline std::optional<int> parse_command_line(int argc, char** argv, command& c) 
   app.allow_extras();  // to name an unknown option in our own words below
 
   settings& s = c.run;
-  std::optional<std::uint32_t> fragments;
   std::optional<std::uint64_t> checkpoint_every;
   using u32 = std::uint32_t;
   using u64 = std::uint64_t;
   constexpr double real_max = std::numeric_limits<double>::max();
 
-  add_choice(app, "--mode", s.run_mode, {{"dp", mode::data_parallel}, {"diloco", mode::diloco}, {"decoupled", mode::decoupled}},
-             "mode", "data parallel, DiLoCo or Decoupled DiLoCo (decoupled)");
-  add_number<u32>(app, "--learners", s.learners, {1, 1024}, "learner units (4)", "M");
+  diloco_tools::trainer::add_run_shape(app, s, c.parsed);
   add_number<u32>(app, "--gpu-learners", s.gpu_learners, {0, 1024},
                   "learners 0..N-1 train on the GPU, the others on the CPU (0; needs a build with CUDA and a device)",
                   "N");
-  add_number<u64>(app, "--steps", s.steps, {1}, "inner steps per learner (1000)", "N");
   add_number<u32>(app, "--batch", s.batch, {1}, "examples per inner step (64)", "B");
-  add_number<u32>(app, "--H", s.sync_period, {1}, "inner steps between two sends of a fragment (50)", "H");
-  app.add_option_function<std::string>(
-         "--fragments", [&](const std::string& v) { fragments = parse_number<u32>("--fragments", v, {1}); },
-         "fragments (decoupled: 4; dp and diloco: 1)")
-      ->type_name("P");
-  app.add_option_function<std::string>(
-         "--quorum", [&](const std::string& v) { s.quorum = parse_number<u32>("--quorum", v, {1}); },
-         "learners a round waits for (decoupled: 1; others: M)")
-      ->type_name("K");
-  app.add_option_function<std::string>(
-         "--overlap", [&](const std::string& v) { s.overlap = parse_number<u32>("--overlap", v, {0}); },
-         "steps between a send and the use of its answer, below H (decoupled: H/10)")
-      ->type_name("TAU");
-  add_number<double>(app, "--alpha", s.alpha, {0.0, 1.0, false, true}, "mixing on adoption, 0 overwrites (0)", "A");
-  app.add_option_function<std::string>(
-         "--speeds",
-         [&](const std::string& v) {
-           s.speeds.clear();
-           for (const auto part : split_list(v, ','))
-             s.speeds.push_back(parse_number<double>("--speeds", part, {0.0, 1.0, true, false}));
-         },
-         "relative learner speeds in (0, 1], one per learner, e.g. 1,1,0.7,0.5 (all 1)")
-      ->type_name("S1,S2,...");
   app.add_option_function<std::string>(
          "--stall",
          [&](const std::string& v) {
@@ -140,8 +108,7 @@ inline std::optional<int> parse_command_line(int argc, char** argv, command& c) 
          },
          "the last N learners leave for good after AFTER (>= 1) of their steps")
       ->type_name("N:AFTER");
-  add_choice(app, "--transport", s.via, {{"threads", transport::threads}, {"sim", transport::simulated}}, "transport",
-             "learner threads in this process, or the deterministic simulator (threads)");
+  diloco_tools::trainer::add_transport(app, s);
   add_number<double>(app, "--sim-latency", s.sim_latency_ms, {0.0, 60e3},
                      "simulator: one-way delay of every link, in ms (1)", "MS");
   add_number<double>(app, "--sim-bandwidth", s.sim_bandwidth_mbit, {1e-3, 1e6},
@@ -174,47 +141,17 @@ inline std::optional<int> parse_command_line(int argc, char** argv, command& c) 
              "partial-round rule",
              "size of partial rounds: share of all learners' weight (all), of the live learners' weight (live), or a "
              "full step (full)");
-  const std::vector<std::pair<std::string, diloco::codec::format>> formats{
-      {"fp32", diloco::codec::format::fp32}, {"bf16", diloco::codec::format::bf16},
-      {"int8", diloco::codec::format::int8}, {"fp8", diloco::codec::format::fp8}, {"int4", diloco::codec::format::int4}};
-  add_choice(app, "--codec", s.codecs.contributions, formats, "codec",
-             "outer gradients, learners to syncer: fp32, or compressed: bf16, int8, fp8 (E4M3), int4 (fp32)");
-  add_choice(app, "--update-codec", s.codecs.updates, formats, "codec",
-             "global fragments, syncer to learners (fp32; learners adopt the decoded values)");
-  add_number<u32>(app, "--codec-block", s.codecs.block, {1, diloco::max_codec_block},
-                  "values per scaled block of int8, fp8 and int4 (256)", "B");
-  app.add_flag("--error-feedback", s.error_feedback,
-               "learners add each fragment's encoding error to its next outer gradient");
+  diloco_tools::trainer::add_codecs(app, s);
   add_number<double>(app, "--lr", s.lr, {0.0, real_max}, "AdamW learning rate (1e-3)", "LR");
   add_number<double>(app, "--weight-decay", s.weight_decay, {0.0, real_max}, "AdamW weight decay (0.01)", "WD");
-  add_number<double>(app, "--outer-lr", s.outer_lr, {0.0, real_max}, "Nesterov outer learning rate (0.7)", "ETA");
-  add_number<double>(app, "--outer-momentum", s.outer_momentum, {0.0, 1.0, false, true},
-                     "Nesterov outer momentum, in [0, 1) (0.9)", "MU");
+  diloco_tools::trainer::add_outer(app, s);
   add_number<u64>(app, "--seed", s.seed, {}, "seed of initialization, sharding and sampling (1)", "SEED");
   app.add_option("--data-dir", s.data_dir, "Fashion-MNIST files (" + s.data_dir + ")")->type_name("DIR");
-  app.add_option_function<std::string>(
-         "--role",
-         [&](const std::string& v) {
-           if (v == "all") c.launch_all = true;
-           else if (v == "syncer") s.part = role::syncer;
-           else if (v == "learner") s.part = role::learner;
-           else throw CLI::ValidationError("unknown role '" + v + "' (syncer, learner or all)");
-         },
-         "run as separate processes over ZeroMQ: this process is the syncer, one learner, or starts 1 syncer + M "
-         "learner processes (all)")
-      ->type_name("syncer|learner|all");
-  app.add_option("--endpoint", s.endpoint,
-                 "the syncer's ZeroMQ endpoint, e.g. tcp://127.0.0.1:5555 (all: a free loopback port); "
-                 "role learner of a sharded syncer: every shard's, comma-separated")
-      ->type_name("URL[,URL…]");
-  add_number<u32>(app, "--learner-id", s.learner_id, {0}, "role learner: which learner (0..M-1); it trains shard N", "N");
-  add_number<u32>(app, "--incarnation", s.incarnation, {0}, "role learner: bump when restarting learner N (1)", "I");
-  app.add_option("--curve-secret", s.curve_secret, "CURVE key pair of this process (diloco_keygen)")->type_name("FILE");
-  app.add_option("--curve-peer", s.curve_peer, "syncer: the learners' public key; learner: the syncer's")
-      ->type_name("FILE");
-  app.add_flag("--insecure", s.insecure, "syncer: serve a non-loopback endpoint without CURVE");
-  add_number<double>(app, "--progress", s.progress_seconds, {0.0, real_max},
-                     "seconds between progress lines on stderr, 0 for none (2)", "SECONDS");
+  diloco_tools::trainer::add_processes(app, s, c.parsed,
+                                       "the syncer's ZeroMQ endpoint, e.g. tcp://127.0.0.1:5555 (all: a free loopback "
+                                       "port); role learner of a sharded syncer: every shard's, comma-separated",
+                                       "URL[,URL...]");
+  diloco_tools::trainer::add_progress(app, s);
   add_number<u64>(app, "--eval-every", s.eval_every, {0},
                   "print the test accuracy of the global model on stderr every N outer updates, 0 for never (" +
                       std::to_string(s.eval_every) + ")",
@@ -245,10 +182,8 @@ inline std::optional<int> parse_command_line(int argc, char** argv, command& c) 
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
 
   app.final_callback([&] {
-    if (const auto extra = app.remaining(); !extra.empty())
-      throw CLI::ValidationError((extra.front().starts_with("-") ? "unknown option '" : "unexpected argument '") +
-                                 extra.front() + "'");
-    check(c, fragments, checkpoint_every);
+    diloco_tools::trainer::refuse_extras(app);
+    check(c, checkpoint_every);
   });
   return diloco_tools::parse(app, argc, argv);
 }

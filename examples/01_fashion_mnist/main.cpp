@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include <diloco_tools/json.hpp>
 #include <diloco_tools/launch/this_program.hpp>
 #include <nlohmann/json.hpp>
 
@@ -22,14 +23,8 @@
 namespace {
 
 using json = nlohmann::ordered_json;  // keeps the fields in the order written
-
-/// `v` to six significant digits: the measurements are no more precise.
-double six_digits(double v) {
-  if (v == 0.0 || !std::isfinite(v)) return v;
-  char text[32];
-  std::snprintf(text, sizeof text, "%.6g", v);
-  return std::strtod(text, nullptr);
-}
+using diloco_tools::six_digits;
+using diloco_tools::trainer::name;
 
 /// `--evaluate`: the test accuracy and loss of the parameters in each of
 /// `paths`, one JSON line each.
@@ -54,33 +49,9 @@ int evaluate_saved(const fashion::settings& s, const std::vector<std::string>& p
   return 0;
 }
 
-const char* name(fashion::mode m) {
-  switch (m) {
-    case fashion::mode::data_parallel: return "dp";
-    case fashion::mode::diloco: return "diloco";
-    case fashion::mode::decoupled: return "decoupled";
-  }
-  return "?";
-}
-
 /// The syncer options of a mode, with the command line's overrides.
 diloco::syncer_options syncer_options_for(const fashion::settings& s) {
-  diloco::syncer_options o;
-  switch (s.run_mode) {
-    case fashion::mode::data_parallel: o = diloco::presets::data_parallel(s.learners); break;
-    case fashion::mode::diloco: o = diloco::presets::diloco(s.learners, s.sync_period); break;
-    case fashion::mode::decoupled:
-      o = diloco::presets::decoupled_diloco(s.sync_period, s.fragments, s.quorum.value_or(1),
-                                            s.overlap.value_or(s.sync_period / 10));
-      break;
-  }
-  if (s.run_mode != fashion::mode::data_parallel) {
-    o.training.fragments = s.fragments;
-    if (s.quorum) o.quorum = *s.quorum;
-    if (s.overlap) o.training.overlap = *s.overlap;
-  }
-  o.training.mixing = s.alpha;
-  o.training.codecs = s.codecs;
+  diloco::syncer_options o = diloco_tools::trainer::syncer_options_for(s);
   o.scaling = s.partial;
   o.screening = s.screening;
   o.membership = s.membership;
@@ -96,7 +67,7 @@ fashion::outcome with_policies(const fashion::settings& s, Go&& go) {
     return go(presets::data_parallel_inner<float>(presets::data_parallel_inner_options()),
               presets::data_parallel_outer<float>(adamw), merge::average{});
   const inner::adamw<float> inner_step(adamw);
-  const outer::nesterov<float> outer_step({.learning_rate = s.outer_lr, .momentum = s.outer_momentum});
+  const auto outer_step = diloco_tools::trainer::nesterov_of(s);
   switch (s.merge) {
     case fashion::merge_rule::average: return go(inner_step, outer_step, merge::average{});
     case fashion::merge_rule::radial_directional: return go(inner_step, outer_step, merge::radial_directional<>{});
@@ -130,9 +101,9 @@ fashion::outcome run(const fashion::settings& s) {
 /// The result line of the syncer (or of the whole run in one process).
 json result_line(const fashion::settings& s, const diloco::syncer_options& options, const fashion::outcome& r) {
   json speeds = json::array();
-  for (std::size_t i = 0; i < s.learners; ++i) speeds.push_back(six_digits(i < s.speeds.size() ? s.speeds[i] : 1.0));
+  for (std::uint32_t i = 0; i < s.learners; ++i) speeds.push_back(six_digits(s.speed_of(i)));
   return {{"mode", name(s.run_mode)},
-          {"transport", s.part == fashion::role::syncer ? "zmq" : s.via == fashion::transport::threads ? "threads" : "sim"},
+          {"transport", diloco_tools::trainer::transport_name(s)},
           {"learners", s.learners},
           {"steps", s.steps},
           {"batch", s.batch},
@@ -176,7 +147,7 @@ int main(int argc, char** argv) {
   if (const auto status = fashion::parse_command_line(argc, argv, c)) return *status;
   const fashion::settings& s = c.run;
   try {
-    if (c.launch_all)
+    if (c.parsed.launch_all)
       return diloco_tools::launch::run_this_program(argc, argv, "fashion_mnist", s.learners, s.endpoint);
     if (!c.evaluate_files.empty()) return evaluate_saved(s, c.evaluate_files);
     const auto options = syncer_options_for(s);  // validated again by the syncer

@@ -28,6 +28,10 @@
 #include <diloco/runtime/learner_checkpoint.hpp>
 #include <diloco/transport/shards.hpp>
 #include <diloco/transport/zeromq.hpp>
+#include <diloco_tools/trainer/processes.hpp>
+#include <diloco_tools/trainer/progress.hpp>
+#include <diloco_tools/trainer/settings.hpp>
+#include <diloco_tools/trainer/threads.hpp>
 
 #include "gpu.hpp"
 #include "idx.hpp"
@@ -36,11 +40,9 @@
 
 namespace fashion {
 
-enum class mode { data_parallel, diloco, decoupled };
-enum class transport { threads, simulated };
-/// `in_process`: everything in this process; otherwise this process is the
-/// syncer or one learner, over ZeroMQ.
-enum class role { in_process, syncer, learner };
+using diloco_tools::trainer::mode;
+using diloco_tools::trainer::role;
+using diloco_tools::trainer::transport;
 enum class merge_rule { token_weighted, average, radial_directional, trimmed_mean, coordinate_median };
 
 /// Learner `learner` freezes after its step `after` for as long as `steps` of
@@ -58,39 +60,20 @@ struct leave_plan {
   std::uint64_t after = 0;
 };
 
-struct settings {
-  mode run_mode = mode::decoupled;
-  transport via = transport::threads;
-  std::uint32_t learners = 4;
+/// The run (mode, learners, steps, H, P, K, τ, α, speeds, codecs,
+/// processes: diloco_tools/trainer/settings.hpp) and this trainer's own.
+struct settings : diloco_tools::trainer::run_settings {
   std::uint32_t gpu_learners = 0;  ///< learners 0 … N−1 train on the GPU (gpu.hpp); the others on the CPU
-  std::uint64_t steps = 1000;  ///< inner steps per learner
   std::uint32_t batch = 64;
-  std::uint32_t sync_period = 50;
-  std::uint32_t fragments = 4;
-  std::optional<std::uint32_t> quorum;   ///< default: 1 for decoupled, every learner otherwise
-  std::optional<std::uint32_t> overlap;  ///< default: H/10 for decoupled, 0 otherwise
-  double alpha = 0.0;
-  std::uint64_t seed = 1;
-  std::vector<double> speeds;            ///< empty: all 1
   std::optional<stall_plan> stall;
   std::optional<leave_plan> leave;
   double lr = 1e-3;
   double weight_decay = 0.01;
-  double outer_lr = 0.7;
-  double outer_momentum = 0.9;
   merge_rule merge = merge_rule::token_weighted;
   diloco::partial_rounds partial = diloco::partial_rounds::all_share;
   diloco::screening_options screening{};
   diloco::membership_options membership{};
   std::string data_dir = "/usr/share/datasets/fashion-mnist";
-  role part = role::in_process;
-  std::string endpoint;           ///< the syncer's ZeroMQ endpoint (roles syncer and learner)
-  std::uint32_t learner_id = 0;   ///< role learner
-  std::uint32_t incarnation = 1;  ///< role learner
-  std::string curve_secret;       ///< this process's CURVE key pair (diloco_keygen)
-  std::string curve_peer;         ///< syncer: learners' public keys; learner: the syncer's public key
-  bool insecure = false;          ///< syncer: bind a non-loopback endpoint without CURVE
-  double progress_seconds = 2.0;  ///< 0 disables progress lines
   std::uint64_t eval_every = 50;  ///< syncer: test accuracy of the global model every N outer updates on stderr, 0: never
   std::string snapshot_dir;       ///< syncer: save the global model every `eval_every` outer updates here instead
   std::string trace_file;         ///< role learner: append events to this file (docs/chaos.md)
@@ -100,8 +83,6 @@ struct settings {
   std::chrono::milliseconds sim_step_time{10};
   double sim_latency_ms = 1.0;      ///< simulator: one-way delay of every link
   double sim_bandwidth_mbit = 8e3;  ///< simulator: rate of every link, each way
-  diloco::codec_options codecs{};  ///< how outer gradients (`--codec`) and updates (`--update-codec`) travel
-  bool error_feedback = false;     ///< learners carry each fragment's encoding error into its next send
 };
 
 struct outcome {
@@ -285,51 +266,7 @@ inline void evaluate_during_training(diloco::syncer_options& options, const sett
   };
 }
 
-/// Periodic progress lines on stderr.
-class progress {
- public:
-  progress(const settings& s) : settings_(s), steps_(s.learners), started_(std::chrono::steady_clock::now()) {
-    for (auto& a : steps_) a = 0;
-  }
-
-  void stepped(std::uint32_t learner, double loss) {
-    steps_[learner].fetch_add(1, std::memory_order_relaxed);
-    std::lock_guard lock(mutex_);
-    loss_ = loss_ < 0 ? loss : 0.98 * loss_ + 0.02 * loss;
-  }
-  void updated() { updates_.fetch_add(1, std::memory_order_relaxed); }
-  std::uint64_t updates() const { return updates_.load(); }
-
-  /// Prints a line if `progress_seconds` passed since the last one (or `force`).
-  void maybe_print(bool force = false, double virtual_seconds = -1) {
-    if (settings_.progress_seconds <= 0) return;
-    const auto now = std::chrono::steady_clock::now();
-    if (!force && now - last_ < std::chrono::duration<double>(settings_.progress_seconds)) return;
-    last_ = now;
-    double loss;
-    {
-      std::lock_guard lock(mutex_);
-      loss = loss_;
-    }
-    std::ostringstream line;
-    line << std::fixed << std::setprecision(1) << '[' << std::chrono::duration<double>(now - started_).count() << 's';
-    if (virtual_seconds >= 0) line << ", sim " << virtual_seconds << 's';
-    line << "] steps";
-    for (const auto& a : steps_) line << ' ' << a.load() << '/' << settings_.steps;
-    line << std::setprecision(4) << " | train loss " << loss << " | outer updates " << updates_.load();
-    std::fprintf(stderr, "%s\n", line.str().c_str());
-  }
-
- private:
-
-  const settings& settings_;
-  std::vector<std::atomic<std::uint64_t>> steps_;
-  std::atomic<std::uint64_t> updates_{0};
-  std::mutex mutex_;
-  double loss_ = -1;
-  std::chrono::steady_clock::time_point started_;
-  std::chrono::steady_clock::time_point last_{};
-};
+using diloco_tools::trainer::progress;
 
 /// The inner steps learner `i` takes: `s.steps`, or fewer if it leaves early.
 inline std::uint64_t steps_of(const settings& s, std::uint32_t i) {
@@ -374,7 +311,7 @@ outcome train(const settings& s, const split& train_set, const split& test_set, 
   using namespace diloco;
   const std::vector<int> widths{784, 256, 256, 10};
   mlp initial(widths, s.seed);
-  progress report(s);
+  progress report(s.learners, s.steps, s.progress_seconds);
   std::vector<double> scales;
   outcome out;
   options.log = [](const std::string& line) { std::fprintf(stderr, "fashion_mnist syncer: %s\n", line.c_str()); };
@@ -404,7 +341,7 @@ outcome train(const settings& s, const split& train_set, const split& test_set, 
     std::vector<std::unique_ptr<fashion::learner_unit<sim::endpoint>>> learners;
     std::vector<sim::learner_plan> plans;
     for (std::uint32_t i = 0; i < s.learners; ++i) {
-      learners.push_back(make_learner(s, i, net.attach(i), learner_options{.id = i, .error_feedback = s.error_feedback}, inner));
+      learners.push_back(make_learner(s, i, net.attach(i), diloco_tools::trainer::learner_options_for(s, i), inner));
       sim::learner_plan plan{speeds[i], steps_of(s, i), {}};
       if (s.stall && s.stall->learner == i) {
         const auto step = std::chrono::duration_cast<std::chrono::nanoseconds>(s.sim_step_time) / speeds[i];
@@ -435,38 +372,12 @@ outcome train(const settings& s, const split& train_set, const split& test_set, 
     out.imbalance = sync.plan().imbalance();
     std::vector<std::unique_ptr<fashion::learner_unit<inproc::endpoint>>> learners;
     for (std::uint32_t i = 0; i < s.learners; ++i)
-      learners.push_back(make_learner(s, i, hub.attach(i), learner_options{.id = i, .error_feedback = s.error_feedback}, inner));
+      learners.push_back(make_learner(s, i, hub.attach(i), diloco_tools::trainer::learner_options_for(s, i), inner));
 
-    std::mutex error_mutex;
-    std::atomic<std::uint32_t> finished{0};
-    std::jthread syncer_thread([&sync](std::stop_token stop) { sync.run(stop); });
-    {
-      std::vector<std::jthread> threads;
-      for (std::uint32_t i = 0; i < s.learners; ++i) {
-        threads.emplace_back([&, i] {
-          std::string error;
-          try {
-            error = drive(*learners[i], samplers[i], speeds[i], i, s, report);
-          } catch (const std::exception& e) {  // e.g. a GPU learner's device lost (diloco::cuda::error)
-            error = "learner " + std::to_string(i) + ": " + e.what();
-          }
-          if (!error.empty()) {
-            std::lock_guard lock(error_mutex);
-            out.error = error;
-            out.completed = false;
-          }
-          finished.fetch_add(1);
-        });
-      }
-      while (finished.load() < s.learners) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(50));
-        report.maybe_print();
-      }
-    }  // joins the learner threads
-    // Every learner has sent its last contribution and left; the syncer
-    // handles what is queued, flushes and stops.
-    syncer_thread.request_stop();
-    syncer_thread.join();
+    out.error = diloco_tools::trainer::run_on_threads(
+        sync, s.learners, [&](std::uint32_t i) { return drive(*learners[i], samplers[i], speeds[i], i, s, report); },
+        report);
+    out.completed = out.error.empty();
     out.take(sync.metrics());
     out.take_learner_bytes(learners);
     for (const auto& l : learners) out.inner_steps += l->local_step();
@@ -516,16 +427,7 @@ outcome serve(const settings& s, const split& test_set, Outer outer, Merge merge
                  std::chrono::duration<double>(now - started).count(), static_cast<unsigned long long>(updates),
                  static_cast<unsigned long long>(merged), e.fragment, static_cast<unsigned long long>(e.revision));
   };
-  std::optional<zeromq::server_security> security;
-  if (!s.curve_secret.empty())
-    security = zeromq::server_security{zeromq::load_keypair(s.curve_secret), zeromq::load_allow_list(s.curve_peer)};
-  else if (!zeromq::is_local_endpoint(s.endpoint) && !s.insecure)
-    throw std::invalid_argument("refusing to serve " + s.endpoint +
-                                " without CURVE keys (--curve-secret, --curve-peer); pass --insecure to do it anyway");
-  else if (!security)
-    std::fprintf(stderr, "fashion_mnist syncer: no CURVE keys: %s\n",
-                 zeromq::is_local_endpoint(s.endpoint) ? "serving this machine only"
-                                                       : "--insecure: anyone who reaches the endpoint can join");
+  const auto security = diloco_tools::trainer::server_security_for(s, "fashion_mnist");
   zeromq::keep_large_blocks();  // large fragments arrive without page faults (process-wide)
   ::zmq::context_t context;
   zeromq::server server(context, s.endpoint, {}, security);
@@ -566,9 +468,7 @@ inline std::vector<std::string> split_endpoints(const std::string& list) {
 template <class Inner>
 outcome learn(const settings& s, const split& train_set, Inner inner) {
   using namespace diloco;
-  std::optional<zeromq::client_security> security;
-  if (!s.curve_secret.empty())
-    security = zeromq::client_security{zeromq::load_keypair(s.curve_secret), zeromq::load_public_key(s.curve_peer)};
+  const auto security = diloco_tools::trainer::client_security_for(s);
   zeromq::keep_large_blocks();  // large fragments arrive without page faults (process-wide)
   ::zmq::context_t context;
   // One connection per syncer shard (`--endpoint` lists them, comma-separated;
@@ -585,10 +485,8 @@ outcome learn(const settings& s, const split& train_set, Inner inner) {
   sharded<zeromq::client> client(connections);
   mlp model({784, 256, 256, 10}, s.seed);
   shard_sampler sampler(train_set, s.learners, s.learner_id, s.seed);
-  settings quiet = s;
-  quiet.progress_seconds = 0;
-  progress report(quiet);
-  learner_options options{.id = s.learner_id, .incarnation = s.incarnation, .error_feedback = s.error_feedback};
+  progress report(s.learners, s.steps, 0);  // counts only: the syncer prints the run's progress
+  auto options = diloco_tools::trainer::learner_options_for(s, s.learner_id);
   std::optional<trace_writer> trace;
   if (!s.trace_file.empty()) {
     trace.emplace(s.trace_file);
@@ -618,7 +516,7 @@ outcome learn(const settings& s, const split& train_set, Inner inner) {
       if (l.metrics().steps % s.checkpoint_every == 0) l.save_checkpoint(*checkpoints);
     };
   }
-  const double speed = s.learner_id < s.speeds.size() ? s.speeds[s.learner_id] : 1.0;
+  const double speed = s.speed_of(s.learner_id);
   const auto started = std::chrono::steady_clock::now();
   outcome out;
   try {

@@ -17,6 +17,8 @@
 
 #include <CLI/CLI.hpp>
 #include <diloco_tools/cli.hpp>
+#include <diloco_tools/json.hpp>
+#include <diloco_tools/trainer/command_line.hpp>
 #include <diloco_tools/launch/this_program.hpp>
 #include <nlohmann/json.hpp>
 
@@ -28,11 +30,13 @@ using json = nlohmann::ordered_json;
 using diloco_tools::add_choice;
 using diloco_tools::add_number;
 using diloco_tools::parse_number;
-using diloco_tools::split_list;
+using diloco_tools::six_digits;
+using diloco_tools::trainer::name;
+using diloco_tools::trainer::syncer_options_for;
 
 struct command {
   text::settings run;
-  bool launch_all = false;  ///< `--role all`: 1 syncer and M learner processes
+  diloco_tools::trainer::parsed_run parsed;  ///< `--role all`, `--fragments`
 };
 
 /// Reads the command line into `c`; nothing to go on, or the exit status.
@@ -44,43 +48,14 @@ std::optional<int> parse_command_line(int argc, char** argv, command& c) {
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   app.allow_extras();
   text::settings& s = c.run;
-  std::optional<std::uint32_t> fragments;
   using u32 = std::uint32_t;
   using u64 = std::uint64_t;
   using i64 = std::int64_t;
   constexpr double real_max = std::numeric_limits<double>::max();
 
-  add_choice(app, "--mode", s.run_mode,
-             {{"dp", text::mode::data_parallel}, {"diloco", text::mode::diloco}, {"decoupled", text::mode::decoupled}},
-             "mode", "data parallel, DiLoCo or Decoupled DiLoCo (decoupled)");
-  add_number<u32>(app, "--learners", s.learners, {1, 1024}, "learner units (4)", "M");
-  add_number<u64>(app, "--steps", s.steps, {1}, "inner steps per learner (600)", "N");
+  diloco_tools::trainer::add_run_shape(app, s, c.parsed);
   add_number<u32>(app, "--batch", s.batch, {1, 1 << 16}, "windows per inner step (16)", "B");
-  add_number<u32>(app, "--H", s.sync_period, {1}, "inner steps between two sends of a fragment (50)", "H");
-  app.add_option_function<std::string>(
-         "--fragments", [&](const std::string& v) { fragments = parse_number<u32>("--fragments", v, {1}); },
-         "fragments (decoupled: 4; dp and diloco: 1)")
-      ->type_name("P");
-  app.add_option_function<std::string>(
-         "--quorum", [&](const std::string& v) { s.quorum = parse_number<u32>("--quorum", v, {1}); },
-         "learners a round waits for (decoupled: 1; others: M)")
-      ->type_name("K");
-  app.add_option_function<std::string>(
-         "--overlap", [&](const std::string& v) { s.overlap = parse_number<u32>("--overlap", v, {0}); },
-         "steps between a send and the use of its answer, below H (decoupled: H/10)")
-      ->type_name("TAU");
-  add_number<double>(app, "--alpha", s.alpha, {0.0, 1.0, false, true}, "mixing on adoption, 0 overwrites (0)", "A");
-  app.add_option_function<std::string>(
-         "--speeds",
-         [&](const std::string& v) {
-           s.speeds.clear();
-           for (const auto part : split_list(v, ','))
-             s.speeds.push_back(parse_number<double>("--speeds", part, {0.0, 1.0, true, false}));
-         },
-         "relative learner speeds in (0, 1], one per learner, e.g. 1,1,0.7,0.5 (all 1)")
-      ->type_name("S1,S2,...");
-  add_choice(app, "--transport", s.via, {{"threads", text::transport::threads}, {"sim", text::transport::simulated}},
-             "transport", "learner threads in this process, or the deterministic simulator (threads)");
+  diloco_tools::trainer::add_transport(app, s);
   add_choice(app, "--merge", s.merge,
              {{"tokens", text::merge_rule::token_weighted},
               {"average", text::merge_rule::average},
@@ -89,22 +64,13 @@ std::optional<int> parse_command_line(int argc, char** argv, command& c) {
   add_choice(app, "--inner", s.inner, {{"torch", text::inner_optimizer::torch}, {"library", text::inner_optimizer::library}},
              "inner optimizer",
              "DiLoCo's inner AdamW: LibTorch's torch::optim::AdamW, or diloco::inner::adamw (torch)");
-  const std::vector<std::pair<std::string, diloco::codec::format>> formats{
-      {"fp32", diloco::codec::format::fp32}, {"bf16", diloco::codec::format::bf16},
-      {"int8", diloco::codec::format::int8}, {"fp8", diloco::codec::format::fp8}, {"int4", diloco::codec::format::int4}};
-  add_choice(app, "--codec", s.codecs.contributions, formats, "codec",
-             "outer gradients, learners to syncer: fp32, bf16, int8, fp8 or int4 (fp32)");
-  add_choice(app, "--update-codec", s.codecs.updates, formats, "codec", "global fragments, syncer to learners (fp32)");
-  app.add_flag("--error-feedback", s.error_feedback,
-               "learners add each fragment's encoding error to its next outer gradient");
+  diloco_tools::trainer::add_codecs(app, s);
   add_number<double>(app, "--lr", s.lr, {0.0, real_max}, "AdamW learning rate, the peak of the schedule (3e-3)", "LR");
   add_choice(app, "--schedule", s.lr_schedule, {{"cosine", text::schedule::cosine}, {"constant", text::schedule::constant}},
              "schedule",
              "learning rate over the steps: warm-up over 5 %, then cosine decay to lr/10 (cosine), or constant");
   add_number<double>(app, "--weight-decay", s.weight_decay, {0.0, real_max}, "AdamW weight decay (0.01)", "WD");
-  add_number<double>(app, "--outer-lr", s.outer_lr, {0.0, real_max}, "Nesterov outer learning rate (0.7)", "ETA");
-  add_number<double>(app, "--outer-momentum", s.outer_momentum, {0.0, 1.0, false, true},
-                     "Nesterov outer momentum, in [0, 1) (0.9)", "MU");
+  diloco_tools::trainer::add_outer(app, s);
   add_number<i64>(app, "--width", s.dimensions.width, {8, 4096}, "transformer width, d_model (128)", "D");
   add_number<i64>(app, "--layers", s.dimensions.layers, {1, 64}, "transformer blocks (2)", "L");
   add_number<i64>(app, "--heads", s.dimensions.heads, {1, 64}, "attention heads, dividing the width (4)", "H");
@@ -114,49 +80,17 @@ std::optional<int> parse_command_line(int argc, char** argv, command& c) {
   app.add_option("--text", s.text_path, "train on this text file instead of the King James Bible")->type_name("FILE");
   add_number<int>(app, "--threads", s.threads, {1, 256}, "LibTorch threads per process (1)", "N");
   add_number<u64>(app, "--seed", s.seed, {}, "seed of initialization and sampling (1)", "SEED");
-  app.add_option_function<std::string>(
-         "--role",
-         [&](const std::string& v) {
-           if (v == "all") c.launch_all = true;
-           else if (v == "syncer") s.part = text::role::syncer;
-           else if (v == "learner") s.part = text::role::learner;
-           else throw CLI::ValidationError("unknown role '" + v + "' (syncer, learner or all)");
-         },
-         "separate processes over ZeroMQ: this process is the syncer, one learner, or starts 1 syncer + M learner "
-         "processes (all)")
-      ->type_name("syncer|learner|all");
-  app.add_option("--endpoint", s.endpoint, "the syncer's ZeroMQ endpoint, e.g. tcp://127.0.0.1:5555 (all: a free "
-                                            "loopback port)")
-      ->type_name("URL");
-  add_number<u32>(app, "--learner-id", s.learner_id, {0}, "role learner: which learner (0..M-1)", "N");
-  add_number<u32>(app, "--incarnation", s.incarnation, {0}, "role learner: bump when restarting learner N (1)", "I");
-  add_number<double>(app, "--progress", s.progress_seconds, {0.0, real_max},
-                     "seconds between progress lines on stderr, 0 for none (2)", "SECONDS");
+  diloco_tools::trainer::add_processes(app, s, c.parsed);
+  diloco_tools::trainer::add_progress(app, s);
   add_number<u64>(app, "--eval-every", s.eval_every, {0},
                   "print the validation loss of the global model every N outer updates, 0 for never (0)", "N");
   app.final_callback([&] {
-    if (const auto extra = app.remaining(); !extra.empty())
-      throw CLI::ValidationError((extra.front().starts_with("-") ? "unknown option '" : "unexpected argument '") +
-                                 extra.front() + "'");
-    auto refuse = [](const std::string& why) { throw CLI::ValidationError(why); };
-    if (!s.speeds.empty() && s.speeds.size() != s.learners)
-      refuse("--speeds needs one value per learner (" + std::to_string(s.learners) + ")");
-    s.fragments = fragments.value_or(s.run_mode == text::mode::decoupled ? 4u : 1u);
-    if (s.overlap && *s.overlap >= s.sync_period) refuse("--overlap must be smaller than --H");
-    if (s.dimensions.width % s.dimensions.heads != 0) refuse("--width must be a multiple of --heads");
-    if (s.part != text::role::in_process && s.endpoint.empty()) refuse("--role syncer and --role learner need --endpoint");
-    if (s.part == text::role::learner && s.learner_id >= s.learners) refuse("--learner-id must be below --learners");
+    diloco_tools::trainer::refuse_extras(app);
+    diloco_tools::trainer::check_run_settings(s, c.parsed);
+    if (s.dimensions.width % s.dimensions.heads != 0)
+      throw CLI::ValidationError("--width must be a multiple of --heads");
   });
   return diloco_tools::parse(app, argc, argv);
-}
-
-const char* name(text::mode m) {
-  switch (m) {
-    case text::mode::data_parallel: return "dp";
-    case text::mode::diloco: return "diloco";
-    case text::mode::decoupled: return "decoupled";
-  }
-  return "?";
 }
 
 const char* name(text::merge_rule m) {
@@ -168,27 +102,6 @@ const char* name(text::merge_rule m) {
   return "?";
 }
 
-/// The syncer options of a mode, with the command line's overrides.
-diloco::syncer_options syncer_options_for(const text::settings& s) {
-  diloco::syncer_options o;
-  switch (s.run_mode) {
-    case text::mode::data_parallel: o = diloco::presets::data_parallel(s.learners); break;
-    case text::mode::diloco: o = diloco::presets::diloco(s.learners, s.sync_period); break;
-    case text::mode::decoupled:
-      o = diloco::presets::decoupled_diloco(s.sync_period, s.fragments, s.quorum.value_or(1),
-                                            s.overlap.value_or(s.sync_period / 10));
-      break;
-  }
-  if (s.run_mode != text::mode::data_parallel) {
-    o.training.fragments = s.fragments;
-    if (s.quorum) o.quorum = *s.quorum;
-    if (s.overlap) o.training.overlap = *s.overlap;
-  }
-  o.training.mixing = s.alpha;
-  o.training.codecs = s.codecs;
-  return o;
-}
-
 /// Calls `go(make_inner, outer, merge)` with the policies the settings
 /// choose; `make_inner(model)` makes a learner's inner step for its model.
 template <class Go>
@@ -198,7 +111,7 @@ text::outcome with_policies(const text::settings& s, Go&& go) {
   if (s.run_mode == text::mode::data_parallel)
     return go([](text::lm_model&) { return presets::data_parallel_inner<float>(presets::data_parallel_inner_options()); },
               presets::data_parallel_outer<float>(adamw), merge::average{});
-  const outer::nesterov<float> outer_step({.learning_rate = s.outer_lr, .momentum = s.outer_momentum});
+  const auto outer_step = diloco_tools::trainer::nesterov_of(s);
   auto with_merge = [&](auto make_inner) {
     switch (s.merge) {
       case text::merge_rule::average: return go(make_inner, outer_step, merge::average{});
@@ -234,14 +147,6 @@ text::outcome run(const text::settings& s) {
   });
 }
 
-/// `v` to six significant digits.
-double six_digits(double v) {
-  if (v == 0.0 || !std::isfinite(v)) return v;
-  char text[32];
-  std::snprintf(text, sizeof text, "%.6g", v);
-  return std::strtod(text, nullptr);
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -250,7 +155,7 @@ int main(int argc, char** argv) {
   const text::settings& s = c.run;
   ::torch::set_num_threads(s.threads);
   try {
-    if (c.launch_all) return diloco_tools::launch::run_this_program(argc, argv, "char_lm", s.learners, s.endpoint);
+    if (c.parsed.launch_all) return diloco_tools::launch::run_this_program(argc, argv, "char_lm", s.learners, s.endpoint);
     const auto options = syncer_options_for(s);
     if (s.progress_seconds > 0 && s.part != text::role::learner)
       std::fprintf(stderr, "char_lm: %s, %u learners x %llu steps of %u x %lld characters, H=%u, P=%u, K=%u, tau=%u, %s\n",
@@ -273,11 +178,9 @@ int main(int argc, char** argv) {
       return 0;
     }
     json speeds = json::array();
-    for (std::size_t i = 0; i < s.learners; ++i) speeds.push_back(six_digits(i < s.speeds.size() ? s.speeds[i] : 1.0));
+    for (std::uint32_t i = 0; i < s.learners; ++i) speeds.push_back(six_digits(s.speed_of(i)));
     const json line{{"mode", name(s.run_mode)},
-                    {"transport", s.part == text::role::syncer ? "zmq"
-                                  : s.via == text::transport::threads ? "threads"
-                                                                        : "sim"},
+                    {"transport", diloco_tools::trainer::transport_name(s)},
                     {"learners", s.learners},
                     {"steps", s.steps},
                     {"batch", s.batch},

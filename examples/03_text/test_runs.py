@@ -4,12 +4,16 @@ the simulator, and 1 syncer + 2 learner processes over ZeroMQ; each must
 complete, count every learner's steps and learn (the validation loss of a
 model that knows nothing is ln V, 4.28 nats for the 72 characters of the
 King James Bible). Bad command lines must be refused with exit status 2 and
-a missing text with 1, each with a message naming the problem.
+a missing text with 1, each with a message naming the problem. With
+diloco_keygen's path, a syncer and 2 learner processes also train with CURVE
+keys (that a key off the allow-list is refused, the transport's tests show).
 
-    python3 examples/03_text/test_runs.py build/examples/03_text/char_lm
+    python3 examples/03_text/test_runs.py build/examples/03_text/char_lm [build/tools/diloco_keygen]
 """
 import json
 import math
+import os
+import socket
 import subprocess
 import sys
 import tempfile
@@ -33,6 +37,36 @@ def result(char_lm, *args):
     print(f"{' '.join(args)}\n  -> val_loss {line['val_loss']:.4f}, bits/char {line['bits_per_char']:.4f}, "
           f"outer updates {line['outer_updates']}, inner steps {line['inner_steps']}, {line['seconds']:.1f} s")
     return line
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def curve_run(char_lm, keygen, work, learner_keys):
+    """1 syncer and 2 learner processes with CURVE keys; `learner_keys[i]`
+    names learner i's key pair. Returns the syncer's result line and every
+    process's exit status and stderr."""
+    endpoint = f"tcp://127.0.0.1:{free_port()}"
+    common = ["--mode", "decoupled", "--learners", "2", "--steps", "40", "--H", "10", "--endpoint", endpoint, *SMALL]
+    syncer = subprocess.Popen([char_lm, "--role", "syncer", "--curve-secret", f"{work}/syncer.key",
+                               "--curve-peer", f"{work}/allowed.pub", *common],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    learners = [subprocess.Popen([char_lm, "--role", "learner", "--learner-id", str(i),
+                                  "--curve-secret", f"{work}/{key}.key", "--curve-peer", f"{work}/syncer.pub", *common],
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                for i, key in enumerate(learner_keys)]
+    done = []
+    try:
+        for p in [*learners, syncer]:
+            out, err = p.communicate(timeout=120)
+            done.append((p.returncode, out, err))
+    finally:
+        for p in [*learners, syncer]:
+            p.kill()
+    return done
 
 
 def check(cond, what):
@@ -70,11 +104,29 @@ def main():
     check(r["inner_steps"] == 2 * steps, "every learner process took its steps")
     check(r["val_loss"] < UNTRAINED - 0.8, "processes learned")
 
+    if len(sys.argv) > 2:
+        keygen = os.path.abspath(sys.argv[2])
+        with tempfile.TemporaryDirectory() as work:
+            for args in (["syncer"], ["learner0", "--learners", "0"], ["learner1", "--learners", "1"]):
+                subprocess.run([keygen, *args], cwd=work, check=True, capture_output=True, timeout=30)
+            with open(f"{work}/allowed.pub", "w") as allowed:
+                for name in ("learner0", "learner1"):
+                    allowed.write(open(f"{work}/{name}.pub").read())
+            (s0, _, e0), (s1, _, e1), (ss, out, es) = curve_run(char_lm, keygen, work, ["learner0", "learner1"])
+            check(s0 == s1 == ss == 0, f"CURVE run: exit statuses {s0} {s1} {ss}\n{e0[-800:]}{e1[-800:]}{es[-800:]}")
+            r = json.loads(out.strip().splitlines()[-1])
+            check(r["completed"] and r["outer_updates"] > 0, "CURVE run: the syncer updated the model")
+            check(r["val_loss"] < UNTRAINED - 0.3, f"CURVE run: learned (validation loss {r['val_loss']})")
+            print(f"CURVE keys: 2 learner processes admitted, {r['outer_updates']} outer updates, "
+                  f"val_loss {r['val_loss']:.4f}")
+
     # Bad input: exit status 2 (or 1 for a missing text) and a message naming it.
     for args, says, status in [(["--speeds", "1,1"], "--speeds needs one value per learner", 2),
                                (["--width", "30", "--heads", "4"], "multiple of --heads", 2),
                                (["--steps", "-1"], "--steps", 2),
                                (["--role", "learner"], "need --endpoint", 2),
+                               (["--role", "syncer", "--endpoint", "tcp://0.0.0.0:5555"], "without CURVE keys", 2),
+                               (["--curve-secret", "x.key"], "--curve-secret and --curve-peer go together", 2),
                                (["--text", "/nonexistent/text.txt"], "cannot read /nonexistent/text.txt", 1)]:
         p = run(char_lm, *args, "--progress", "0", expect=status)
         check(says in p.stderr, f"{args}: message names the problem ({p.stderr.strip()[:200]})")

@@ -25,17 +25,19 @@
 #include <diloco/adapters/torch.hpp>
 #include <diloco/diloco.hpp>
 #include <diloco/transport/zeromq.hpp>
+#include <diloco_tools/trainer/processes.hpp>
+#include <diloco_tools/trainer/progress.hpp>
+#include <diloco_tools/trainer/settings.hpp>
+#include <diloco_tools/trainer/threads.hpp>
 
 #include "corpus.hpp"
 #include "transformer.hpp"
 
 namespace text {
 
-enum class mode { data_parallel, diloco, decoupled };
-enum class transport { threads, simulated };
-/// `in_process`: everything in this process; otherwise this process is the
-/// syncer or one learner, over ZeroMQ.
-enum class role { in_process, syncer, learner };
+using diloco_tools::trainer::mode;
+using diloco_tools::trainer::role;
+using diloco_tools::trainer::transport;
 enum class merge_rule { token_weighted, average, radial_directional };
 /// DiLoCo's inner AdamW: LibTorch's `torch::optim::AdamW` through the
 /// adapter, or the library's `inner::adamw` on the flat buffer.
@@ -44,39 +46,23 @@ enum class inner_optimizer { torch, library };
 /// first 5 % of the steps followed by a cosine decay to a tenth of it.
 enum class schedule { constant, cosine };
 
-struct settings {
-  mode run_mode = mode::decoupled;
-  transport via = transport::threads;
-  role part = role::in_process;
-  std::uint32_t learners = 4;
-  std::uint64_t steps = 600;  ///< inner steps per learner
-  std::uint32_t batch = 16;   ///< windows per inner step
-  std::uint32_t sync_period = 50;
-  std::uint32_t fragments = 4;
-  std::optional<std::uint32_t> quorum;   ///< default: 1 for decoupled, every learner otherwise
-  std::optional<std::uint32_t> overlap;  ///< default: H/10 for decoupled, 0 otherwise
-  double alpha = 0.0;
-  std::uint64_t seed = 1;
-  std::vector<double> speeds;  ///< empty: all 1
+/// The run (mode, learners, steps, H, P, K, τ, α, speeds, codecs,
+/// processes: diloco_tools/trainer/settings.hpp) and this trainer's own.
+struct settings : diloco_tools::trainer::run_settings {
+  settings() { steps = 600; }
+
+  std::uint32_t batch = 16;  ///< windows per inner step
   double lr = 3e-3;
   schedule lr_schedule = schedule::cosine;
   double weight_decay = 0.01;
-  double outer_lr = 0.7;
-  double outer_momentum = 0.9;
   merge_rule merge = merge_rule::token_weighted;
   inner_optimizer inner = inner_optimizer::torch;
   shape dimensions{};
   std::string text_path;                ///< empty: the King James Bible
   std::uint32_t validation_windows = 256;
   int threads = 1;                      ///< LibTorch threads per process
-  std::string endpoint;                 ///< the syncer's ZeroMQ endpoint (roles syncer and learner)
-  std::uint32_t learner_id = 0;         ///< role learner
-  std::uint32_t incarnation = 1;        ///< role learner
-  double progress_seconds = 2.0;        ///< 0: no progress lines
   std::uint64_t eval_every = 0;         ///< validation loss of the global model every N outer updates, 0: never
   std::chrono::milliseconds sim_step_time{100};
-  diloco::codec_options codecs{};
-  bool error_feedback = false;
 };
 
 struct outcome {
@@ -172,52 +158,7 @@ inline double validation_loss(std::span<const float> params, const shape& s, con
   return sum / windows.rows;
 }
 
-/// Progress lines on stderr: steps per learner, a smoothed training loss,
-/// outer updates.
-class progress {
- public:
-  progress(const settings& s) : settings_(s), steps_(s.learners), started_(std::chrono::steady_clock::now()) {}
-
-  void stepped(std::uint32_t learner, double loss) {
-    steps_[learner].fetch_add(1, std::memory_order_relaxed);
-    std::lock_guard lock(mutex_);
-    loss_ = loss_ < 0 ? loss : 0.98 * loss_ + 0.02 * loss;
-  }
-  void updated() { updates_.fetch_add(1, std::memory_order_relaxed); }
-
-  void maybe_print(bool force = false, double virtual_seconds = -1) {
-    if (settings_.progress_seconds <= 0) return;
-    const auto now = std::chrono::steady_clock::now();
-    if (!force && now - last_ < std::chrono::duration<double>(settings_.progress_seconds)) return;
-    last_ = now;
-    double loss;
-    {
-      std::lock_guard lock(mutex_);
-      loss = loss_;
-    }
-    std::string line = "[" + fixed(std::chrono::duration<double>(now - started_).count(), 1) + "s";
-    if (virtual_seconds >= 0) line += ", sim " + fixed(virtual_seconds, 1) + "s";
-    line += "] steps";
-    for (const auto& a : steps_) line += " " + std::to_string(a.load()) + "/" + std::to_string(settings_.steps);
-    line += " | train loss " + fixed(loss, 4) + " | outer updates " + std::to_string(updates_.load());
-    std::fprintf(stderr, "%s\n", line.c_str());
-  }
-
- private:
-  static std::string fixed(double v, int digits) {
-    char text[32];
-    std::snprintf(text, sizeof text, "%.*f", digits, v);
-    return text;
-  }
-
-  const settings& settings_;
-  std::vector<std::atomic<std::uint64_t>> steps_;
-  std::atomic<std::uint64_t> updates_{0};
-  std::mutex mutex_;
-  double loss_ = -1;
-  std::chrono::steady_clock::time_point started_;
-  std::chrono::steady_clock::time_point last_{};
-};
+using diloco_tools::trainer::progress;
 
 /// Prints the validation loss of the global model every `eval_every` outer
 /// updates (the syncer's evaluation hook, on its thread).
@@ -259,7 +200,7 @@ outcome train(const settings& s, const corpus& text, MakeInner make_inner, Outer
   using inner_type = std::invoke_result_t<MakeInner&, lm_model&>;
   const batch windows = validation_windows(text, std::uint32_t(s.dimensions.context), s.validation_windows);
   lm_model initial(s.dimensions, s.seed);
-  progress report(s);
+  progress report(s.learners, s.steps, s.progress_seconds);
   outcome out;
   out.parameters = initial.layout().size();
   options.log = [](const std::string& line) { std::fprintf(stderr, "char_lm syncer: %s\n", line.c_str()); };
@@ -272,15 +213,13 @@ outcome train(const settings& s, const corpus& text, MakeInner make_inner, Outer
   };
   follow_schedule(outer, s, 0);
   evaluate_during_training(options, s, windows);
-  std::vector<double> speeds = s.speeds;
-  speeds.resize(s.learners, 1.0);
   std::vector<sampler> samplers;
   for (std::uint32_t i = 0; i < s.learners; ++i)
     samplers.emplace_back(text, s.learners, i, std::uint32_t(s.dimensions.context), s.seed);
   std::vector<std::unique_ptr<lm_model>> models;
   for (std::uint32_t i = 0; i < s.learners; ++i)
     models.push_back(std::make_unique<lm_model>(s.dimensions, s.seed + 1000 + i));  // overwritten on join
-  const auto options_of = [&](std::uint32_t i) { return learner_options{.id = i, .error_feedback = s.error_feedback}; };
+  const auto options_of = [&](std::uint32_t i) { return diloco_tools::trainer::learner_options_for(s, i); };
 
   const auto started = std::chrono::steady_clock::now();
   std::vector<float> final_params;
@@ -294,7 +233,7 @@ outcome train(const settings& s, const corpus& text, MakeInner make_inner, Outer
     for (std::uint32_t i = 0; i < s.learners; ++i) {
       learners.push_back(std::make_unique<learner<lm_model, inner_type, sim::endpoint>>(
           *models[i], net.attach(i), options_of(i), make_inner(*models[i])));
-      plans.push_back({speeds[i], s.steps, {}});
+      plans.push_back({s.speed_of(i), s.steps, {}});
     }
     const auto start = net.now();
     const auto result = sim::run(
@@ -322,33 +261,11 @@ outcome train(const settings& s, const corpus& text, MakeInner make_inner, Outer
     for (std::uint32_t i = 0; i < s.learners; ++i)
       learners.push_back(std::make_unique<learner<lm_model, inner_type, inproc::endpoint>>(
           *models[i], hub.attach(i), options_of(i), make_inner(*models[i])));
-    std::mutex error_mutex;
-    std::atomic<std::uint32_t> finished{0};
-    std::jthread syncer_thread([&sync](std::stop_token stop) { sync.run(stop); });
-    {
-      std::vector<std::jthread> threads;
-      for (std::uint32_t i = 0; i < s.learners; ++i)
-        threads.emplace_back([&, i] {
-          std::string error;
-          try {
-            error = drive(*learners[i], *models[i], samplers[i], speeds[i], i, s, report);
-          } catch (const std::exception& e) {
-            error = "learner " + std::to_string(i) + ": " + e.what();
-          }
-          if (!error.empty()) {
-            std::lock_guard lock(error_mutex);
-            out.error = error;
-            out.completed = false;
-          }
-          finished.fetch_add(1);
-        });
-      while (finished.load() < s.learners) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(50));
-        report.maybe_print();
-      }
-    }
-    syncer_thread.request_stop();
-    syncer_thread.join();
+    out.error = diloco_tools::trainer::run_on_threads(
+        sync, s.learners,
+        [&](std::uint32_t i) { return drive(*learners[i], *models[i], samplers[i], s.speed_of(i), i, s, report); },
+        report);
+    out.completed = out.error.empty();
     out.take(sync.metrics());
     for (const auto& l : learners) out.inner_steps += l->local_step();
     final_params = sync.parameters();
@@ -388,12 +305,10 @@ outcome serve(const settings& s, const corpus& text, Outer outer, Merge merge, d
                  std::chrono::duration<double>(now - started).count(), static_cast<unsigned long long>(updates),
                  e.training_loss.value_or(std::nan("")));
   };
-  if (!zeromq::is_local_endpoint(s.endpoint))
-    throw std::invalid_argument("char_lm serves loopback endpoints only (" + s.endpoint +
-                                "); diloco_syncer serves other machines, with CURVE keys");
+  const auto security = diloco_tools::trainer::server_security_for(s, "char_lm");
   zeromq::keep_large_blocks();
   ::zmq::context_t context;
-  zeromq::server server(context, s.endpoint);
+  zeromq::server server(context, s.endpoint, {}, security);
   syncer<Outer, Merge, zeromq::server> sync(initial.layout(), initial.parameters(), server, options, outer, merge);
   schedule_outer = &sync.outer();
   std::fprintf(stderr, "char_lm syncer: listening on %s for %u learners\n", server.endpoint().c_str(), s.learners);
@@ -417,16 +332,14 @@ outcome learn(const settings& s, const corpus& text, MakeInner make_inner) {
   using inner_type = std::invoke_result_t<MakeInner&, lm_model&>;
   zeromq::keep_large_blocks();
   ::zmq::context_t context;
-  zeromq::client client(context, s.endpoint, s.learner_id, s.incarnation);
+  zeromq::client client(context, s.endpoint, s.learner_id, s.incarnation, zeromq::socket_options{},
+                        diloco_tools::trainer::client_security_for(s));
   lm_model model(s.dimensions, s.seed + 1000 + s.learner_id);
   sampler data(text, s.learners, s.learner_id, std::uint32_t(s.dimensions.context), s.seed);
   learner<lm_model, inner_type, zeromq::client> l(
-      model, client, learner_options{.id = s.learner_id, .incarnation = s.incarnation, .error_feedback = s.error_feedback},
-      make_inner(model));
-  settings quiet = s;
-  quiet.progress_seconds = 0;
-  progress report(quiet);
-  const double speed = s.learner_id < s.speeds.size() ? s.speeds[s.learner_id] : 1.0;
+      model, client, diloco_tools::trainer::learner_options_for(s, s.learner_id), make_inner(model));
+  progress report(s.learners, s.steps, 0);  // counts only: the syncer prints the run's progress
+  const double speed = s.speed_of(s.learner_id);
   const auto started = std::chrono::steady_clock::now();
   outcome out;
   try {

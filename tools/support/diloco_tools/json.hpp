@@ -1,7 +1,10 @@
-// JSON in the tools, written with nlohmann/json: the fields of a trace line.
-// Tool code, not the library.
+// JSON in the tools, written with nlohmann/json: the fields of a trace line,
+// measured numbers in a result line. Tool code, not the library.
 #pragma once
 
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -16,6 +19,15 @@ inline std::string trace_fields(const nlohmann::ordered_json& object) {
   members.front() = ',';
   members.pop_back();
   return members;
+}
+
+/// `v` to six significant digits, as a result line shows a measurement (no
+/// more precise than that); zero, infinities and NaN unchanged.
+inline double six_digits(double v) {
+  if (v == 0.0 || !std::isfinite(v)) return v;
+  char text[32];
+  std::snprintf(text, sizeof text, "%.6g", v);
+  return std::strtod(text, nullptr);
 }
 
 }  // namespace diloco_tools
