@@ -6,7 +6,9 @@
 // every corrupt or foreign state refused without a trace.
 #include <boost/test/unit_test.hpp>
 
+#include <algorithm>
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
@@ -233,6 +235,75 @@ BOOST_AUTO_TEST_CASE(an_unchanged_fragment_is_resumed_and_a_moved_one_overwritte
   BOOST_TEST(sent->tokens == 3u * batch_size);
 }
 
+BOOST_AUTO_TEST_CASE(a_restored_learner_sends_its_error_feedback_residual_as_if_it_had_not_stopped) {
+  // int4 in blocks of 2 values rounds coarsely: every send leaves a residual.
+  const training_config training{
+      .fragments = 2, .sync_period = 4, .overlap = 1, .codecs = {.contributions = codec::format::int4, .block = 2}};
+  world w(training);
+  unit a(w, 0, {.id = 0, .incarnation = 1, .error_feedback = true}, 2);
+  toy::teacher<float> data(features, 5);
+  for (int s = 0; s < 11; ++s) w.step(*a.l, data.next(batch_size));
+  w.ready(*a.l);  // nothing in flight: both fragments resumable
+  const std::string saved = state_of(*a.l);
+
+  // The state holds a residual for each fragment, and not a zero one.
+  const auto plan = fragment_plan::balanced(w.initial.layout(), 2);
+  {
+    std::istringstream in(saved);
+    const auto state = read_learner_state<float>(in, w.initial.layout(), 0);
+    BOOST_TEST_REQUIRE(state.fragments.size() == 2u);
+    for (std::size_t p = 0; p < 2; ++p) {
+      BOOST_TEST_REQUIRE(state.fragments[p].residual.size() == plan[p].size());
+      BOOST_TEST(std::any_of(state.fragments[p].residual.begin(), state.fragments[p].residual.end(),
+                             [](float e) { return e != 0.0f; }));
+    }
+  }
+
+  // Step 12 on batch x, after which fragment 0 is due: the encoded outer
+  // gradient `l` sends, which never reaches the syncer (lost in a crash).
+  const auto x = data.next(batch_size);
+  const auto next_send = [&](learner_type& l) {
+    l.train_step(x, w.now);
+    std::vector<std::byte> sent;
+    while (auto e = w.syncer_end.try_receive())
+      if (e->msg.header.kind == message_kind::contribution && e->msg.header.fragment == 0) {
+        const auto bytes = e->msg.payload.bytes();
+        sent.assign(bytes.begin(), bytes.end());
+      }
+    return sent;
+  };
+  const auto original = next_send(*a.l);
+  BOOST_TEST_REQUIRE(!original.empty());
+  a.l.reset();
+
+  // Restored from the state: the same bytes, the residual included.
+  unit b(w, 7, {.id = 0, .incarnation = 2, .error_feedback = true}, 99);
+  std::istringstream in(saved);
+  b.l->load(in);
+  w.ready(*b.l);
+  BOOST_TEST_REQUIRE(b.l->metrics().fragments_resumed == 2u);
+  BOOST_TEST(next_send(*b.l) == original);
+  b.l.reset();
+
+  // Restored from the same state with its residuals dropped, the same step
+  // sends other bytes: the comparison above could fail.
+  std::ostringstream without;
+  {
+    std::istringstream state_in(saved);
+    auto state = read_learner_state<float>(state_in, w.initial.layout(), 0);
+    for (auto& f : state.fragments) f.residual.clear();
+    write_learner_state(without, state, w.initial.layout());
+  }
+  unit c(w, 8, {.id = 0, .incarnation = 3, .error_feedback = true}, 99);
+  std::istringstream in_without(std::move(without).str());
+  c.l->load(in_without);
+  w.ready(*c.l);
+  BOOST_TEST_REQUIRE(c.l->metrics().fragments_resumed == 2u);
+  const auto forgetful = next_send(*c.l);
+  BOOST_TEST_REQUIRE(!forgetful.empty());
+  BOOST_TEST(forgetful != original);
+}
+
 BOOST_AUTO_TEST_CASE(lock_step_resumes_in_phase_or_starts_afresh_when_the_round_moved) {
   const training_config lock_step{.fragments = 1, .sync_period = 4, .overlap = 0, .lock_step = true};
   toy::teacher<float> data(features, 5);
@@ -286,7 +357,7 @@ BOOST_AUTO_TEST_CASE(a_corrupt_or_foreign_state_is_refused_and_changes_nothing) 
   for (int s = 0; s < 3; ++s) w.step(*a.l, data.next(batch_size));
   w.ready(*a.l);
   const std::string saved = state_of(*a.l);
-  // The envelope, read independently: "LRNR", version 1, the body's length,
+  // The envelope, read independently: "LRNR", version 2, the body's length,
   // the body, its CRC-32C.
   BOOST_TEST_REQUIRE(saved.size() > 24u);
   BOOST_TEST(saved.substr(0, 4) == "LRNR");
@@ -294,8 +365,15 @@ BOOST_AUTO_TEST_CASE(a_corrupt_or_foreign_state_is_refused_and_changes_nothing) 
   std::uint64_t length = 0;
   std::memcpy(&version, saved.data() + 4, 4);
   std::memcpy(&length, saved.data() + 8, 8);
-  BOOST_TEST(version == 1u);
+  BOOST_TEST(version == 2u);
   BOOST_TEST(length + 4 + 4 + 8 + 4 == saved.size());
+  {
+    std::string older = saved;  // version 1 had no residuals: refused, not misread
+    const std::uint32_t one = 1;
+    std::memcpy(older.data() + 4, &one, 4);
+    std::istringstream in(older);
+    BOOST_CHECK_THROW((void)read_learner_state<float>(in, w.initial.layout(), 0), corrupt_state);
+  }
 
   // The target: a learner with a state of its own (moments of one step).
   model_type model(features, 42);

@@ -273,8 +273,8 @@ class learner {
 
   /// Writes this learner's state (`write_learner_state`; docs/design.md,
   /// "Learner checkpoints"): θ, the inner step's state, the schedule, per
-  /// fragment its revision, base and counters, the local step and the
-  /// totals. Before the learner has joined: a state loaded and not used yet,
+  /// fragment its revision, base, counters and error-feedback residual, the
+  /// local step and the totals. Before the learner has joined: a state loaded and not used yet,
   /// else no fragments. Cost: θ, the bases and the inner state copied once
   /// in memory and checksummed; the writes to `out` block.
   /// (A template only so that an explicit instantiation of the learner for
@@ -295,7 +295,9 @@ class learner {
       for (const auto& f : tracks_) {
         std::vector<T> base(f.base.size());
         space.read(std::span<const T>(f.base.data(), f.base.size()), std::span<T>(base));
-        s.fragments.push_back({!f.in_flight, f.revision, std::move(base), f.tokens, f.steps});
+        std::vector<T> residual(f.residual ? f.residual->size() : 0);
+        if (f.residual) space.read(std::span<const T>(f.residual->data(), f.residual->size()), std::span<T>(residual));
+        s.fragments.push_back({!f.in_flight, f.revision, std::move(base), f.tokens, f.steps, std::move(residual)});
       }
     } else if (restored_ && !welcomed_) {
       s.config = restored_->config;
@@ -673,6 +675,13 @@ class learner {
     f.steps = resume ? restored_->fragments[p].steps : 0;
     f.resumed = resume;
     if (resume) ++metrics_.fragments_resumed;
+    // What the codec rounded away before the save is sent with the next
+    // contribution, as if the learner had not stopped. Only when resuming:
+    // once the fragment has moved, a contribution of this learner sent after
+    // the save (and lost with it) may have carried it already.
+    if (resume && f.residual && restored_->fragments[p].residual.size() == f.residual->size())
+      memory().write(std::span<const T>(restored_->fragments[p].residual),
+                     std::span<T>(f.residual->data(), f.residual->size()));
     if (completes_join && config_.lock_step &&
         (step_ == 0 || std::any_of(tracks_.begin(), tracks_.end(), [](const auto& t) { return !t.resumed; }))) {
       // Joining a lock-step run that is under way: every round needs every

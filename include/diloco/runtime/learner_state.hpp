@@ -1,5 +1,6 @@
 // A learner's saved state (its parameters, the inner step's state, per
-// fragment the base and the counters since it), written and read field by
+// fragment the base, the counters since it and the error-feedback residual),
+// written and read field by
 // field under a versioned tag and a checksum (docs/design.md, "Learner
 // checkpoints").
 #pragma once
@@ -14,6 +15,7 @@
 #include <ostream>
 #include <span>
 #include <sstream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -35,6 +37,9 @@ struct learner_fragment_record {
   std::vector<T> base;         ///< Θ_p at `revision`, packed
   std::uint64_t tokens = 0;    ///< trained since the base
   std::uint64_t steps = 0;
+  /// With error feedback: what the codec has rounded away from this
+  /// fragment's outer gradients and not sent yet, packed; empty without.
+  std::vector<T> residual;
 };
 
 /// A learner state as saved and read back.
@@ -53,19 +58,23 @@ struct learner_state {
   std::string inner;  ///< what the inner step's `save` wrote
 };
 
-/// The version `write_learner_state` writes.
-inline constexpr std::uint32_t learner_state_version = 1;
+/// The version `write_learner_state` writes and `read_learner_state` reads:
+/// 2 added each fragment's error-feedback residual. A learner refuses a
+/// state of version 1 (`corrupt_state`) and starts afresh from the global
+/// model: what it loses is its work since its last contribution.
+inline constexpr std::uint32_t learner_state_version = 2;
 
-/// Writes a learner state (little-endian): tag `LRNR` version 1, u64 body
+/// Writes a learner state (little-endian): tag `LRNR` version 2, u64 body
 /// length, the body, u32 CRC-32C of the body. The body: u32 learner id, u32
 /// incarnation, u64 layout fingerprint, u64 parameter count, θ (u64 count,
 /// then each value), u32 fragment count P (0: saved before joining; the
 /// schedule and the fragments are then left out), u32 H, u32 τ, f64 α, u8
 /// lock-step; per fragment u8 flags (1: resumable), u64 revision, the base
-/// (u64 count, then each), u64 tokens, u64 steps; then u64 local step, u64
+/// (u64 count, then each), u64 tokens, u64 steps, the residual (u64 count, 0
+/// or the base's, then each); then u64 local step, u64
 /// total tokens, u64 total steps, and the inner step's state (u64 length, its
 /// bytes). Cost: the body is built in memory (one copy of θ, the bases and
-/// the inner state) and checksummed in one pass.
+/// the inner state and the residuals) and checksummed in one pass.
 template <std::floating_point T>
 void write_learner_state(std::ostream& out, const learner_state<T>& s, const parameter_layout& layout) {
   std::ostringstream body;
@@ -86,6 +95,9 @@ void write_learner_state(std::ostream& out, const learner_state<T>& s, const par
       serial::write_array(body, f.base);
       serial::write_pod(body, f.tokens);
       serial::write_pod(body, f.steps);
+      if (!f.residual.empty() && f.residual.size() != f.base.size())
+        throw std::invalid_argument("diloco: learner state: a residual of another size than its fragment");
+      serial::write_array(body, f.residual);
     }
   }
   serial::write_pod(body, s.local_step);
@@ -101,10 +113,12 @@ void write_learner_state(std::ostream& out, const learner_state<T>& s, const par
 
 namespace detail {
 
+/// `size` finite values (or none, if `may_be_empty`).
 template <std::floating_point T>
-std::vector<T> read_finite(std::istream& in, std::size_t size, const char* what) {
+std::vector<T> read_finite(std::istream& in, std::size_t size, const char* what, bool may_be_empty = false) {
   auto values = serial::read_array<T>(in, size, what);
-  if (values.size() != size) throw corrupt_state(std::string("diloco: learner state: ") + what + " has the wrong size");
+  if (values.size() != size && !(may_be_empty && values.empty()))
+    throw corrupt_state(std::string("diloco: learner state: ") + what + " has the wrong size");
   if (!std::all_of(values.begin(), values.end(), [](T v) { return std::isfinite(v); }))
     throw corrupt_state(std::string("diloco: learner state: ") + what + " is not finite");
   return values;
@@ -161,6 +175,7 @@ learner_state<T> read_learner_state(std::istream& in, const parameter_layout& la
       f.base = detail::read_finite<T>(body, plan[p].size(), "fragment base");
       f.tokens = serial::read_pod<std::uint64_t>(body, "fragment tokens");
       f.steps = serial::read_pod<std::uint64_t>(body, "fragment steps");
+      f.residual = detail::read_finite<T>(body, plan[p].size(), "error-feedback residual", true);
     }
   }
   s.local_step = serial::read_pod<std::uint64_t>(body, "local step");
