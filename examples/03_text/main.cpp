@@ -158,10 +158,11 @@ int main(int argc, char** argv) {
     if (c.parsed.launch_all) return diloco_tools::launch::run_this_program(argc, argv, "char_lm", s.learners, s.endpoint);
     const auto options = syncer_options_for(s);
     if (s.progress_seconds > 0 && s.part != text::role::learner)
-      std::fprintf(stderr, "char_lm: %s, %u learners x %llu steps of %u x %lld characters, H=%u, P=%u, K=%u, tau=%u, %s\n",
+      std::fprintf(stderr, "char_lm: %s, %u learners x %llu steps of %u x %lld characters, H=%u, P=%u, K=%u, tau=%u, "
+                   "alpha=%g, %s\n",
                    name(s.run_mode), s.learners, static_cast<unsigned long long>(s.steps), s.batch,
                    static_cast<long long>(s.dimensions.context), options.training.sync_period,
-                   options.training.fragments, options.quorum, options.training.overlap,
+                   options.training.fragments, options.quorum, options.training.overlap, options.training.mixing,
                    s.part == text::role::syncer           ? "ZeroMQ processes"
                    : s.via == text::transport::threads ? "threads"
                                                          : "simulator");
@@ -191,6 +192,8 @@ int main(int argc, char** argv) {
                     {"H", options.training.sync_period},
                     {"fragments", options.training.fragments},
                     {"quorum", options.quorum},
+                    {"overlap", options.training.overlap},
+                    {"alpha", six_digits(options.training.mixing)},
                     {"merge", s.run_mode == text::mode::data_parallel ? "average" : name(s.merge)},
                     {"inner", s.run_mode == text::mode::data_parallel ? "sgd"
                               : s.inner == text::inner_optimizer::torch ? "torch"
