@@ -4,7 +4,6 @@
 
 #include <unistd.h>
 
-#include <atomic>
 #include <chrono>
 #include <cerrno>
 #include <cstring>
@@ -13,10 +12,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <functional>
-#include <iomanip>
-#include <sstream>
 #include <memory>
-#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
