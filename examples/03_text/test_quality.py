@@ -2,14 +2,17 @@
 """char_lm's quality on text (docs/text.md; CTest examples_char_lm_quality,
 label `quality`).
 
-1. Decoupled DiLoCo (4 learners at speeds 1, 1, 0.7, 0.5) against synchronous
-   data parallel, 4 learners, equal inner steps, on 3 seeds: the mean
-   validation loss of Decoupled DiLoCo must be within 2 % of data parallel's.
+1. Decoupled DiLoCo (4 learners at speeds 1, 1, 0.7, 0.5; H = 20, P = 4,
+   K = 1, mixing α = 0.5 on adoption) against synchronous data parallel, 4
+   learners, equal inner steps, on 3 seeds: the mean validation loss of
+   Decoupled DiLoCo must be within 2 % of data parallel's.
 2. Radial-directional against token-weighted averaging at M = 4 and M = 8:
    reported, not asserted (the paper found RDA better as M grows).
 
 Every run is on the deterministic simulator, so that a figure is a function
 of its command line; runs go --jobs at a time (each uses one core).
+`--reuse SUMMARY` takes the runs whose command line is in a summary this
+script wrote before, by the same char_lm, instead of running them again.
 
     python3 examples/03_text/test_quality.py build/examples/03_text/char_lm [--summary quality.json]
 """
@@ -33,9 +36,12 @@ def main():
     ap.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3])
     ap.add_argument("--merge-seeds", type=int, nargs="+", default=[1])
     ap.add_argument("--H", type=int, default=20)
+    ap.add_argument("--alpha", type=float, default=0.5,
+                    help="Decoupled DiLoCo's mixing on adoption (0.5; 0 overwrites the fragment)")
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--tolerance", type=float, default=0.02, help="allowed relative gap to data parallel (0.02)")
     ap.add_argument("--summary", help="write every run and the verdict here as JSON")
+    ap.add_argument("--reuse", help="a summary written before by the same char_lm: its runs are not run again")
     a = ap.parse_args()
 
     runs = []
@@ -48,20 +54,29 @@ def main():
                 if (("decoupled", m, merge, seed)) not in runs:
                     runs.append(("decoupled", m, merge, seed))
 
+    done = {}
+    if a.reuse:
+        with open(a.reuse) as f:
+            done = {r["command"]: r for r in json.load(f)["runs"]}
+
     def one(run):
         mode, m, merge, seed = run
         cmd = [a.char_lm, "--mode", mode, "--learners", str(m), "--steps", str(a.steps), "--speeds", speeds(m),
                "--seed", str(seed), "--transport", "sim", "--progress", "0"]
         if mode != "dp":
-            cmd += ["--H", str(a.H), "--merge", merge]
-        p = subprocess.run(cmd, capture_output=True, text=True)
-        if p.returncode != 0:
-            raise RuntimeError(f"{' '.join(cmd)}: exit status {p.returncode}\n{p.stderr[-2000:]}")
-        line = json.loads(p.stdout.strip().splitlines()[-1])
+            cmd += ["--H", str(a.H), "--alpha", str(a.alpha), "--merge", merge]
+        command = " ".join(cmd[1:])
+        if command in done:
+            line, how = done[command], "reused"
+        else:
+            p = subprocess.run(cmd, capture_output=True, text=True)
+            if p.returncode != 0:
+                raise RuntimeError(f"{' '.join(cmd)}: exit status {p.returncode}\n{p.stderr[-2000:]}")
+            line = json.loads(p.stdout.strip().splitlines()[-1])
+            how = f"{line['seconds']:.0f} s"
         print(f"{mode:9} M={m} {merge:6} seed {seed}: val_loss {line['val_loss']:.4f} "
-              f"({line['bits_per_char']:.4f} bits/char), {line['outer_updates']} outer updates, "
-              f"{line['seconds']:.0f} s", flush=True)
-        return {"command": " ".join(cmd[1:]), **line}
+              f"({line['bits_per_char']:.4f} bits/char), {line['outer_updates']} outer updates, {how}", flush=True)
+        return {**line, "command": command}
 
     with concurrent.futures.ThreadPoolExecutor(a.jobs) as pool:
         results = list(pool.map(one, runs))
@@ -86,7 +101,7 @@ def main():
     passed = gap <= a.tolerance
     if a.summary:
         with open(a.summary, "w") as f:
-            json.dump({"steps": a.steps, "seeds": a.seeds, "data_parallel": dp, "decoupled": dec, "gap": gap,
+            json.dump({"steps": a.steps, "seeds": a.seeds, "H": a.H, "alpha": a.alpha, "data_parallel": dp, "decoupled": dec, "gap": gap,
                        "tolerance": a.tolerance, "passed": passed, "merges": merges, "runs": results}, f, indent=1)
     if not passed:
         sys.exit(f"FAILED: Decoupled DiLoCo is {gap:+.2%} from data parallel, more than {a.tolerance:.0%}")
