@@ -15,6 +15,7 @@
 
 #include <diloco_tools/json.hpp>
 #include <diloco_tools/launch/this_program.hpp>
+#include <diloco_tools/trainer/outcome.hpp>
 #include <nlohmann/json.hpp>
 
 #include "command_line.hpp"
@@ -156,19 +157,14 @@ int main(int argc, char** argv) {
                    name(s.run_mode), s.learners, static_cast<unsigned long long>(s.steps), s.batch,
                    options.training.sync_period, options.training.fragments, options.quorum, options.training.overlap,
                    options.training.mixing,
-                   s.part == fashion::role::syncer          ? "ZeroMQ processes"
-                   : s.via == fashion::transport::threads ? "threads"
-                                                          : "simulator");
+                   diloco_tools::trainer::run_description(s));
     const auto r = run(s);
     if (!r.error.empty()) {
       std::fprintf(stderr, "fashion_mnist: error: %s\n", r.error.c_str());
       return 1;
     }
     if (s.part == fashion::role::learner) {
-      const json line{{"role", "learner"},         {"learner", s.learner_id},
-                      {"inner_steps", r.inner_steps}, {"bytes_sent", r.bytes_sent},
-                      {"bytes_received", r.bytes_received}, {"seconds", six_digits(r.seconds)}};
-      std::printf("%s\n", line.dump().c_str());
+      std::printf("%s\n", diloco_tools::trainer::learner_line(s, r).dump().c_str());
       return 0;
     }
     auto line = result_line(s, options, r);

@@ -24,6 +24,7 @@
 #include <diloco/runtime/learner_checkpoint.hpp>
 #include <diloco/transport/shards.hpp>
 #include <diloco/transport/zeromq.hpp>
+#include <diloco_tools/trainer/outcome.hpp>
 #include <diloco_tools/trainer/processes.hpp>
 #include <diloco_tools/trainer/progress.hpp>
 #include <diloco_tools/trainer/settings.hpp>
@@ -81,54 +82,27 @@ struct settings : diloco_tools::trainer::run_settings {
   double sim_bandwidth_mbit = 8e3;  ///< simulator: rate of every link, each way
 };
 
-struct outcome {
+/// The run's counters (diloco_tools/trainer/outcome.hpp) and this
+/// trainer's own figures.
+struct outcome : diloco_tools::trainer::run_outcome {
   double test_accuracy = 0.0;
   double test_loss = 0.0;
-  std::optional<double> train_loss;  ///< the learners' training loss as of the last outer update (heartbeats)
-  std::uint64_t outer_updates = 0;
-  std::uint64_t inner_steps = 0;
-  std::uint64_t contributions_merged = 0;
-  std::uint64_t rejected = 0;
   std::uint64_t clipped = 0;         ///< outer gradients and weights the syncer clipped
   std::uint64_t quarantines = 0;
   std::uint64_t rounds_dropped = 0;
-  std::uint64_t partial_rounds = 0;  ///< rounds merged without every learner (0 in a healthy synchronous run)
   double staleness_mean = 0.0;       ///< revisions between a merged contribution's base and its merge, mean
   std::uint64_t staleness_max = 0;
-  std::uint64_t bytes_sent = 0;      ///< payload bytes learners → syncer (contributions, and states)
-  std::uint64_t bytes_received = 0;  ///< payload bytes syncer → learners (updates)
-  double seconds = 0.0;          ///< wall time of training
-  double virtual_seconds = 0.0;  ///< simulated time (simulator only)
   double imbalance = 0.0;        ///< largest fragment / mean fragment
   double end_scale = 0.0;        ///< mean partial-round scale over the last quarter of the outer updates
-  bool completed = true;
-  std::string error;
 
   /// The syncer's counters this outcome reports.
   void take(const diloco::syncer_metrics& m) {
-    outer_updates = m.outer_updates;
-    contributions_merged = m.contributions_merged;
-    rejected = m.rejected_total();
+    run_outcome::take(m);
     clipped = m.contributions_clipped + m.weights_clipped;
     quarantines = m.quarantines;
     rounds_dropped = m.rounds_dropped;
-    partial_rounds = m.partial_rounds;
     staleness_mean = m.contributions_merged ? double(m.staleness_sum) / double(m.contributions_merged) : 0.0;
     staleness_max = m.staleness_max;
-    // What the syncer saw; a run with the learners in this process counts
-    // at the learners instead (`take_learner_bytes`).
-    bytes_sent = m.payload_bytes_received;
-    bytes_received = m.payload_bytes_sent;
-  }
-
-  /// The payload bytes every learner sent and received, as they counted them.
-  template <class Learners>
-  void take_learner_bytes(const Learners& learners) {
-    bytes_sent = bytes_received = 0;
-    for (const auto& l : learners) {
-      bytes_sent += l->metrics().bytes_sent;
-      bytes_received += l->metrics().bytes_received;
-    }
   }
 };
 

@@ -22,6 +22,7 @@
 #include <diloco/adapters/torch.hpp>
 #include <diloco/diloco.hpp>
 #include <diloco/transport/zeromq.hpp>
+#include <diloco_tools/trainer/outcome.hpp>
 #include <diloco_tools/trainer/processes.hpp>
 #include <diloco_tools/trainer/progress.hpp>
 #include <diloco_tools/trainer/settings.hpp>
@@ -62,30 +63,11 @@ struct settings : diloco_tools::trainer::run_settings {
   std::chrono::milliseconds sim_step_time{100};
 };
 
-struct outcome {
+/// The run's counters (diloco_tools/trainer/outcome.hpp) and this
+/// trainer's own figures.
+struct outcome : diloco_tools::trainer::run_outcome {
   std::uint64_t parameters = 0;  ///< the model's trainable parameters
   double val_loss = 0.0;
-  std::optional<double> train_loss;
-  std::uint64_t outer_updates = 0;
-  std::uint64_t inner_steps = 0;
-  std::uint64_t contributions_merged = 0;
-  std::uint64_t rejected = 0;
-  std::uint64_t partial_rounds = 0;
-  std::uint64_t bytes_sent = 0;      ///< payload bytes learners → syncer
-  std::uint64_t bytes_received = 0;  ///< payload bytes syncer → learners
-  double seconds = 0.0;
-  double virtual_seconds = 0.0;
-  bool completed = true;
-  std::string error;
-
-  void take(const diloco::syncer_metrics& m) {
-    outer_updates = m.outer_updates;
-    contributions_merged = m.contributions_merged;
-    rejected = m.rejected_total();
-    partial_rounds = m.partial_rounds;
-    bytes_sent = m.payload_bytes_received;
-    bytes_received = m.payload_bytes_sent;
-  }
 };
 
 /// The transformer as a diloco model: it owns the module (a base made before

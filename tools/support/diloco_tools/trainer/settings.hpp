@@ -66,6 +66,13 @@ inline const char* transport_name(const run_settings& s) {
   return s.via == transport::threads ? "threads" : "sim";
 }
 
+/// How the start line names the run: "ZeroMQ processes" (the syncer of
+/// learner processes), "threads" or "simulator".
+inline const char* run_description(const run_settings& s) {
+  if (s.part == role::syncer) return "ZeroMQ processes";
+  return s.via == transport::threads ? "threads" : "simulator";
+}
+
 /// The syncer options of the settings' mode (diloco::presets), with the
 /// command line's fragments, quorum, overlap, mixing and codecs.
 inline diloco::syncer_options syncer_options_for(const run_settings& s) {
