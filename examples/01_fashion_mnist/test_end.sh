@@ -28,7 +28,7 @@ run() {  # name, expected syncer status, syncer args...
   pids+=("$syncer_pid")
   local learners=()
   for id in 0 1 2; do
-    timeout 120 "$fashion" --role learner --endpoint "$endpoint" --learners 3 --learner-id "$id" --steps 3000 \
+    timeout 120 "$fashion" --role learner --endpoint "$endpoint" --learners 3 --learner-id "$id" --steps 1000 \
       --trace "$work/$name.learner$id.trace" > "$work/$name.learner$id.json" 2> "$work/$name.learner$id.log" &
     learners+=($!)
     pids+=($!)
