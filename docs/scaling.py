@@ -59,9 +59,9 @@ PAYLOAD_SHARE = 0.956
 
 # Parameters per second on one thread (bench/codecs/README.md, -march=native,
 # 2-vCPU VM): GB/s as counted divided by the bytes counted per parameter.
-DECODE_ACC = {"fp32": 49.9e9 / 12, "bf16": 49.6e9 / 10, "int4": 34.1e9 / 8.516}
-NESTEROV = 45.7e9 / 20     # the outer step: reads Θ, m, Δ, writes Θ, m
-ENCODE_BF16 = 25.4e9 / 10  # encode/bf16, standing in for encoding an update
+DECODE_ACC = {"fp32": 51.3e9 / 12, "bf16": 53.0e9 / 10, "int4": 36.1e9 / 8.516}
+NESTEROV = 51.9e9 / 20     # the outer step: reads Θ, m, Δ, writes Θ, m
+ENCODE_BF16 = 28.6e9 / 10  # encode/bf16, standing in for encoding an update
 
 
 # --- Building blocks -------------------------------------------------------

@@ -2,7 +2,8 @@
 // writes for Δ = base − θ (+ residual) computed here, its error feedback
 // leaves exactly Δ − decode(encode(Δ)), non-finite Δ is refused,
 // decode_accumulate adds exactly what a loop over codec::decode adds, and
-// neither depends on the number of threads.
+// neither depends on the number of threads; a θ scattered in runs (a
+// fragment of several tensors) encodes as the same θ in one piece.
 // ctest-labels: unit threads
 #include <boost/test/unit_test.hpp>
 
@@ -88,20 +89,62 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b, std::si
   return true;
 }
 
+/// A run of a fragment's θ in a larger buffer, as `encode_delta` reads it
+/// (the members of `diloco::fragment_slice` it uses, in a type of the test's).
+struct piece {
+  std::size_t flat_offset, packed_offset, size;
+};
+
+/// θ cut into runs of `run_length`, 1 and 3 values in turn, laid out in a
+/// larger buffer in reverse order with 5 NaNs before each: a read outside
+/// the runs makes Δ NaN, which the encoder refuses.
+struct scattered_theta {
+  std::vector<piece> runs;
+  std::vector<float> buffer;
+};
+
+scattered_theta scatter(const std::vector<float>& theta, std::size_t run_length) {
+  scattered_theta s;
+  const std::size_t lengths[] = {run_length, 1, 3};
+  for (std::size_t packed = 0, k = 0; packed < theta.size(); ++k) {
+    const std::size_t size = std::min(lengths[k % 3], theta.size() - packed);
+    s.runs.push_back({0, packed, size});
+    packed += size;
+  }
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  for (auto r = s.runs.rbegin(); r != s.runs.rend(); ++r) {
+    s.buffer.insert(s.buffer.end(), 5, nan);
+    r->flat_offset = s.buffer.size();
+    s.buffer.insert(s.buffer.end(), theta.begin() + std::ptrdiff_t(r->packed_offset),
+                    theta.begin() + std::ptrdiff_t(r->packed_offset + r->size));
+  }
+  s.buffer.insert(s.buffer.end(), 5, nan);
+  return s;
+}
+
 /// Runs encode_delta on `threads` threads and checks its bytes and residual
-/// against codec::encode and codec::decode of the Δ computed here.
-void check_encode_delta(format f, std::size_t block, const inputs& in, bool feedback, unsigned threads) {
+/// against codec::encode and codec::decode of the Δ computed here. With
+/// `run_length` > 0, θ is scattered in runs (`scatter`) and read through them.
+void check_encode_delta(format f, std::size_t block, const inputs& in, bool feedback, unsigned threads,
+                        std::size_t run_length = 0) {
   const std::size_t n = in.base.size();
   const auto delta = reference_delta(in, feedback);
   const auto want_bytes = reference_encoding(f, block, delta);
 
   std::vector<std::byte> out(encoded_size(f, n, block), std::byte{0xAB});
   std::vector<float> residual = in.residual;
-  const bool ok = encode_delta(f, block, in.base, in.theta, feedback ? std::span<float>(residual) : std::span<float>(),
-                               out, threads);
+  const auto residual_span = feedback ? std::span<float>(residual) : std::span<float>();
+  bool ok = false;
+  if (run_length == 0) {
+    ok = encode_delta(f, block, in.base, in.theta, residual_span, out, threads);
+  } else {
+    const auto s = scatter(in.theta, run_length);
+    ok = encode_delta(f, block, std::span<const piece>(s.runs), s.buffer.data(), in.base, residual_span, out, threads);
+  }
   const auto context = [&] {
     return std::string(name(f)) + " block " + std::to_string(block) + " n " + std::to_string(n) +
-           (feedback ? " with" : " without") + " error feedback, " + std::to_string(threads) + " threads";
+           (feedback ? " with" : " without") + " error feedback, " + std::to_string(threads) + " threads" +
+           (run_length ? ", θ in runs of " + std::to_string(run_length) + ", 1 and 3" : std::string());
   };
   BOOST_TEST_REQUIRE(ok, context() << ": refused finite input");
   BOOST_TEST_REQUIRE(out.size() == want_bytes.size());
@@ -200,6 +243,19 @@ BOOST_AUTO_TEST_CASE(encode_delta_writes_the_bytes_of_codec_encode) {
   for (const format f : formats)
     for (const std::size_t block : blocks)
       for (const std::size_t n : sizes_for(block)) check_encode_delta(f, block, n, false, 1, seed++);
+}
+
+BOOST_AUTO_TEST_CASE(theta_in_runs_gives_the_bytes_and_residual_of_theta_in_one_piece) {
+  // Runs shorter and longer than a block, so that blocks lie within a run,
+  // across two and across many; on 1 thread and on 3.
+  unsigned seed = 50;
+  for (const format f : formats)
+    for (const std::size_t block : {std::size_t{256}, std::size_t{7}})
+      for (const std::size_t run_length : {std::size_t{1000}, std::size_t{300}, std::size_t{5}})
+        for (const bool feedback : {false, true}) {
+          check_encode_delta(f, block, make_inputs(2 * block + 1001, seed++), feedback, 1, run_length);
+          check_encode_delta(f, block, make_inputs(threaded_n, seed++), feedback, 3, run_length);
+        }
 }
 
 BOOST_AUTO_TEST_CASE(error_feedback_leaves_the_encoding_error) {

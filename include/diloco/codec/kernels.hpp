@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <cstring>
 #include <span>
+#include <vector>
 
 #include "diloco/codec/blocks.hpp"
 #include "diloco/codec/element.hpp"
@@ -97,24 +98,50 @@ inline void prefetch(const float* p, std::size_t from, std::size_t bytes) {
 #endif
 }
 
-/// Where the values of `Δ` come from: `base`, `theta` and, with error
-/// feedback, `residual` (read, then overwritten with the encoding error).
-template <bool Feedback>
-struct delta_source {
-  const float* base;
-  const float* theta;
-  float* residual;
+/// A run of a fragment's θ in a larger buffer: packed values
+/// `[packed_offset, packed_offset + size)` are `theta[flat_offset …]` (the
+/// members `encode_delta` reads of a `Run`, as `diloco::fragment_slice` has).
+struct theta_run {
+  std::size_t flat_offset = 0;
+  std::size_t packed_offset = 0;
+  std::size_t size = 0;
 };
 
-/// Encodes values `[first, first + n)` as one block of a block-scaled format
-/// `F` at `out`: a first read for the scale, a second (from cache) for the
+/// θ of packed values `[first, first + len)` of a fragment whose values lie
+/// in runs of `theta` (`Run`: `flat_offset`, `packed_offset`, `size`; in
+/// packed order, covering the fragment without gaps): a pointer into `theta`
+/// when they lie in one run, else a copy in `scratch`. One per thread; calls
+/// come with increasing `first`.
+template <class Run>
+struct theta_runs {
+  std::span<const Run> runs;
+  const float* theta;
+  std::size_t k = 0;
+  std::vector<float> scratch;
+
+  const float* operator()(std::size_t first, std::size_t len) {
+    while (k + 1 < runs.size() && runs[k].packed_offset + runs[k].size <= first) ++k;
+    const Run& r = runs[k];
+    if (first + len <= r.packed_offset + r.size) return theta + r.flat_offset + (first - r.packed_offset);
+    scratch.resize(len);  // a chunk across runs (a tensor boundary): rare, gathered
+    for (std::size_t i = 0, j = k; i < len; ++j) {
+      const Run& q = runs[j];
+      const std::size_t from = first + i - q.packed_offset;
+      const std::size_t take = q.size - from < len - i ? q.size - from : len - i;
+      std::memcpy(scratch.data() + i, theta + q.flat_offset + from, take * sizeof(float));
+      i += take;
+    }
+    return scratch.data();
+  }
+};
+
+/// Encodes the `n` values of `base − θ` (+ `residual`) as one block of a
+/// block-scaled format `F` at `out`: a first read for the scale, a second (from cache) for the
 /// codes and, with error feedback, `residual ← Δ − decoded`. False if a value
 /// is not finite.
 template <format F, bool Feedback>
-bool encode_delta_block(const delta_source<Feedback>& delta, std::size_t first, std::size_t n, std::byte* out) {
-  const float* __restrict base = delta.base + first;
-  const float* __restrict theta = delta.theta + first;
-  float* __restrict residual = Feedback ? delta.residual + first : nullptr;
+bool encode_delta_block(const float* __restrict base, const float* __restrict theta, float* __restrict residual,
+                        std::size_t n, std::byte* out) {
   auto value = [&](std::size_t i) {
     if constexpr (Feedback) return outer_gradient{}(base[i], theta[i], residual[i]);
     else return outer_gradient{}(base[i], theta[i]);
@@ -187,13 +214,11 @@ bool encode_delta_block(const delta_source<Feedback>& delta, std::size_t first, 
   return true;
 }
 
-/// Encodes values `[first, first + n)` of an unscaled format `F` (fp32, bf16)
-/// at `out`. False if a value is not finite.
+/// Encodes the `n` values of `base − θ` (+ `residual`) in an unscaled
+/// format `F` (fp32, bf16) at `out`. False if a value is not finite.
 template <format F, bool Feedback>
-bool encode_delta_run(const delta_source<Feedback>& delta, std::size_t first, std::size_t n, std::byte* out) {
-  const float* __restrict base = delta.base + first;
-  const float* __restrict theta = delta.theta + first;
-  float* __restrict residual = Feedback ? delta.residual + first : nullptr;
+bool encode_delta_run(const float* __restrict base, const float* __restrict theta, float* __restrict residual,
+                      std::size_t n, std::byte* out) {
   magnitude_max m;
   for (std::size_t i = 0; i < n; ++i) {
     float d;
@@ -213,16 +238,18 @@ bool encode_delta_run(const delta_source<Feedback>& delta, std::size_t first, st
   return m.finite();
 }
 
-template <format F, bool Feedback>
-bool encode_delta_chunks(const delta_source<Feedback>& delta, std::size_t n, const chunking& c, std::size_t first_chunk,
-                         std::size_t last_chunk, std::byte* out, std::atomic<bool>& failed) {
+template <format F, bool Feedback, class Run>
+bool encode_delta_chunks(const float* base, theta_runs<Run>& theta, float* residual, std::size_t n, const chunking& c,
+                         std::size_t first_chunk, std::size_t last_chunk, std::byte* out, std::atomic<bool>& failed) {
   for (std::size_t k = first_chunk; k < last_chunk; ++k) {
     if (failed.load(std::memory_order_relaxed)) return false;
     const std::size_t first = k * c.values;
     const std::size_t len = n - first < c.values ? n - first : c.values;
+    const float* t = theta(first, len);
+    float* r = Feedback ? residual + first : nullptr;
     bool ok;
-    if constexpr (block_scaled(F)) ok = encode_delta_block<F, Feedback>(delta, first, len, out + k * c.bytes);
-    else ok = encode_delta_run<F, Feedback>(delta, first, len, out + k * c.bytes);
+    if constexpr (block_scaled(F)) ok = encode_delta_block<F, Feedback>(base + first, t, r, len, out + k * c.bytes);
+    else ok = encode_delta_run<F, Feedback>(base + first, t, r, len, out + k * c.bytes);
     if (!ok) {
       failed.store(true, std::memory_order_relaxed);
       return false;
@@ -272,7 +299,12 @@ void decode_accumulate_chunks(const std::byte* in, std::size_t n, const chunking
 
 /// Encodes the outer gradient `Δ = base − θ` of `base.size()` values into
 /// `out` in one pass, on up to `threads` threads (0: every core; fewer where a
-/// thread would get under 2^16 values). `out` holds
+/// thread would get under 2^16 values). θ is the fragment's values gathered
+/// from `runs` of `theta` (each `Run` has `flat_offset`, `packed_offset` and
+/// `size`, like `diloco::fragment_slice`: in packed order, from packed value 0
+/// to `base.size()` without gaps), so that a fragment of several tensors is
+/// encoded where it lies; a codec chunk across two runs is copied first
+/// (`codec::encode`'s result does not change). `out` holds
 /// `encoded_size(f, base.size(), block)` bytes and receives exactly the bytes
 /// `encode(f, n, block, [&](i) { return base[i] − θ[i]; }, out)` writes.
 ///
@@ -294,20 +326,23 @@ void decode_accumulate_chunks(const std::byte* in, std::size_t n, const chunking
 /// encoded bytes (and `residual`) once: 8 (16) bytes per value plus the
 /// encoding. A block-scaled format reads each block twice, the second time
 /// from cache. The result does not depend on `threads`.
-inline bool encode_delta(format f, std::size_t block, std::span<const float> base, std::span<const float> theta,
-                         std::span<float> residual, std::span<std::byte> out, unsigned threads) {
-  assert(base.size() == theta.size());
+template <class Run>
+bool encode_delta(format f, std::size_t block, std::span<const Run> runs, const float* theta,
+                  std::span<const float> base, std::span<float> residual, std::span<std::byte> out, unsigned threads) {
   assert(residual.empty() || residual.size() == base.size());
   const std::size_t n = base.size();
   if ((block_scaled(f) && block == 0) || out.size() != encoded_size(f, n, block)) return false;
+  if (n == 0) return true;
+  assert(!runs.empty() && runs.front().packed_offset == 0);
   const detail::chunking c(f, n, block);
   std::atomic<bool> failed{false};
   auto run = [&]<format F, bool Feedback>() {
-    const detail::delta_source<Feedback> delta{base.data(), theta.data(), residual.data()};
     ::diloco::detail::parallel_for(
         c.count, ::diloco::detail::threads_for(n, threads, detail::min_values_per_thread),
         [&](std::size_t first, std::size_t last) {
-          detail::encode_delta_chunks<F, Feedback>(delta, n, c, first, last, out.data(), failed);
+          detail::theta_runs<Run> gather{runs, theta, 0, {}};
+          detail::encode_delta_chunks<F, Feedback>(base.data(), gather, residual.data(), n, c, first, last, out.data(),
+                                                   failed);
         });
   };
   auto with_format = [&]<bool Feedback>() {
@@ -326,6 +361,15 @@ inline bool encode_delta(format f, std::size_t block, std::span<const float> bas
     return false;
   }
   return true;
+}
+
+/// `encode_delta` of a contiguous θ (`theta.size() == base.size()`).
+inline bool encode_delta(format f, std::size_t block, std::span<const float> base, std::span<const float> theta,
+                         std::span<float> residual, std::span<std::byte> out, unsigned threads) {
+  assert(base.size() == theta.size());
+  const detail::theta_run whole{0, 0, base.size()};
+  return encode_delta(f, block, std::span<const detail::theta_run>(&whole, 1), theta.data(), base, residual, out,
+                      threads);
 }
 
 /// `acc[i] += weight · decoded[i]` for the `acc.size()` values encoded in

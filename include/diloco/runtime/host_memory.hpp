@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "diloco/codec/blocks.hpp"
+#include "diloco/codec/kernels.hpp"
 #include "diloco/concepts/memory_space.hpp"
 #include "diloco/concepts/scalar.hpp"
 #include "diloco/params/fragments.hpp"
@@ -36,11 +37,21 @@ struct host_memory {
   }
 
   /// One pass reads θ_p (through its slices), the base and the residual and
-  /// writes the encoded outer gradient; with error feedback, a second pass
-  /// over the bytes leaves in the residual what the codec rounded away.
+  /// writes the encoded outer gradient, and, with error feedback, leaves in
+  /// the residual what the codec rounded away. For `float` models it is the
+  /// fused, vectorized pass of codec/kernels.hpp (bench/codecs), on the
+  /// calling thread: a learner's other cores are training. For `double`
+  /// models, a loop through `payload::encode`, then a second pass over the
+  /// bytes for the residual.
   template <scalar T, class Buffer>
   bool encode_delta(codec_id c, std::uint32_t block, std::span<const fragment_slice> slices, std::span<const T> theta,
                     const Buffer& base, Buffer* residual, std::span<std::byte> out) const {
+    if constexpr (std::is_same_v<T, float>) {
+      if (const auto f = format_of(c))
+        return codec::encode_delta(*f, block, slices, theta.data(), std::span<const float>(base.data(), base.size()),
+                                   residual ? std::span<float>(residual->data(), residual->size()) : std::span<float>(),
+                                   out, 1);
+    }
     const T* r = residual ? residual->data() : nullptr;
     if (!payload::encode<T>(c, block, base.size(), delta_reader<T>{slices, theta.data(), base.data(), r}, out))
       return false;

@@ -21,6 +21,7 @@
 #include <utility>
 #include <vector>
 
+#include "diloco/codec/kernels.hpp"
 #include "diloco/detail/bad_option.hpp"
 #include "diloco/concepts/merge_policy.hpp"
 #include "diloco/concepts/outer_optimizer.hpp"
@@ -1013,8 +1014,14 @@ class syncer {
   }
 
   /// Adds `c ·` contribution `e`'s outer gradient to `out`, in one pass over
-  /// its payload (decoding it on the way when it is compressed).
-  static void accumulate(const contribution_entry& e, T c, std::span<T> out) {
+  /// its payload (decoding it on the way when it is compressed). For a
+  /// `float` model, the fused pass of codec/kernels.hpp on `threads` threads
+  /// (the merge policy's; the result does not depend on them).
+  static void accumulate(const contribution_entry& e, T c, std::span<T> out, unsigned threads) {
+    if constexpr (std::is_same_v<T, float>) {
+      if (const auto f = format_of(e.codec))
+        return codec::decode_accumulate(*f, e.block, e.payload.bytes(), c, out, threads);
+    }
     if (!e.compressed()) {
       const T* d = e.payload.template as<const T>().data();
       for (std::size_t i = 0; i < out.size(); ++i) out[i] += c * d[i];
@@ -1244,6 +1251,12 @@ class syncer {
     if (options_.evaluate_every && metrics_.outer_updates % options_.evaluate_every == 0) evaluate(now);
   }
 
+  /// The threads the merge policy merges on (its `threads`, if it has one).
+  unsigned merge_threads() const noexcept {
+    if constexpr (requires { unsigned(merge_.threads); }) return unsigned(merge_.threads);
+    else return 1;
+  }
+
   /// Merges fragment p's round into `delta`. A linear merge (a weighted
   /// mean) of compressed contributions decodes each one straight into the
   /// weighted sum, one pass over its bytes; any other merge gets every
@@ -1261,7 +1274,7 @@ class syncer {
         for (std::size_t k = 0; k < round.size(); ++k) {
           const T c = T(scale * round[k].weight / total);
           if (clip_factors_[k] == T(1)) {
-            accumulate(round[k], c, delta);
+            accumulate(round[k], c, delta, merge_threads());
           } else {  // clipped: the weighted mean of the clipped values, as `merge` would compute it
             const auto values = values_of(round[k], decoded_.emplace_back(), delta.size());
             for (std::size_t i = 0; i < delta.size(); ++i) delta[i] += c * (values[i] * clip_factors_[k]);
