@@ -38,39 +38,54 @@ DILOCO_HOST_DEVICE inline float from_bf16(std::uint16_t b) {
 /// the smallest subnormal 2^-9.
 inline constexpr float e4m3_max = 448.0f;
 
-/// The value of E4M3 code `c` (NaN codes give NaN), exact. Branch-free, so
-/// that loops over it vectorize: a normal code's exponent and mantissa move
-/// into binary32's fields (bias 7 → 127); a subnormal one, `m · 2^-9`, is
-/// `(1 + m/8) · 2^-6 − 2^-6`, computed either way and selected.
+// Both conversions below are branch-free in a stronger sense than "no `if`":
+// each does its floating-point operation once, unconditionally, on operands
+// that no range of values makes constant. Under the default -ftrapping-math
+// a compiler may not execute a floating-point operation that the source
+// skips; an operation that one range needs and another does not (or that
+// folds to a constant for one of them, such as `x − 0` or `NaN / 448`) is
+// moved into a branch, and the loop then vectorizes only with masked
+// instructions (AVX-512). The earlier forms of these functions did exactly
+// that and ran at a tenth of memory speed with SSE2 or AVX2
+// (bench/codecs/README.md).
+
+/// The value of E4M3 code `c`, exact; a NaN for the NaN codes. A code of
+/// exponent field `e` and mantissa `m` is the integer significand `8 + m`
+/// (`m` when `e` is 0: subnormal) times `2^(max(e, 1) − 10)`: one int-to-float
+/// conversion and one multiplication by a power of two, both exact.
 DILOCO_HOST_DEVICE inline float from_e4m3(std::uint8_t c) {
-  const std::uint32_t exponent = (c >> 3) & 0xFu;
-  const std::uint32_t mantissa = c & 0x7u;
-  const float normal = std::bit_cast<float>(((exponent + 120u) << 23) | (mantissa << 20));  // (1 + m/8) · 2^(e−7)
-  const float subnormal = std::bit_cast<float>((121u << 23) | (mantissa << 20)) - 0x1p-6f;  // exact
-  const std::uint32_t magnitude = std::bit_cast<std::uint32_t>(exponent == 0 ? subnormal : normal);
-  const std::uint32_t nan = std::bit_cast<std::uint32_t>(std::numeric_limits<float>::quiet_NaN());
-  return std::bit_cast<float>((c & 0x7Fu) == 0x7Fu ? nan : magnitude | (std::uint32_t(c & 0x80u) << 24));
+  const std::uint32_t e = (c >> 3) & 0xFu;
+  const std::uint32_t m = c & 0x7u;
+  const std::uint32_t normal = e < 1u ? e : 1u;  // 0 for the subnormal codes
+  const float significand = static_cast<float>(static_cast<int>(m + (normal << 3)));
+  const float scale = std::bit_cast<float>((e + (1u - normal) + 117u) << 23);  // 2^(max(e,1) − 10)
+  const std::uint32_t magnitude = std::bit_cast<std::uint32_t>(significand * scale);
+  const std::uint32_t nan = (c & 0x7Fu) == 0x7Fu ? 0x7FC00000u : 0u;  // S.1111.111: exponent all ones
+  return std::bit_cast<float>(magnitude | nan | (std::uint32_t(c & 0x80u) << 24));
 }
 
 /// The E4M3 code nearest to finite `x`, ties to even; magnitudes beyond 448
-/// saturate to ±448 (never NaN). Branch-free, so that loops over it
-/// vectorize: the normal range rounds the binary32 significand to 3 bits and
-/// rebiases the exponent; below 2^-6, adding 2^14 (whose ulp is the
-/// subnormal step 2^-9) rounds to the subnormal steps in the FPU's
-/// round-to-nearest-even. It gave the same code as the frexp-based encoder it
-/// replaced for every finite binary32 (all 2^32 bit patterns compared).
+/// saturate to ±448 (never NaN). `|x|` of binary32 exponent field `e` (bias
+/// 127) lies in `[2^k, 2^(k+1))`, `k = e − 127`; adding `C = 2^(k+20)`,
+/// whose ulp is `2^(k−3)`, rounds it in the FPU (nearest, ties to even) to
+/// 3 fraction bits, and the bits of the sum above those of `C` count the
+/// steps: `q = round(|x| / 2^(k−3))`, in [8, 16], and the code is
+/// `8·(e − 121) + q` (a carry to 16 is the next binade's code by itself).
+/// Below 2^-6 (`e` < 121) `e` is taken as 121: `C = 2^14`, whose ulp is the
+/// subnormal step 2^-9, and the code is `q` itself. It gives the same code
+/// as the earlier bit-rounding form of this function, and that form as the
+/// frexp-based encoder before it, for every finite binary32 (all 2^32 bit
+/// patterns compared).
 DILOCO_HOST_DEVICE inline std::uint8_t to_e4m3(float x) {
   const std::uint32_t bits = std::bit_cast<std::uint32_t>(x);
   const std::uint32_t sign = (bits >> 24) & 0x80u;
   const std::uint32_t magnitude = bits & 0x7FFFFFFFu;
-  const float a = std::bit_cast<float>(magnitude);
-  // Normal: add just under half of the 20 dropped bits, plus the lowest kept
-  // bit (ties to even); a carry moves to the next binade by itself.
-  const std::uint32_t normal = ((magnitude + 0x7FFFFu + ((magnitude >> 20) & 1u)) >> 20) - ((127u - 7u) << 3);
-  // Subnormal: 2^14 + a, in units of 2^-9 above 2^14 (bits 0x46800000).
-  const std::uint32_t subnormal = std::bit_cast<std::uint32_t>(a + 16384.0f) - 0x46800000u;
-  const std::uint32_t code = a < 0.015625f ? subnormal : normal;
-  const bool in_range = (a < e4m3_max) & (code < 0x7Eu);  // `&`, not `&&`: no branch
+  const std::uint32_t e = magnitude >> 23 > 121u ? magnitude >> 23 : 121u;
+  const std::uint32_t c_bits = (e + 20u) << 23;  // C = 2^(e − 107); beyond 448 meaningless, and unused
+  const std::uint32_t q =
+      std::bit_cast<std::uint32_t>(std::bit_cast<float>(magnitude) + std::bit_cast<float>(c_bits)) - c_bits;
+  const std::uint32_t code = q + ((e - 121u) << 3);
+  const bool in_range = (magnitude < 0x43E00000u) & (code < 0x7Eu);  // |x| < 448; `&`, not `&&`: no branch
   return static_cast<std::uint8_t>(sign | (in_range ? code : 0x7Eu));  // 0x7E: 448
 }
 
