@@ -3,7 +3,12 @@
 // leaves exactly Δ − decode(encode(Δ)), non-finite Δ is refused,
 // decode_accumulate adds exactly what a loop over codec::decode adds, and
 // neither depends on the number of threads; a θ scattered in runs (a
-// fragment of several tensors) encodes as the same θ in one piece.
+// fragment of several tensors) encodes as the same θ in one piece. All of it
+// holds for each copy of the passes: the baseline one and, where the program
+// carries one and the CPU runs it, the AVX2 one (diloco/detail/isa.hpp).
+// This file is compiled at -O3 even where the rest of the test program is
+// not (tests/CMakeLists.txt), so that the loops it checks are vectorized as
+// they are in the programs that use them.
 // ctest-labels: unit threads
 #include <boost/test/unit_test.hpp>
 
@@ -20,6 +25,7 @@
 
 #include <diloco/codec/blocks.hpp>
 #include <diloco/codec/kernels.hpp>
+#include <diloco/detail/isa.hpp>
 
 namespace {
 
@@ -382,6 +388,34 @@ BOOST_AUTO_TEST_CASE(results_do_not_depend_on_the_thread_count) {
         check_encode_delta(f, block, in, true, threads);
         check_decode_accumulate(f, block, threaded_n, threads, 300);
       }
+}
+
+BOOST_AUTO_TEST_CASE(the_baseline_copy_and_the_avx2_copy_give_the_same_bits) {
+  // The cases above ran the copy `with_best_isa` picks by default (AVX2
+  // where there is one). Here each copy, forced in turn, must again give
+  // exactly the bytes of codec::encode and the sums of codec::decode, so
+  // that programs built with different flags, or run on different CPUs,
+  // exchange the same bits.
+  using diloco::detail::isa_choice;
+  BOOST_TEST_MESSAGE("an AVX2 copy " << (diloco::detail::avx2_copy_available() ? "runs here" : "does not run here")
+                                     << " (DILOCO_ISA_DISPATCH " << DILOCO_ISA_DISPATCH << ")");
+  struct restore {
+    ~restore() { diloco::detail::isa_policy().store(isa_choice::best); }
+  } restore_policy;
+  const inputs in = make_inputs(threaded_n, 400);
+  for (const isa_choice choice : {isa_choice::baseline, isa_choice::best}) {
+    diloco::detail::isa_policy().store(choice);
+    unsigned seed = 500;
+    for (const format f : formats)
+      for (const std::size_t block : {std::size_t{256}, std::size_t{64}, std::size_t{7}}) {
+        for (const bool feedback : {false, true}) {
+          check_encode_delta(f, block, in, feedback, 2);
+          check_encode_delta(f, block, block + 5, feedback, 1, seed++);
+        }
+        check_decode_accumulate(f, block, threaded_n, 2, seed++);
+        check_decode_accumulate(f, block, 2 * block + 3, 1, seed++);
+      }
+  }
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -19,6 +19,7 @@
 #include "diloco/codec/blocks.hpp"
 #include "diloco/codec/element.hpp"
 #include "diloco/detail/config.hpp"
+#include "diloco/detail/isa.hpp"
 #include "diloco/detail/parallel.hpp"
 
 namespace diloco::codec {
@@ -341,8 +342,10 @@ bool encode_delta(format f, std::size_t block, std::span<const Run> runs, const 
         c.count, ::diloco::detail::threads_for(n, threads, detail::min_values_per_thread),
         [&](std::size_t first, std::size_t last) {
           detail::theta_runs<Run> gather{runs, theta, 0, {}};
-          detail::encode_delta_chunks<F, Feedback>(base.data(), gather, residual.data(), n, c, first, last, out.data(),
-                                                   failed);
+          ::diloco::detail::with_best_isa([&] {
+            detail::encode_delta_chunks<F, Feedback>(base.data(), gather, residual.data(), n, c, first, last,
+                                                     out.data(), failed);
+          });
         });
   };
   auto with_format = [&]<bool Feedback>() {
@@ -391,8 +394,10 @@ inline void decode_accumulate(format f, std::size_t block, std::span<const std::
   auto run = [&]<format F>() {
     ::diloco::detail::parallel_for(c.count, ::diloco::detail::threads_for(n, threads, detail::min_values_per_thread),
                                    [&](std::size_t first, std::size_t last) {
-                                     detail::decode_accumulate_chunks<F>(in.data(), n, c, first, last, weight,
-                                                                         acc.data());
+                                     ::diloco::detail::with_best_isa([&] {
+                                       detail::decode_accumulate_chunks<F>(in.data(), n, c, first, last, weight,
+                                                                           acc.data());
+                                     });
                                    });
   };
   switch (f) {
