@@ -12,9 +12,12 @@
 // and prints median, min and max GB/s (10⁹ bytes/s, STREAM's counting) and
 // each one's ratio to the triad of the same thread count. Before timing, the
 // fused passes are checked against codec::encode and codec::decode on a
-// prefix, on T threads.
+// prefix, on T threads. The fused passes run the copy the library picks
+// (diloco/detail/isa.hpp: AVX2 where the build is for the x86-64 baseline
+// and the CPU has AVX2), or the baseline copy with --isa baseline; the first
+// line (the JSON's "isa") says which.
 //
-//   bench_codecs [--sizes 16M] [--repeat 10] [--warmup 2] [--block 256] [--threads T] [--json]
+//   bench_codecs [--sizes 16M] [--repeat 10] [--warmup 2] [--block 256] [--threads T] [--isa best|baseline] [--json]
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -29,6 +32,7 @@
 #include <vector>
 
 #include "codecs.hpp"
+#include "diloco/detail/isa.hpp"
 #include "diloco/detail/parallel.hpp"
 #include <diloco_tools/cli.hpp>
 #include "../common/huge_buffer.hpp"
@@ -48,8 +52,22 @@ struct options {
   int warmup = 2;
   std::size_t block = diloco::codec::default_block;
   unsigned threads = 0;
+  bool baseline_isa = false;
   bool json = false;
 };
+
+/// Which code the fused passes run, in words.
+const char* isa_in_use() {
+  if (diloco::detail::avx2_copy_available())
+    return diloco::detail::isa_policy().load() == diloco::detail::isa_choice::best
+               ? "avx2 (the library's AVX2 copy, picked at run time)"
+               : "baseline (forced: --isa baseline)";
+#if defined(__AVX2__)
+  return "avx2 or above (the whole program is compiled for it)";
+#else
+  return DILOCO_ISA_DISPATCH ? "baseline (this CPU has no AVX2)" : "baseline (no AVX2 copy in this build)";
+#endif
+}
 
 std::optional<int> parse(int argc, char** argv, options& o) {
   CLI::App app("The fused codec passes and the outer Nesterov step against STREAM triad, on 1 thread and on T.",
@@ -75,7 +93,13 @@ std::optional<int> parse(int argc, char** argv, options& o) {
       ->check(CLI::Range(0u, 4096u).description(""))
       ->capture_default_str()
       ->type_name("T");
+  std::string isa = "best";
+  app.add_option("--isa", isa, "the fused passes' copy: best (AVX2 where the library has a copy and the CPU can) or "
+                               "baseline")
+      ->check(CLI::IsMember({"best", "baseline"}))
+      ->capture_default_str();
   app.add_flag("--json", o.json, "one JSON object per size on stdout, nothing else");
+  app.final_callback([&] { o.baseline_isa = isa == "baseline"; });
   return diloco_tools::parse(app, argc, argv);
 }
 
@@ -201,13 +225,14 @@ int run_size(const options& o, std::size_t n, unsigned many, const buffers& b) {
                       {"median_ms", bench::rounded(m.bytes_per_param * static_cast<double>(n) / s[i].median / 1e6, 4)},
                       {"over_triad", bench::rounded(s[i].median / triad_of(m.threads), 3)}});
     }
-    const bench::json line{{"n", n},       {"block", o.block},      {"threads", many},
-                           {"repeat", o.repeat}, {"warmup", o.warmup}, {"methods", std::move(list)}};
+    const bench::json line{{"n", n},           {"block", o.block},   {"threads", many},
+                           {"isa", isa_in_use()}, {"repeat", o.repeat}, {"warmup", o.warmup},
+                           {"methods", std::move(list)}};
     std::printf("%s\n", line.dump().c_str());
   } else {
     std::printf("N = %zu fp32 (%zu MiB per buffer), block %zu, 1 and %u threads, %d timed repetitions after %d "
-                "warm-ups, methods interleaved\n",
-                n, n * 4 >> 20, o.block, many, o.repeat, o.warmup);
+                "warm-ups, methods interleaved; fused passes: %s\n",
+                n, n * 4 >> 20, o.block, many, o.repeat, o.warmup, isa_in_use());
     std::printf("  %-16s %7s %7s %12s %9s %9s %10s %10s\n", "method", "threads", "B/param", "median GB/s", "min", "max",
                 "median ms", "/ triad");
     for (std::size_t i = 0; i < methods.size(); ++i) {
@@ -227,6 +252,7 @@ int run_size(const options& o, std::size_t n, unsigned many, const buffers& b) {
 int main(int argc, char** argv) {
   options o;
   if (const auto status = parse(argc, argv, o)) return *status;
+  if (o.baseline_isa) diloco::detail::isa_policy().store(diloco::detail::isa_choice::baseline);
   try {
     const unsigned many = diloco::detail::resolve_threads(o.threads);
     const std::size_t max_n = *std::max_element(o.sizes.begin(), o.sizes.end());
