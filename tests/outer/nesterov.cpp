@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <limits>
 #include <map>
+#include <span>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -105,6 +106,41 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(three_steps_by_hand, T, scalar_types) {
     const auto m = opt.momentum(0);
     check_close(std::vector<T>(m.begin(), m.end()), {expected_momentum[t]}, tolerance<T>);
   }
+}
+
+BOOST_AUTO_TEST_CASE_TEMPLATE(a_delta_overlapping_the_global_is_read_in_element_order, T, scalar_types) {
+  // One buffer b of n + 1 values; η = 0.1, μ = 0.5, a first step (m = 0, so
+  // m ← Δ and Θ ← Θ − η(1 + μ)Δ), on every core. In element order:
+  //  - Δ one behind Θ (Δ[i] = b[i], Θ[i] = b[i+1]): Δ[i] is Θ[i−1] as
+  //    already updated, a recurrence;
+  //  - Δ one ahead of Θ (Δ[i] = b[i+1], Θ[i] = b[i]): Δ[i] is not yet
+  //    written, the original b[i+1].
+  const std::size_t n = 3 * (std::size_t{1} << 16) + 37;  // enough for 3 threads, were it split
+  const double eta = 0.1, mu = 0.5, factor = eta * (1 + mu);
+  std::vector<double> b0(n + 1);
+  for (std::size_t i = 0; i <= n; ++i) b0[i] = 1.0 + 0.001 * double(i % 13);
+
+  std::vector<T> b(b0.begin(), b0.end());
+  nesterov<T> behind({eta, mu, 0});
+  behind.step(0, std::span<T>(b).subspan(1), std::span<const T>(b).first(n));
+  std::vector<double> want(n), want_m(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    want_m[i] = i == 0 ? b0[0] : want[i - 1];
+    want[i] = b0[i + 1] - factor * want_m[i];
+  }
+  check_close(std::span<const T>(b).subspan(1), want, tolerance<T>);
+  check_close(behind.momentum(0), want_m, tolerance<T>);
+  BOOST_TEST(double(b[0]) == b0[0]);  // read, never written
+
+  std::vector<T> a(b0.begin(), b0.end());
+  nesterov<T> ahead({eta, mu, 0});
+  ahead.step(0, std::span<T>(a).first(n), std::span<const T>(a).subspan(1));
+  for (std::size_t i = 0; i < n; ++i) {
+    want_m[i] = b0[i + 1];
+    want[i] = b0[i] - factor * b0[i + 1];
+  }
+  check_close(std::span<const T>(a).first(n), want, tolerance<T>);
+  check_close(ahead.momentum(0), want_m, tolerance<T>);
 }
 
 BOOST_AUTO_TEST_CASE_TEMPLATE(defaults_are_dilocos, T, scalar_types) {

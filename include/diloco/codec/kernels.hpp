@@ -21,6 +21,7 @@
 #include "diloco/detail/config.hpp"
 #include "diloco/detail/isa.hpp"
 #include "diloco/detail/parallel.hpp"
+#include "diloco/detail/prefetch.hpp"
 
 namespace diloco::codec {
 
@@ -86,17 +87,10 @@ struct chunking {
 inline constexpr std::size_t prefetch_reach = 3072;
 
 /// Asks the cache for the lines of `[p + from, p + from + bytes)` of a
-/// stream the caller reads later (a hint: no effect on the result, never a
-/// fault, even past the end of the stream's memory; the address is formed as
-/// an integer, so nothing past the end is ever a pointer).
+/// stream the caller reads later (`detail::prefetch_line`: a hint, never a
+/// fault, even past the end of the stream's memory).
 inline void prefetch(const float* p, std::size_t from, std::size_t bytes) {
-#if defined(__GNUC__)
-  const auto first = reinterpret_cast<std::uintptr_t>(p) + from;
-  for (std::uintptr_t line = first; line < first + bytes; line += 64)
-    __builtin_prefetch(reinterpret_cast<const void*>(line), 0, 3);
-#else
-  (void)p, (void)from, (void)bytes;
-#endif
+  for (std::size_t offset = from; offset < from + bytes; offset += 64) ::diloco::detail::prefetch_line(p, offset);
 }
 
 /// A run of a fragment's θ in a larger buffer: packed values
