@@ -13,11 +13,13 @@
 // each one's ratio to the triad of the same thread count. Before timing, the
 // fused passes are checked against codec::encode and codec::decode on a
 // prefix, on T threads. The fused passes run the copy the library picks
-// (diloco/detail/isa.hpp: AVX2 where the build is for the x86-64 baseline
-// and the CPU has AVX2), or the baseline copy with --isa baseline; the first
-// line (the JSON's "isa") says which.
+// (diloco/detail/isa.hpp: AVX-512 or AVX2 where the build is for the x86-64
+// baseline and the CPU has it), or at most AVX2 with --isa avx2, or the
+// baseline copy with --isa baseline; the first line (the JSON's "isa") says
+// which.
 //
-//   bench_codecs [--sizes 16M] [--repeat 10] [--warmup 2] [--block 256] [--threads T] [--isa best|baseline] [--json]
+//   bench_codecs [--sizes 16M] [--repeat 10] [--warmup 2] [--block 256] [--threads T]
+//                [--isa best|avx2|baseline] [--json]
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -52,20 +54,30 @@ struct options {
   int warmup = 2;
   std::size_t block = diloco::codec::default_block;
   unsigned threads = 0;
-  bool baseline_isa = false;
+  diloco::detail::isa_copy isa_ceiling = diloco::detail::isa_copy::avx512;
   bool json = false;
 };
 
 /// Which code the fused passes run, in words.
 const char* isa_in_use() {
-  if (diloco::detail::avx2_copy_available())
-    return diloco::detail::isa_policy().load() == diloco::detail::isa_choice::best
-               ? "avx2 (the library's AVX2 copy, picked at run time)"
-               : "baseline (forced: --isa baseline)";
-#if defined(__AVX2__)
-  return "avx2 or above (the whole program is compiled for it)";
+  using diloco::detail::isa_copy;
+  switch (diloco::detail::isa_in_use()) {
+    case isa_copy::avx512:
+      return "avx512 (the library's AVX-512 copy, picked at run time)";
+    case isa_copy::avx2:
+      return diloco::detail::isa_copy_available(isa_copy::avx512)
+                 ? "avx2 (the library's AVX2 copy, forced: --isa avx2)"
+                 : "avx2 (the library's AVX2 copy, picked at run time)";
+    case isa_copy::baseline:
+      break;
+  }
+  if (diloco::detail::isa_ceiling().load() == isa_copy::baseline) return "baseline (forced: --isa baseline)";
+#if defined(__AVX512BW__)
+  return "avx512 (the whole program is compiled for it)";
+#elif defined(__AVX2__)
+  return "avx2 or above (the whole program is compiled for it; this CPU or build has no wider copy)";
 #else
-  return DILOCO_ISA_DISPATCH ? "baseline (this CPU has no AVX2)" : "baseline (no AVX2 copy in this build)";
+  return DILOCO_ISA_DISPATCH ? "baseline (this CPU has no AVX2)" : "baseline (no wider copy in this build)";
 #endif
 }
 
@@ -94,12 +106,16 @@ std::optional<int> parse(int argc, char** argv, options& o) {
       ->capture_default_str()
       ->type_name("T");
   std::string isa = "best";
-  app.add_option("--isa", isa, "the fused passes' copy: best (AVX2 where the library has a copy and the CPU can) or "
-                               "baseline")
-      ->check(CLI::IsMember({"best", "baseline"}))
+  app.add_option("--isa", isa,
+                 "the fused passes' widest copy: best (AVX-512 or AVX2 where the library has a copy and the CPU can), "
+                 "avx2 or baseline")
+      ->check(CLI::IsMember({"best", "avx2", "baseline"}))
       ->capture_default_str();
   app.add_flag("--json", o.json, "one JSON object per size on stdout, nothing else");
-  app.final_callback([&] { o.baseline_isa = isa == "baseline"; });
+  app.final_callback([&] {
+    using diloco::detail::isa_copy;
+    o.isa_ceiling = isa == "baseline" ? isa_copy::baseline : isa == "avx2" ? isa_copy::avx2 : isa_copy::avx512;
+  });
   return diloco_tools::parse(app, argc, argv);
 }
 
@@ -252,7 +268,7 @@ int run_size(const options& o, std::size_t n, unsigned many, const buffers& b) {
 int main(int argc, char** argv) {
   options o;
   if (const auto status = parse(argc, argv, o)) return *status;
-  if (o.baseline_isa) diloco::detail::isa_policy().store(diloco::detail::isa_choice::baseline);
+  diloco::detail::isa_ceiling().store(o.isa_ceiling);
   try {
     const unsigned many = diloco::detail::resolve_threads(o.threads);
     const std::size_t max_n = *std::max_element(o.sizes.begin(), o.sizes.end());

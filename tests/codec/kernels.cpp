@@ -5,7 +5,8 @@
 // neither depends on the number of threads; a θ scattered in runs (a
 // fragment of several tensors) encodes as the same θ in one piece. All of it
 // holds for each copy of the passes: the baseline one and, where the program
-// carries one and the CPU runs it, the AVX2 one (diloco/detail/isa.hpp).
+// carries them and the CPU runs them, the AVX2 and AVX-512 ones
+// (diloco/detail/isa.hpp).
 // This file is compiled at -O3 even where the rest of the test program is
 // not (tests/CMakeLists.txt), so that the loops it checks are vectorized as
 // they are in the programs that use them.
@@ -390,23 +391,28 @@ BOOST_AUTO_TEST_CASE(results_do_not_depend_on_the_thread_count) {
       }
 }
 
-BOOST_AUTO_TEST_CASE(the_baseline_copy_and_the_avx2_copy_give_the_same_bits) {
-  // The cases above ran the copy `with_best_isa` picks by default (AVX2
-  // where there is one). Here each copy, forced in turn, must again give
-  // exactly the bytes of codec::encode and the sums of codec::decode, so
-  // that programs built with different flags, or run on different CPUs,
-  // exchange the same bits.
-  using diloco::detail::isa_choice;
-  BOOST_TEST_MESSAGE("an AVX2 copy " << (diloco::detail::avx2_copy_available() ? "runs here" : "does not run here")
-                                     << " (DILOCO_ISA_DISPATCH " << DILOCO_ISA_DISPATCH << ")");
+BOOST_AUTO_TEST_CASE(every_copy_of_the_fused_passes_gives_the_same_bits) {
+  // The cases above ran the copy `with_best_isa` picks by default (the
+  // widest this build has and this CPU runs). Here each copy, forced in
+  // turn, must again give exactly the bytes of codec::encode and the sums of
+  // codec::decode, so that programs built with different flags, or run on
+  // different CPUs, exchange the same bits.
+  using diloco::detail::isa_copy;
   struct restore {
-    ~restore() { diloco::detail::isa_policy().store(isa_choice::best); }
-  } restore_policy;
-  // One thread: each thread's share goes through the same choice, and the
-  // cases above cover the thread counts (with the default copy); sizes
-  // cross block boundaries and leave short last blocks.
-  for (const isa_choice choice : {isa_choice::baseline, isa_choice::best}) {
-    diloco::detail::isa_policy().store(choice);
+    ~restore() { diloco::detail::isa_ceiling().store(isa_copy::avx512); }
+  } restore_ceiling;
+  for (const isa_copy copy : {isa_copy::baseline, isa_copy::avx2, isa_copy::avx512}) {
+    const char* name = copy == isa_copy::baseline ? "baseline" : copy == isa_copy::avx2 ? "AVX2" : "AVX-512";
+    if (!diloco::detail::isa_copy_available(copy)) {
+      BOOST_TEST_MESSAGE("the " << name << " copy does not run here (DILOCO_ISA_AVX2_COPY " << DILOCO_ISA_AVX2_COPY
+                                << ", DILOCO_ISA_AVX512_COPY " << DILOCO_ISA_AVX512_COPY << ")");
+      continue;
+    }
+    diloco::detail::isa_ceiling().store(copy);
+    BOOST_TEST((diloco::detail::isa_in_use() == copy), name << " forced");
+    // One thread: each thread's share goes through the same choice, and the
+    // cases above cover the thread counts (with the default copy); sizes
+    // cross block boundaries and leave short last blocks.
     unsigned seed = 500;
     for (const format f : formats)
       for (const std::size_t block : {std::size_t{256}, std::size_t{64}, std::size_t{7}})
