@@ -8,7 +8,7 @@
 #
 # Build folders: build-address, build-thread (or $2). Only the test program is
 # built (no tools, examples or benchmarks), with only the suites that run
-# (DILOCO_TESTS_WITH_LABEL, tests/CMakeLists.txt), at -O1, to keep CI short; without
+# (DILOCO_TESTS_WITH_LABEL, tests/CMakeLists.txt), to keep CI short; without
 # the CUDA component (nvcc code is not sanitized) and without the LibTorch
 # adapter (LibTorch is not built with the sanitizers), which also checks that
 # everything builds without them. The header check (each public header
@@ -19,16 +19,23 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+# ASan+UBSan at -O0: clang 14 compiled the 49 unit suites in 203 s here at -O0
+# against about 410 s at -O1 (tests/runtime/syncer.cpp alone: 9.7 s against
+# 23.9 s), and they then ran in 45 s against 25 s, so CI is three minutes
+# shorter. -O0 also keeps every load and store for the checks to see. TSan
+# stays at -O1: unoptimized code runs several times slower under it, and it
+# builds only the ten threaded suites.
+
 kind=${1:-}
 case $kind in
-  address) sanitizers=address,undefined; targets=(diloco_tests); with=unit; without="" ;;
-  thread) sanitizers=thread; targets=(diloco_tests); with=threads; without=slow ;;
+  address) sanitizers=address,undefined; optimization=-O0; targets=(diloco_tests); with=unit; without="" ;;
+  thread) sanitizers=thread; optimization=-O1; targets=(diloco_tests); with=threads; without=slow ;;
   *) echo "usage: bash scripts/sanitize.sh address|thread [build-dir]" >&2; exit 2 ;;
 esac
 dir=${2:-build-$kind}
 jobs=$(nproc)
 
-CC=clang-14 CXX=clang++-14 cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=Sanitize -DCMAKE_CXX_FLAGS_SANITIZE="-O1" \
+CC=clang-14 CXX=clang++-14 cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=Sanitize -DCMAKE_CXX_FLAGS_SANITIZE="$optimization" \
   -DDILOCO_SANITIZE="$sanitizers" -DDILOCO_WERROR=ON -DDILOCO_FUZZ=OFF -DDILOCO_ENABLE_CUDA=OFF -DDILOCO_WITH_TORCH=OFF \
   -DDILOCO_BUILD_TOOLS=OFF -DDILOCO_BUILD_EXAMPLES=OFF -DDILOCO_BUILD_BENCH=OFF \
   -DDILOCO_TESTS_WITH_LABEL="$with" -DDILOCO_TESTS_WITHOUT_LABEL="$without"
