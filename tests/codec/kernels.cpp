@@ -236,7 +236,7 @@ std::vector<std::size_t> sizes_for(std::size_t block) {
   return {0, 1, 2, 3, block - 1 > 0 ? block - 1 : 1, block, block + 1, 2 * block + 3, 1000, 1001};
 }
 
-constexpr std::size_t blocks[] = {256, 32, 7, 1};
+constexpr std::size_t blocks[] = {256, 64, 32, 7, 1};  // 64: encode_delta's fixed-length path
 
 /// Large enough that 3 threads each get a share (2^16 values at least).
 constexpr std::size_t threaded_n = 3 * (std::size_t{1} << 16) + 4099;

@@ -133,10 +133,12 @@ struct theta_runs {
 /// Encodes the `n` values of `base − θ` (+ `residual`) as one block of a
 /// block-scaled format `F` at `out`: a first read for the scale, a second (from cache) for the
 /// codes and, with error feedback, `residual ← Δ − decoded`. False if a value
-/// is not finite.
-template <format F, bool Feedback>
+/// is not finite. `Fixed`, if not 0, is `n` known at compile time
+/// (`encode_delta_chunks`).
+template <format F, bool Feedback, std::size_t Fixed = 0>
 bool encode_delta_block(const float* __restrict base, const float* __restrict theta, float* __restrict residual,
-                        std::size_t n, std::byte* out) {
+                        std::size_t n_given, std::byte* out) {
+  const std::size_t n = Fixed ? Fixed : n_given;
   auto value = [&](std::size_t i) {
     if constexpr (Feedback) return outer_gradient{}(base[i], theta[i], residual[i]);
     else return outer_gradient{}(base[i], theta[i]);
@@ -243,7 +245,13 @@ bool encode_delta_chunks(const float* base, theta_runs<Run>& theta, float* resid
     const float* t = theta(first, len);
     float* r = Feedback ? residual + first : nullptr;
     bool ok;
-    if constexpr (block_scaled(F)) ok = encode_delta_block<F, Feedback>(base + first, t, r, len, out + k * c.bytes);
+    if constexpr (block_scaled(F)) {
+      // Blocks of 64 with their length known to the compiler: the loops
+      // then have no remainder and no trip-count checks, which at that size
+      // cost a tenth of the pass (bench/codecs/README.md, "Block 64").
+      if (len == 64) ok = encode_delta_block<F, Feedback, 64>(base + first, t, r, len, out + k * c.bytes);
+      else ok = encode_delta_block<F, Feedback>(base + first, t, r, len, out + k * c.bytes);
+    }
     else ok = encode_delta_run<F, Feedback>(base + first, t, r, len, out + k * c.bytes);
     if (!ok) {
       failed.store(true, std::memory_order_relaxed);
