@@ -117,8 +117,33 @@ BOOST_AUTO_TEST_CASE(e4m3_encoding_is_the_nearest_code_ties_to_even_saturating) 
   std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
   std::uniform_int_distribution<int> scale(-14, 10);
   for (int i = 0; i < 100000; ++i) xs.push_back(std::ldexp(unit(gen), scale(gen)));
-  for (const float x : xs)
-    BOOST_TEST_REQUIRE(unsigned(to_e4m3(x)) == e4m3_reference_code(x), "x = " << x);
+  for (const float x : xs) {
+    const unsigned want = e4m3_reference_code(x);
+    BOOST_TEST_REQUIRE(unsigned(to_e4m3(x)) == want, "x = " << x);
+    // The value that comes with the code is that code's value, to the bit
+    // (the sign of a zero included).
+    const e4m3_rounding got = round_to_e4m3(x);
+    BOOST_TEST_REQUIRE(unsigned(got.code) == want, "x = " << x);
+    BOOST_TEST_REQUIRE(std::bit_cast<std::uint32_t>(got.value) ==
+                           std::bit_cast<std::uint32_t>(float(e4m3_reference_value(want))),
+                       "x = " << x << ": value " << got.value << ", code " << want);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(fp8_rounding_gives_the_unit_its_code_decodes_to) {
+  std::vector<float> units{0.0f, -0.0f, 1.0f, -1.0f, 1.0f + 0x1p-23f, 0x1p-20f, -0x1p-12f, 0x1p-149f};
+  std::mt19937 gen(13);
+  std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
+  std::uniform_int_distribution<int> scale(-16, 0);
+  for (int i = 0; i < 100000; ++i) units.push_back(std::ldexp(unit(gen), scale(gen)));
+  for (const float u : units) {
+    const fp8_rounding got = round_to_fp8(u);
+    const unsigned want = e4m3_reference_code(u * 448.0f);  // exact or rounded once, as the codec does
+    BOOST_TEST_REQUIRE(unsigned(got.code) == want, "unit " << u);
+    BOOST_TEST_REQUIRE(std::bit_cast<std::uint32_t>(got.unit) ==
+                           std::bit_cast<std::uint32_t>(float(float(e4m3_reference_value(want)) / 448.0f)),
+                       "unit " << u);
+  }
 }
 
 BOOST_AUTO_TEST_CASE(rounding_of_block_codes_is_half_away_from_zero) {

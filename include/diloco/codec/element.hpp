@@ -63,30 +63,51 @@ DILOCO_HOST_DEVICE inline float from_e4m3(std::uint8_t c) {
   return std::bit_cast<float>(magnitude | nan | (std::uint32_t(c & 0x80u) << 24));
 }
 
-/// The E4M3 code nearest to finite `x`, ties to even; magnitudes beyond 448
-/// saturate to ±448 (never NaN). `|x|` of binary32 exponent field `e` (bias
+/// An E4M3 code and its value.
+struct e4m3_rounding {
+  std::uint8_t code;  ///< the code (never a NaN code)
+  float value;        ///< `from_e4m3(code)`, exactly
+};
+
+/// The E4M3 code nearest to finite `x`, ties to even, and its value
+/// (`from_e4m3` of that code, exactly); magnitudes beyond 448 saturate to
+/// ±448 (never NaN). `|x|` of binary32 exponent field `e` (bias
 /// 127) lies in `[2^k, 2^(k+1))`, `k = e − 127`; adding `C = 2^(k+20)`,
 /// whose ulp is `2^(k−3)`, rounds it in the FPU (nearest, ties to even) to
 /// 3 fraction bits, and the bits of the sum above those of `C` count the
 /// steps: `q = round(|x| / 2^(k−3))`, in [8, 16], and the code is
 /// `8·(e − 121) + q` (a carry to 16 is the next binade's code by itself).
 /// Below 2^-6 (`e` < 121) `e` is taken as 121: `C = 2^14`, whose ulp is the
-/// subnormal step 2^-9, and the code is `q` itself. It gives the same code
-/// as the earlier bit-rounding form of this function, and that form as the
+/// subnormal step 2^-9, and the code is `q` itself. The value is the sum
+/// less `C`, `q · 2^(k−3)`, exact (Sterbenz: the sum lies in [C, 2C]), or
+/// 448 where the code saturates: one subtraction and a select, where
+/// `from_e4m3` of the code takes a dozen operations (an encoder that keeps
+/// its error, for error feedback, needs both). The code is the same as the
+/// earlier bit-rounding form of this function gave, and that form as the
 /// frexp-based encoder before it, for every finite binary32 (all 2^32 bit
 /// patterns compared).
-DILOCO_HOST_DEVICE inline std::uint8_t to_e4m3(float x) {
+DILOCO_HOST_DEVICE inline e4m3_rounding round_to_e4m3(float x) {
   const std::uint32_t bits = std::bit_cast<std::uint32_t>(x);
   const std::uint32_t sign = (bits >> 24) & 0x80u;
   const std::uint32_t magnitude = bits & 0x7FFFFFFFu;
   const std::uint32_t e = magnitude >> 23 > 121u ? magnitude >> 23 : 121u;
   const std::uint32_t c_bits = (e + 20u) << 23;  // C = 2^(e − 107); beyond 448 meaningless, and unused
-  const std::uint32_t q =
-      std::bit_cast<std::uint32_t>(std::bit_cast<float>(magnitude) + std::bit_cast<float>(c_bits)) - c_bits;
+  const float sum = std::bit_cast<float>(magnitude) + std::bit_cast<float>(c_bits);
+  const std::uint32_t q = std::bit_cast<std::uint32_t>(sum) - c_bits;
   const std::uint32_t code = q + ((e - 121u) << 3);
   const bool in_range = (magnitude < 0x43E00000u) & (code < 0x7Eu);  // |x| < 448; `&`, not `&&`: no branch
-  return static_cast<std::uint8_t>(sign | (in_range ? code : 0x7Eu));  // 0x7E: 448
+  // The value: `sum − C`, exact below 448, at most 448 (an integer minimum
+  // of the bits, which order non-negative floats as their values do: a
+  // select between `sum − C` and 448 made g++ move the subtraction into a
+  // branch, and the loop ran at a third of its speed with AVX2).
+  const std::uint32_t rounded = std::bit_cast<std::uint32_t>(sum - std::bit_cast<float>(c_bits));
+  const std::uint32_t max_bits = std::bit_cast<std::uint32_t>(e4m3_max);
+  const std::uint32_t value = (rounded < max_bits ? rounded : max_bits) | (sign << 24);
+  return {static_cast<std::uint8_t>(sign | (in_range ? code : 0x7Eu)), std::bit_cast<float>(value)};  // 0x7E: 448
 }
+
+/// The E4M3 code nearest to finite `x` (`round_to_e4m3(x).code`).
+DILOCO_HOST_DEVICE inline std::uint8_t to_e4m3(float x) { return round_to_e4m3(x).code; }
 
 /// `y` rounded to the nearest integer, halves away from zero.
 DILOCO_HOST_DEVICE inline float round_half_away(float y) {
@@ -147,5 +168,16 @@ DILOCO_HOST_DEVICE inline std::uint8_t to_fp8(float unit) { return to_e4m3(mul_r
 
 /// The unit of fp8 code `c`: `e4m3(c) / 448`.
 DILOCO_HOST_DEVICE inline float from_fp8(std::uint8_t c) { return from_e4m3(c) / e4m3_max; }
+
+/// The fp8 code of a unit and the unit that code decodes to: `to_fp8(unit)`
+/// and `from_fp8` of it, from one rounding (`round_to_e4m3`).
+struct fp8_rounding {
+  std::uint8_t code;
+  float unit;
+};
+DILOCO_HOST_DEVICE inline fp8_rounding round_to_fp8(float unit) {
+  const e4m3_rounding r = round_to_e4m3(mul_rn(unit, e4m3_max));
+  return {r.code, r.value / e4m3_max};
+}
 
 }  // namespace diloco::codec

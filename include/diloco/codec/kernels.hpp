@@ -181,9 +181,9 @@ bool encode_delta_block(const float* __restrict base, const float* __restrict th
     } else if constexpr (F == format::fp8) {
       for (std::size_t i = 0; i < n; ++i) {
         const float d = value(i);
-        const std::uint8_t c = to_fp8(unit_of(d));
-        codes[i] = c;
-        if constexpr (Feedback) residual[i] = d - from_fp8(c) * absmax;
+        const fp8_rounding r = round_to_fp8(unit_of(d));
+        codes[i] = r.code;
+        if constexpr (Feedback) residual[i] = d - r.unit * absmax;
       }
     } else {
       static_assert(F == format::int4);

@@ -138,8 +138,9 @@ __global__ void encode_blocks_kernel(std::size_t n, std::size_t block, delta_sou
           c = static_cast<std::uint8_t>(q);
           unit = codec::from_int8(q);
         } else {
-          c = codec::to_fp8(unit_of(scale, d));
-          unit = codec::from_fp8(c);
+          const codec::fp8_rounding r = codec::round_to_fp8(unit_of(scale, d));
+          c = r.code;
+          unit = r.unit;
         }
         codes[i] = static_cast<std::byte>(c);
         if (delta.residual) delta.residual[first + i] = __fsub_rn(d, codec::mul_rn(unit, absmax));
