@@ -236,7 +236,9 @@ std::vector<std::size_t> sizes_for(std::size_t block) {
   return {0, 1, 2, 3, block - 1 > 0 ? block - 1 : 1, block, block + 1, 2 * block + 3, 1000, 1001};
 }
 
-constexpr std::size_t blocks[] = {256, 64, 32, 7, 1};  // 64: encode_delta's fixed-length path
+// Up to 1024 (pipelined_block_max): encode_delta's pipelined encoder; 1025:
+// longer than it pipelines, coded in pieces of 1024 and 1 (odd, for int4).
+constexpr std::size_t blocks[] = {256, 64, 32, 7, 1, 1024, 1025};
 
 /// Large enough that 3 threads each get a share (2^16 values at least).
 constexpr std::size_t threaded_n = 3 * (std::size_t{1} << 16) + 4099;

@@ -130,15 +130,67 @@ struct theta_runs {
   }
 };
 
+/// The longest block the pipelined encoder takes (`encode_delta_pipelined`:
+/// two blocks of values on the stack); longer ones are streams the hardware
+/// prefetcher follows by itself, and go through `encode_delta_block`.
+inline constexpr std::size_t pipelined_block_max = 1024;
+
+/// One step of the pipelined encoder: the codes (and, with error feedback,
+/// the encoding errors into `residual_cur`) of a block of `n` values `cur`
+/// whose scale is `unit_of`, and, in the same loop when `Load`, the next
+/// block's values `base − θ` (+ `residual_next`) into `next` and their
+/// magnitude maximum into `m`. One loop doing both keeps loads from memory
+/// (the next block) in flight while this block's codes are computed, and
+/// each value is computed once.
+template <format F, bool Feedback, bool Load, class UnitOf>
+void encode_and_load(std::size_t n, const float* __restrict cur, [[maybe_unused]] float absmax, UnitOf unit_of,
+                     std::uint8_t* __restrict codes, [[maybe_unused]] float* __restrict residual_cur,
+                     [[maybe_unused]] const float* __restrict base, [[maybe_unused]] const float* __restrict theta,
+                     [[maybe_unused]] const float* __restrict residual_next, [[maybe_unused]] float* __restrict next,
+                     [[maybe_unused]] magnitude_max& m) {
+  [[maybe_unused]] magnitude_max next_max;
+  [[maybe_unused]] std::uint8_t q[F == format::int4 ? pipelined_block_max : 1];  // int4 levels, packed after
+  for (std::size_t i = 0; i < n; ++i) {
+    if constexpr (Load) {
+      float v;
+      if constexpr (Feedback) v = outer_gradient{}(base[i], theta[i], residual_next[i]);
+      else v = outer_gradient{}(base[i], theta[i]);
+      next[i] = v;
+      next_max(v);
+    }
+    const float d = cur[i];
+    if constexpr (F == format::int8) {
+      const std::int8_t c = to_int8(unit_of(d));
+      codes[i] = static_cast<std::uint8_t>(c);
+      if constexpr (Feedback) residual_cur[i] = d - from_int8(c) * absmax;
+    } else if constexpr (F == format::fp8) {
+      const fp8_rounding r = round_to_fp8(unit_of(d));
+      codes[i] = r.code;
+      if constexpr (Feedback) residual_cur[i] = d - r.unit * absmax;
+    } else {
+      static_assert(F == format::int4);
+      const int level = int4_level(unit_of(d));
+      q[i] = static_cast<std::uint8_t>(level & 0xF);                            // to_int4
+      if constexpr (Feedback) residual_cur[i] = d - int4_unit(level) * absmax;  // from_int4 of that code
+    }
+  }
+  if constexpr (F == format::int4) {
+    // Packed in pairs after the loop: one loop doing both does not vectorize.
+    if (n % 2) q[n] = 0;  // an odd (last) block's padding nibble; n < pipelined_block_max, which is even
+    for (std::size_t j = 0; j < (n + 1) / 2; ++j) codes[j] = static_cast<std::uint8_t>(q[2 * j] | (q[2 * j + 1] << 4));
+  }
+  if constexpr (Load) m = next_max;
+}
+
 /// Encodes the `n` values of `base − θ` (+ `residual`) as one block of a
-/// block-scaled format `F` at `out`: a first read for the scale, a second (from cache) for the
-/// codes and, with error feedback, `residual ← Δ − decoded`. False if a value
-/// is not finite. `Fixed`, if not 0, is `n` known at compile time
-/// (`encode_delta_chunks`).
-template <format F, bool Feedback, std::size_t Fixed = 0>
+/// block-scaled format `F` at `out`, however long (`encode_delta_pipelined`
+/// takes blocks of up to `pipelined_block_max` values): a first read for the
+/// scale, a second (from cache, in pieces of `pipelined_block_max` values
+/// gathered into a buffer) for the codes and, with error feedback,
+/// `residual ← Δ − decoded`. False if a value is not finite.
+template <format F, bool Feedback>
 bool encode_delta_block(const float* __restrict base, const float* __restrict theta, float* __restrict residual,
-                        std::size_t n_given, std::byte* out) {
-  const std::size_t n = Fixed ? Fixed : n_given;
+                        std::size_t n, std::byte* out) {
   auto value = [&](std::size_t i) {
     if constexpr (Feedback) return outer_gradient{}(base[i], theta[i], residual[i]);
     else return outer_gradient{}(base[i], theta[i]);
@@ -148,66 +200,28 @@ bool encode_delta_block(const float* __restrict base, const float* __restrict th
   if (!m.finite()) return false;
   const block_unit scale(m.value());
   put_f32(out, scale.absmax);
-  auto* __restrict codes = reinterpret_cast<std::uint8_t*>(out + 4);
+  auto* codes = reinterpret_cast<std::uint8_t*>(out + 4);
   if (scale.absmax == 0.0f) {
     std::memset(codes, 0, code_bytes(F, n));
     if constexpr (Feedback)
       for (std::size_t i = 0; i < n; ++i) residual[i] = value(i) - 0.0f;
     return true;
   }
-  // While this block's codes are computed from cache, the next blocks come
-  // from memory: without this the two reads of a block alternate between
-  // waiting for memory and computing, and encoding without error feedback
-  // ran at 0.65-0.8x triad on one core (bench/codecs/README.md, "Prefetch").
-  // Each stream's lines up to `prefetch_reach` past this block, in a window
-  // twice the block (each line is asked for twice: once is not enough when
-  // the core drops a prefetch) but at most 2 KiB (a long block's stream is
-  // one the hardware prefetcher follows by itself).
-  {
-    const std::size_t window = 2 * n * sizeof(float) < 2048 ? 2 * n * sizeof(float) : 2048;
-    prefetch(base + n, prefetch_reach - window, window);
-    prefetch(theta + n, prefetch_reach - window, window);
+  // The next block's first lines, while this one's codes are computed (a
+  // long block's stream is one the hardware prefetcher follows by itself).
+  prefetch(base + n, prefetch_reach - 2048, 2048);
+  prefetch(theta + n, prefetch_reach - 2048, 2048);
+  alignas(64) float values[pipelined_block_max];
+  for (std::size_t start = 0; start < n; start += pipelined_block_max) {
+    const std::size_t len = n - start < pipelined_block_max ? n - start : pipelined_block_max;
+    for (std::size_t i = 0; i < len; ++i) values[i] = value(start + i);
+    auto piece = [&](auto unit_of) {
+      encode_and_load<F, Feedback, false>(len, values, scale.absmax, unit_of, codes + code_bytes(F, start),
+                                          Feedback ? residual + start : nullptr, nullptr, nullptr, nullptr, nullptr, m);
+    };
+    if (scale.by_inverse) piece([inverse = scale.inverse](float d) { return d * inverse; });
+    else piece([absmax = scale.absmax](float d) { return d / absmax; });
   }
-  // One loop per way of scaling, so that no loop branches per value.
-  auto codes_with = [&](auto unit_of) {
-    [[maybe_unused]] const float absmax = scale.absmax;  // unused without feedback (nvcc warns)
-    if constexpr (F == format::int8) {
-      for (std::size_t i = 0; i < n; ++i) {
-        const float d = value(i);
-        const std::int8_t q = to_int8(unit_of(d));
-        codes[i] = static_cast<std::uint8_t>(q);
-        if constexpr (Feedback) residual[i] = d - from_int8(q) * absmax;
-      }
-    } else if constexpr (F == format::fp8) {
-      for (std::size_t i = 0; i < n; ++i) {
-        const float d = value(i);
-        const fp8_rounding r = round_to_fp8(unit_of(d));
-        codes[i] = r.code;
-        if constexpr (Feedback) residual[i] = d - r.unit * absmax;
-      }
-    } else {
-      static_assert(F == format::int4);
-      // Nibbles of up to 256 values at a time into a small array (a loop
-      // like int8's), then packed in pairs: one loop doing both does not
-      // vectorize. Runs are even, so pairs never straddle two runs.
-      constexpr std::size_t run = 256;
-      std::uint8_t q[run];
-      for (std::size_t start = 0; start < n; start += run) {
-        const std::size_t len = n - start < run ? n - start : run;
-        for (std::size_t i = 0; i < len; ++i) {
-          const float d = value(start + i);
-          const int level = int4_level(unit_of(d));
-          q[i] = static_cast<std::uint8_t>(level & 0xF);  // to_int4
-          if constexpr (Feedback) residual[start + i] = d - int4_unit(level) * absmax;  // from_int4 of that code
-        }
-        if (len % 2) q[len] = 0;  // the odd tail's high nibble
-        for (std::size_t j = 0; j < (len + 1) / 2; ++j)
-          codes[start / 2 + j] = static_cast<std::uint8_t>(q[2 * j] | (q[2 * j + 1] << 4));
-      }
-    }
-  };
-  if (scale.by_inverse) codes_with([inverse = scale.inverse](float d) { return d * inverse; });
-  else codes_with([absmax = scale.absmax](float d) { return d / absmax; });
   return true;
 }
 
@@ -235,9 +249,99 @@ bool encode_delta_run(const float* __restrict base, const float* __restrict thet
   return m.finite();
 }
 
+/// What `encode_delta_block` does, for chunks `[first_chunk, last_chunk)` of
+/// a block-scaled format `F` whose blocks hold at most `pipelined_block_max`
+/// values, software-pipelined: each block's values are computed once, into a
+/// buffer, in the loop that encodes the block before it (the first in a
+/// loop of its own). Block by block, a block was read from memory for its
+/// scale and then again, from cache, for its codes, and memory idled while
+/// the codes were computed (bench/codecs/README.md, "Pipelined encoder").
+template <format F, bool Feedback, class Run>
+bool encode_delta_pipelined(const float* base, theta_runs<Run>& theta, float* residual, std::size_t n,
+                            const chunking& c, std::size_t first_chunk, std::size_t last_chunk, std::byte* out,
+                            std::atomic<bool>& failed) {
+  const std::size_t block = c.values;
+  auto len_of = [&](std::size_t k) { return n - k * block < block ? n - k * block : block; };
+  alignas(64) float buffer[2][pipelined_block_max];
+  // Block k's values into `to`, alone (the first block, a short last one,
+  // one after a block of zeros), and their magnitude maximum.
+  auto load = [&](std::size_t k, float* __restrict to) {
+    const std::size_t first = k * block, len = len_of(k);
+    const float* __restrict b = base + first;
+    const float* __restrict t = theta(first, len);
+    const float* __restrict r = Feedback ? residual + first : nullptr;
+    magnitude_max m;
+    for (std::size_t i = 0; i < len; ++i) {
+      float v;
+      if constexpr (Feedback) v = outer_gradient{}(b[i], t[i], r[i]);
+      else v = outer_gradient{}(b[i], t[i]);
+      to[i] = v;
+      m(v);
+    }
+    return m;
+  };
+  magnitude_max m = load(first_chunk, buffer[0]);
+  for (std::size_t k = first_chunk; k < last_chunk; ++k) {
+    if (failed.load(std::memory_order_relaxed) || !m.finite()) {
+      failed.store(true, std::memory_order_relaxed);
+      return false;
+    }
+    const std::size_t first = k * block, len = len_of(k);
+    const float* cur = buffer[(k - first_chunk) % 2];
+    float* next = buffer[(k - first_chunk + 1) % 2];
+    float* r_cur = Feedback ? residual + first : nullptr;
+    const block_unit scale(m.value());
+    std::byte* block_out = out + k * c.bytes;
+    put_f32(block_out, scale.absmax);
+    auto* codes = reinterpret_cast<std::uint8_t*>(block_out + 4);
+    const bool more = k + 1 < last_chunk;
+    // The next block's values come in this block's loop when both are full
+    // (only the last block of the span may be short), so that one length
+    // bounds both.
+    const bool fuse = more && len_of(k + 1) == block && scale.absmax != 0.0f;
+    const float* t_next = fuse ? theta(first + block, block) : nullptr;
+    if (fuse && !Feedback) {
+      // Each input stream's lines up to `prefetch_reach` past the block
+      // this step reads from memory, in a window twice the block (each line
+      // is asked for twice: once is not enough when the core drops a
+      // prefetch) but at most 2 KiB (bench/codecs/README.md, "Prefetch").
+      // θ's from that block's pointer: a hint, harmless where the block
+      // after it lies in another run. Not with error feedback: its third
+      // stream made the pass slower with the prefetch than without
+      // (bench/codecs/README.md, "Pipelined encoder").
+      const std::size_t window = 2 * block * sizeof(float) < 2048 ? 2 * block * sizeof(float) : 2048;
+      prefetch(base + first + 2 * block, prefetch_reach - window, window);
+      prefetch(t_next + block, prefetch_reach - window, window);
+    }
+    // One loop per way of scaling, so that no loop branches per value.
+    auto step = [&](auto unit_of) {
+      if (fuse)
+        encode_and_load<F, Feedback, true>(len, cur, scale.absmax, unit_of, codes, r_cur, base + first + block,
+                                           t_next, Feedback ? residual + first + block : nullptr, next, m);
+      else  // the last block of the span, or the one before a short last one
+        encode_and_load<F, Feedback, false>(len, cur, scale.absmax, unit_of, codes, r_cur, nullptr, nullptr, nullptr,
+                                            nullptr, m);
+    };
+    if (scale.absmax == 0.0f) {  // every value ±0: every code 0, and no error
+      std::memset(codes, 0, code_bytes(F, len));
+      if constexpr (Feedback)
+        for (std::size_t i = 0; i < len; ++i) r_cur[i] = cur[i] - 0.0f;
+    } else if (scale.by_inverse) {
+      step([inverse = scale.inverse](float d) { return d * inverse; });
+    } else {
+      step([absmax = scale.absmax](float d) { return d / absmax; });
+    }
+    if (more && !fuse) m = load(k + 1, next);
+  }
+  return true;
+}
+
 template <format F, bool Feedback, class Run>
 bool encode_delta_chunks(const float* base, theta_runs<Run>& theta, float* residual, std::size_t n, const chunking& c,
                          std::size_t first_chunk, std::size_t last_chunk, std::byte* out, std::atomic<bool>& failed) {
+  if constexpr (block_scaled(F))
+    if (c.values <= pipelined_block_max)
+      return encode_delta_pipelined<F, Feedback>(base, theta, residual, n, c, first_chunk, last_chunk, out, failed);
   for (std::size_t k = first_chunk; k < last_chunk; ++k) {
     if (failed.load(std::memory_order_relaxed)) return false;
     const std::size_t first = k * c.values;
@@ -245,13 +349,7 @@ bool encode_delta_chunks(const float* base, theta_runs<Run>& theta, float* resid
     const float* t = theta(first, len);
     float* r = Feedback ? residual + first : nullptr;
     bool ok;
-    if constexpr (block_scaled(F)) {
-      // Blocks of 64 with their length known to the compiler: the loops
-      // then have no remainder and no trip-count checks, which at that size
-      // cost a tenth of the pass (bench/codecs/README.md, "Block 64").
-      if (len == 64) ok = encode_delta_block<F, Feedback, 64>(base + first, t, r, len, out + k * c.bytes);
-      else ok = encode_delta_block<F, Feedback>(base + first, t, r, len, out + k * c.bytes);
-    }
+    if constexpr (block_scaled(F)) ok = encode_delta_block<F, Feedback>(base + first, t, r, len, out + k * c.bytes);
     else ok = encode_delta_run<F, Feedback>(base + first, t, r, len, out + k * c.bytes);
     if (!ok) {
       failed.store(true, std::memory_order_relaxed);
