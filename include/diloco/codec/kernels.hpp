@@ -176,7 +176,9 @@ void encode_and_load(std::size_t n, const float* __restrict cur, [[maybe_unused]
   }
   if constexpr (F == format::int4) {
     // Packed in pairs after the loop: one loop doing both does not vectorize.
-    if (n % 2) q[n] = 0;  // an odd (last) block's padding nibble; n < pipelined_block_max, which is even
+    // An odd run ends its block (it is shorter than pipelined_block_max,
+    // which is even): the block's padding nibble.
+    if (n % 2) q[n] = 0;
     for (std::size_t j = 0; j < (n + 1) / 2; ++j) codes[j] = static_cast<std::uint8_t>(q[2 * j] | (q[2 * j + 1] << 4));
   }
   if constexpr (Load) m = next_max;
