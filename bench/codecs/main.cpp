@@ -9,7 +9,9 @@
 //   encode_ef/<fmt>        encode_delta with error feedback        16 B/param + encoding
 //   decode_acc/<fmt>       decode_accumulate                        8 B/param + encoding
 //   nesterov               diloco::outer::nesterov<float>::step    20 B/param
-// and prints median, min and max GB/s (10⁹ bytes/s, STREAM's counting) and
+// then the outer step alone, back to back (nesterov_b2b: warm-ups and
+// repetitions on 1 thread, then on T), as bench/codecs/torch_sgd.py times
+// PyTorch's, and prints median, min and max GB/s (10⁹ bytes/s, STREAM's counting) and
 // each one's ratio to the triad of the same thread count. Before timing, the
 // fused passes are checked against codec::encode and codec::decode on a
 // prefix, on T threads. The fused passes run the copy the library picks
@@ -154,6 +156,15 @@ struct method {
   std::vector<double> gbps{};
 };
 
+/// Runs `m` once on `n` parameters and, unless it is a warm-up, keeps its GB/s.
+void run_once(method& m, std::size_t n, bool warm_up) {
+  const auto t0 = std::chrono::steady_clock::now();
+  m.run();
+  const auto t1 = std::chrono::steady_clock::now();
+  if (!warm_up)
+    m.gbps.push_back(m.bytes_per_param * static_cast<double>(n) / std::chrono::duration<double>(t1 - t0).count() / 1e9);
+}
+
 struct buffers {
   bench::huge_buffer base, theta, residual, acc, encoded, triad_out, global, delta;
   explicit buffers(std::size_t n)
@@ -213,15 +224,18 @@ int run_size(const options& o, std::size_t n, unsigned many, const buffers& b) {
   methods.push_back(
       {"nesterov", many, bench::bytes_per_param::nesterov, [&] { bench::nesterov_step(all, global, delta); }});
 
-  for (int r = 0; r < o.warmup + o.repeat; ++r) {
-    for (auto& m : methods) {
-      const auto t0 = std::chrono::steady_clock::now();
-      m.run();
-      const auto t1 = std::chrono::steady_clock::now();
-      if (r < o.warmup) continue;
-      const double seconds = std::chrono::duration<double>(t1 - t0).count();
-      m.gbps.push_back(m.bytes_per_param * static_cast<double>(n) / seconds / 1e9);
-    }
+  for (int r = 0; r < o.warmup + o.repeat; ++r)
+    for (auto& m : methods) run_once(m, n, r < o.warmup);
+  // Then the outer step alone, back to back on the same buffers, as
+  // torch_sgd.py times PyTorch's: one thread's warm-ups and repetitions, then
+  // T threads'. Between the interleaved passes above the step finds none of
+  // its data in cache; stepped again and again, as PyTorch is, part of it may
+  // still be there.
+  for (auto* opt : {&one, &all}) {
+    method m{"nesterov_b2b", opt == &one ? 1u : many, bench::bytes_per_param::nesterov,
+             [opt, global, delta] { bench::nesterov_step(*opt, global, delta); }};
+    for (int r = 0; r < o.warmup + o.repeat; ++r) run_once(m, n, r < o.warmup);
+    methods.push_back(std::move(m));
   }
 
   std::vector<summary> s;
