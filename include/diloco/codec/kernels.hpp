@@ -62,6 +62,28 @@ struct block_unit {
 
 namespace detail {
 
+/// Value `i` of the outer gradient of `base` and `theta`: with error feedback
+/// `residual[i]` is added, without it `residual` is not read.
+template <bool Feedback>
+inline float outer_gradient_at(const float* base, const float* theta, [[maybe_unused]] const float* residual,
+                               std::size_t i) {
+  if constexpr (Feedback) return outer_gradient{}(base[i], theta[i], residual[i]);
+  else return outer_gradient{}(base[i], theta[i]);
+}
+
+/// Values `[0, n)` of the outer gradient into `to`, and their magnitude maximum.
+template <bool Feedback>
+magnitude_max outer_gradient_into(std::size_t n, const float* __restrict base, const float* __restrict theta,
+                                  const float* __restrict residual, float* __restrict to) {
+  magnitude_max m;
+  for (std::size_t i = 0; i < n; ++i) {
+    const float v = outer_gradient_at<Feedback>(base, theta, residual, i);
+    to[i] = v;
+    m(v);
+  }
+  return m;
+}
+
 /// Values per chunk for fp32 and bf16, which have no blocks: 16 KiB of fp32.
 inline constexpr std::size_t unscaled_chunk = 4096;
 
@@ -152,9 +174,7 @@ void encode_and_load(std::size_t n, const float* __restrict cur, [[maybe_unused]
   [[maybe_unused]] std::uint8_t q[F == format::int4 ? pipelined_block_max : 1];  // int4 levels, packed after
   for (std::size_t i = 0; i < n; ++i) {
     if constexpr (Load) {
-      float v;
-      if constexpr (Feedback) v = outer_gradient{}(base[i], theta[i], residual_next[i]);
-      else v = outer_gradient{}(base[i], theta[i]);
+      const float v = outer_gradient_at<Feedback>(base, theta, residual_next, i);
       next[i] = v;
       next_max(v);
     }
@@ -193,10 +213,7 @@ void encode_and_load(std::size_t n, const float* __restrict cur, [[maybe_unused]
 template <format F, bool Feedback>
 bool encode_delta_block(const float* __restrict base, const float* __restrict theta, float* __restrict residual,
                         std::size_t n, std::byte* out) {
-  auto value = [&](std::size_t i) {
-    if constexpr (Feedback) return outer_gradient{}(base[i], theta[i], residual[i]);
-    else return outer_gradient{}(base[i], theta[i]);
-  };
+  auto value = [&](std::size_t i) { return outer_gradient_at<Feedback>(base, theta, residual, i); };
   magnitude_max m;
   for (std::size_t i = 0; i < n; ++i) m(value(i));
   if (!m.finite()) return false;
@@ -216,7 +233,7 @@ bool encode_delta_block(const float* __restrict base, const float* __restrict th
   alignas(64) float values[pipelined_block_max];
   for (std::size_t start = 0; start < n; start += pipelined_block_max) {
     const std::size_t len = n - start < pipelined_block_max ? n - start : pipelined_block_max;
-    for (std::size_t i = 0; i < len; ++i) values[i] = value(start + i);
+    outer_gradient_into<Feedback>(len, base + start, theta + start, Feedback ? residual + start : nullptr, values);
     auto piece = [&](auto unit_of) {
       encode_and_load<F, Feedback, false>(len, values, scale.absmax, unit_of, codes + code_bytes(F, start),
                                           Feedback ? residual + start : nullptr, nullptr, nullptr, nullptr, nullptr, m);
@@ -234,9 +251,7 @@ bool encode_delta_run(const float* __restrict base, const float* __restrict thet
                       std::size_t n, std::byte* out) {
   magnitude_max m;
   for (std::size_t i = 0; i < n; ++i) {
-    float d;
-    if constexpr (Feedback) d = outer_gradient{}(base[i], theta[i], residual[i]);
-    else d = outer_gradient{}(base[i], theta[i]);
+    const float d = outer_gradient_at<Feedback>(base, theta, residual, i);
     m(d);
     if constexpr (F == format::fp32) {
       std::memcpy(out + 4 * i, &d, 4);
@@ -267,20 +282,10 @@ bool encode_delta_pipelined(const float* base, theta_runs<Run>& theta, float* re
   alignas(64) float buffer[2][pipelined_block_max];
   // Block k's values into `to`, alone (the first block, a short last one,
   // one after a block of zeros), and their magnitude maximum.
-  auto load = [&](std::size_t k, float* __restrict to) {
+  auto load = [&](std::size_t k, float* to) {
     const std::size_t first = k * block, len = len_of(k);
-    const float* __restrict b = base + first;
-    const float* __restrict t = theta(first, len);
-    const float* __restrict r = Feedback ? residual + first : nullptr;
-    magnitude_max m;
-    for (std::size_t i = 0; i < len; ++i) {
-      float v;
-      if constexpr (Feedback) v = outer_gradient{}(b[i], t[i], r[i]);
-      else v = outer_gradient{}(b[i], t[i]);
-      to[i] = v;
-      m(v);
-    }
-    return m;
+    return outer_gradient_into<Feedback>(len, base + first, theta(first, len), Feedback ? residual + first : nullptr,
+                                         to);
   };
   magnitude_max m = load(first_chunk, buffer[0]);
   for (std::size_t k = first_chunk; k < last_chunk; ++k) {
