@@ -11,8 +11,8 @@
 //   nesterov               diloco::outer::nesterov<float>::step    20 B/param
 // then the outer step alone, back to back (nesterov_b2b: warm-ups and
 // repetitions on 1 thread, then on T), as bench/codecs/torch_sgd.py times
-// PyTorch's, and prints median, min and max GB/s (10⁹ bytes/s, STREAM's counting) and
-// each one's ratio to the triad of the same thread count. Before timing, the
+// PyTorch's, and prints median, min and max GB/s (10⁹ bytes/s, STREAM's
+// counting) and each one's ratio to the triad of the same thread count. Before timing, the
 // fused passes are checked against codec::encode and codec::decode on a
 // prefix, on T threads. The fused passes run the copy the library picks
 // (diloco/detail/isa.hpp: AVX-512 or AVX2 where the build is for the x86-64
