@@ -102,8 +102,11 @@ def compare(args):
         for theirs, mine in zip(torch_runs, ours):
             for run in theirs["runs"]:
                 def ms(name):
-                    return next(m["median_ms"] for m in mine["methods"]
-                                if m["method"] == name and m["threads"] == run["threads"])
+                    found = [m["median_ms"] for m in mine["methods"]
+                             if m["method"] == name and m["threads"] == run["threads"]]
+                    if not found:
+                        sys.exit(f"torch_sgd.py: {args.against} printed no {name!r} on {run['threads']} threads")
+                    return found[0]
                 b2b, cold = ms("nesterov_b2b"), ms("nesterov")
                 print(f"{r:>5} {theirs['n']:>10} {run['threads']:>7} {run['median_ms']:>9.2f} {b2b:>8.2f}"
                       f" {run['median_ms'] / b2b:>9.2f} {cold:>11.2f} {run['median_ms'] / cold:>14.2f}", flush=True)
