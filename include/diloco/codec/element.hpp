@@ -79,31 +79,33 @@ struct e4m3_rounding {
 /// `8·(e − 121) + q` (a carry to 16 is the next binade's code by itself).
 /// Below 2^-6 (`e` < 121) `e` is taken as 121: `C = 2^14`, whose ulp is the
 /// subnormal step 2^-9, and the code is `q` itself. The value is the sum
-/// less `C`, `q · 2^(k−3)`, exact (Sterbenz: the sum lies in [C, 2C]), or
-/// 448 where the code saturates: one subtraction and a select, where
-/// `from_e4m3` of the code takes a dozen operations (an encoder that keeps
-/// its error, for error feedback, needs both). The code is the same as the
-/// earlier bit-rounding form of this function gave, and that form as the
-/// frexp-based encoder before it, for every finite binary32 (all 2^32 bit
-/// patterns compared).
+/// less `C`, `q · 2^(k−3)`, exact (Sterbenz: the sum lies in [C, 2C]): one
+/// subtraction, where `from_e4m3` of the code takes a dozen operations (an
+/// encoder that keeps its error, for error feedback, needs both).
+/// Saturation comes first: a magnitude above 448 (infinity and NaN too) is
+/// taken as 448, an integer minimum of the bits, which order non-negative
+/// floats as their values do. Then no code exceeds 448's (0x7E), since
+/// below 448 nothing rounds past it, and neither code nor value needs a
+/// select after the rounding: on AVX2, which compares unsigned integers
+/// only through a minimum and an equality, those selects cost a third of
+/// the fp8 encoder's instructions. The code is the same as the earlier
+/// bit-rounding form of this function gave, and that form as the
+/// frexp-based encoder before it, for every finite binary32; code and value
+/// are the same as those of the form with the selects after the rounding
+/// for all 2^32 bit patterns (compared exhaustively).
 DILOCO_HOST_DEVICE inline e4m3_rounding round_to_e4m3(float x) {
   const std::uint32_t bits = std::bit_cast<std::uint32_t>(x);
   const std::uint32_t sign = (bits >> 24) & 0x80u;
-  const std::uint32_t magnitude = bits & 0x7FFFFFFFu;
+  const std::uint32_t max_bits = std::bit_cast<std::uint32_t>(e4m3_max);
+  const std::uint32_t unsaturated = bits & 0x7FFFFFFFu;
+  const std::uint32_t magnitude = unsaturated < max_bits ? unsaturated : max_bits;
   const std::uint32_t e = magnitude >> 23 > 121u ? magnitude >> 23 : 121u;
-  const std::uint32_t c_bits = (e + 20u) << 23;  // C = 2^(e − 107); beyond 448 meaningless, and unused
+  const std::uint32_t c_bits = (e + 20u) << 23;  // C = 2^(e − 107)
   const float sum = std::bit_cast<float>(magnitude) + std::bit_cast<float>(c_bits);
   const std::uint32_t q = std::bit_cast<std::uint32_t>(sum) - c_bits;
-  const std::uint32_t code = q + ((e - 121u) << 3);
-  const bool in_range = (magnitude < 0x43E00000u) & (code < 0x7Eu);  // |x| < 448; `&`, not `&&`: no branch
-  // The value: `sum − C`, exact below 448, at most 448 (an integer minimum
-  // of the bits, which order non-negative floats as their values do: a
-  // select between `sum − C` and 448 made g++ move the subtraction into a
-  // branch, and the loop ran at a third of its speed with AVX2).
-  const std::uint32_t rounded = std::bit_cast<std::uint32_t>(sum - std::bit_cast<float>(c_bits));
-  const std::uint32_t max_bits = std::bit_cast<std::uint32_t>(e4m3_max);
-  const std::uint32_t value = (rounded < max_bits ? rounded : max_bits) | (sign << 24);
-  return {static_cast<std::uint8_t>(sign | (in_range ? code : 0x7Eu)), std::bit_cast<float>(value)};  // 0x7E: 448
+  const std::uint32_t code = q + ((e - 121u) << 3);  // at most 0x7E: 448
+  const std::uint32_t value = std::bit_cast<std::uint32_t>(sum - std::bit_cast<float>(c_bits)) | (sign << 24);
+  return {static_cast<std::uint8_t>(sign | code), std::bit_cast<float>(value)};
 }
 
 /// The E4M3 code nearest to finite `x` (`round_to_e4m3(x).code`).
