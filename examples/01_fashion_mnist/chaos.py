@@ -32,6 +32,7 @@ import argparse
 import contextlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -62,6 +63,21 @@ def emulated_wan(args):
         yield net
 
 
+def forget_earlier_run(out):
+    """Removes what an earlier run in `out` wrote and this one would read
+    back: its syncer checkpoints (a syncer started with --checkpoint-dir
+    resumes from the newest, so a second run in the same --out went on from
+    the first one's model), its learners' checkpoints, final models, metrics,
+    logs and report. Nothing else in `out` is touched."""
+    for name in os.listdir(out):
+        path = os.path.join(out, name)
+        if os.path.isdir(path) and re.fullmatch(r"logs|checkpoints\d*|learner\d+", name):
+            shutil.rmtree(path)
+        elif os.path.isfile(path) and re.fullmatch(r"events\.jsonl|report\.json|chaos\.log|timeline\.png|"
+                                                   r"final\d*\.f32|syncer\d*\.json", name):
+            os.remove(path)
+
+
 def run(bins, out, mode, args, faults=True):
     """One chaos run in `out`; returns its report with the test accuracy added."""
     with emulated_wan(args) as net:
@@ -71,8 +87,7 @@ def run(bins, out, mode, args, faults=True):
 def run_in(bins, out, mode, args, faults, net):
     os.makedirs(out, exist_ok=True)
     m = args.learners
-    for i in range(m):  # a learner checkpoint of an earlier run in `out` is not this run's
-        shutil.rmtree(os.path.join(out, f"learner{i}"), ignore_errors=True)
+    forget_earlier_run(out)
     # A shard keeps its own checkpoints, final model and counters.
     own = "" if args.shards == 1 else "{shard}"
     # Over --wan each process runs in its site's namespace: the syncer serves
@@ -110,6 +125,10 @@ def run_in(bins, out, mode, args, faults, net):
     with open(os.path.join(out, "chaos.log"), "w") as log:
         status = subprocess.run(command, stdout=subprocess.PIPE, stderr=log, text=True,
                                 timeout=args.duration + 180).returncode
+    if not os.path.exists(os.path.join(out, "report.json")):
+        with open(os.path.join(out, "chaos.log"), errors="replace") as log:
+            tail = log.read()[-2000:]
+        sys.exit(f"chaos.py: diloco_chaos exited {status} without a report; the end of {out}/chaos.log:\n{tail}")
     report = json.load(open(os.path.join(out, "report.json")))
     report["runner_status"] = status
     faults = {"learner_kills": 0, "learner_pauses": 0, "syncer_kills": 0}
@@ -208,7 +227,8 @@ def main():
     p.add_argument("--compare", action="store_true")
     p.add_argument("--mode", choices=MODES, default="decoupled")
     p.add_argument("--no-faults", action="store_true")
-    p.add_argument("--out", default=None)
+    p.add_argument("--out", default=None, help="the runs' directory (default: a new one in /tmp); what an earlier "
+                   "run left there is replaced, not resumed from")
     p.add_argument("--learners", type=int, default=4)
     p.add_argument("--duration", type=float, default=75)
     p.add_argument("--mtbf", type=float, default=8)

@@ -188,7 +188,15 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "diloco_chaos: --out, --syncer and --learner are required (diloco_chaos --help)\n");
       return diloco_tools::bad_usage;
     }
-    plan.check();  // names the option that makes no sense
+    // Names the option that makes no sense. Without faults only the learners
+    // and the duration matter: the default quiet windows (10 s each) must not
+    // refuse a baseline shorter than 20 s.
+    chaos::schedule_options checked = plan;
+    if (no_faults) {
+      checked.quiet_start_seconds = checked.quiet_end_seconds = 0;
+      checked.syncer_kills_at.clear();
+    }
+    checked.check();
     if (kill_shard >= shards) throw std::invalid_argument("--kill-shard must be below --shards");
   } catch (const std::invalid_argument& e) {
     std::fprintf(stderr, "diloco_chaos: %s\n", e.what());
