@@ -20,6 +20,7 @@ import json
 import math
 import os
 import re
+import shutil
 import socket
 import subprocess
 import sys
@@ -147,6 +148,7 @@ def main():
     if failures:
         print("work directory kept: " + work)
         return 1
+    shutil.rmtree(work)  # kept only for a failure: a passing run left its logs in /tmp every time
     return 0
 
 
