@@ -4,7 +4,7 @@
 // Its buffers are its own type; the codec work is `host_memory`'s, whose
 // passes take any buffer the host can read, so that the bytes are the
 // library's, bit for bit. `main` runs the passes of one fragment in the order
-// a learner does: gather, adopt, encode_delta.
+// a learner does: gather, adopt, encode_delta, pack, adopt again (a rebase).
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
@@ -66,6 +66,10 @@ class counted_memory {
     host_.gather(slices, theta, host);
   }
   template <diloco::scalar T>
+  void pack(std::span<const diloco::fragment_slice> slices, std::span<const T> theta, buffer<T>& base) {
+    host_.pack(slices, theta, base);  // within this memory: nothing crosses
+  }
+  template <diloco::scalar T>
   void read(std::span<const T> from, std::span<T> host) {
     crossed += host.size_bytes();
     host_.read(from, host);
@@ -112,6 +116,20 @@ int main() {
 
   bool ok = sent && verdict == diloco::payload::verdict::ok && space.crossed == 3 * n * sizeof(float);
   for (float d : delta) ok = ok && d == 0.5f;  // Δ = base − θ_p
-  std::printf("fragment 0: %zu values, outer gradient %.2f, %zu bytes crossed\n", n, double(delta[0]), space.crossed);
+
+  // What was sent leaves the learner's account (the default adoption rule):
+  // the base moves to θ_p, then one more step, then the answer Θ = initial + 1
+  // is taken in by a rebase, θ_p ← Θ + (θ_p − base): the step after the send is kept.
+  space.pack<float>(slices, theta, base);
+  for (float& v : theta) v -= 0.25f;
+  std::vector<float> answer(initial);
+  for (float& v : answer) v += 1.0f;
+  std::memcpy(update.data(), answer.data(), update.size());
+  space.adopt<float>(diloco::codec_id::f32, 0, update, slices, theta, base, diloco::adoption::rebase, 0.0f);
+  std::vector<float> packed(n);
+  space.gather<float>(slices, theta, packed);
+  for (std::size_t i = 0; i < n; ++i) ok = ok && packed[i] == answer[i] - 0.25f;
+  std::printf("fragment 0: %zu values, outer gradient %.2f, rebased by %.2f, %zu bytes crossed\n", n,
+              double(delta[0]), double(packed[0] - answer[0]), space.crossed);
   return ok ? 0 : 1;
 }

@@ -106,7 +106,7 @@ int main() {
         unit.step(draw(data, 16)).value();  // throws if the learner stopped (timed out, ended, ...)
         std::this_thread::sleep_for(std::chrono::microseconds(100));  // stands in for real work
       }
-      unit.finish(diloco::clock::now());  // sends what is left, then leaves
+      unit.finish();  // waits for its answers in flight, sends what is left, then leaves
     });
   learners.clear();       // joins the learner threads
   server.request_stop();  // the syncer merges what is left and stops

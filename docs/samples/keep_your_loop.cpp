@@ -151,7 +151,7 @@ std::vector<float> train_with_diloco(int steps) {
     }
     if (step % 100 == 0) std::printf("step %d: training loss %.4f\n", step, stats->loss);
   }
-  learner.finish(diloco::clock::now());
+  learner.finish();  // sends what is left, then leaves
   server.request_stop();
   server.join();
   return sync.parameters();  // the global model

@@ -75,7 +75,7 @@ int main() {
         unit.step(draw(16)).value();  // throws if the learner stopped
         std::this_thread::sleep_for(std::chrono::microseconds(100));
       }
-      unit.finish(diloco::clock::now());
+      unit.finish();  // sends what is left, then leaves
     });
   learners.clear();
   server.request_stop();

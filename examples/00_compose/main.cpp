@@ -28,7 +28,7 @@ int main() {
         unit.step(line_model::sample(id, step)).value();
         std::this_thread::sleep_for(std::chrono::microseconds(200));  // stands in for real work
       }
-      unit.finish(clock::now());
+      unit.finish();  // waits for its answers in flight, sends what is left, then leaves
     });
   learners.clear();       // joins the learners
   server.request_stop();  // the syncer merges what is left and stops

@@ -31,14 +31,16 @@ message numbered(std::uint64_t i) {
   return m;
 }
 
-/// Trains 3 learners with the given preset through faulty endpoints on every
-/// side; returns the global parameters and what the faults did.
+/// Trains 3 learners with the given preset (its syncer options and outer
+/// optimizer) through faulty endpoints on every side; returns the global
+/// parameters and what the faults did.
 struct outcome {
   std::vector<T> parameters;
   std::uint64_t faults = 0;
 };
 
-outcome train(syncer_options options, chaos::fault_plan plan, std::uint64_t steps) {
+template <class Setup>
+outcome train(Setup options, chaos::fault_plan plan, std::uint64_t steps) {
   sim::network net(7, sim::link_options{.latency = 2ms, .bytes_per_second = 1e7});
   auto clock = [&net] { return net.now(); };
   model_type initial(6, 5);
@@ -47,7 +49,7 @@ outcome train(syncer_options options, chaos::fault_plan plan, std::uint64_t step
   syncer_plan.seed = plan.seed * 31 + 1;
   faulty_endpoint syncer_end(net.attach(syncer_peer), syncer_plan, clock);
   syncer<outer::nesterov<T>, merge::token_weighted, faulty_endpoint> s(initial.layout(), initial.parameters(), syncer_end,
-                                                                       options);
+                                                                       options, options.outer);
   std::vector<std::unique_ptr<model_type>> models;
   std::vector<std::unique_ptr<faulty_endpoint>> ends;
   std::vector<std::unique_ptr<learner<model_type, inner::adamw<T>, faulty_endpoint>>> learners;
@@ -142,7 +144,7 @@ BOOST_AUTO_TEST_CASE(faults_happen_at_their_rates_on_a_reproducible_schedule) {
 }
 
 BOOST_AUTO_TEST_CASE(duplicated_reordered_and_delayed_messages_do_not_change_a_synchronous_run) {
-  const auto options = presets::diloco(3, 5);
+  const auto options = presets::diloco<T>(3, 5);
   const auto clean = train(options, chaos::fault_plan{}, 40);
   chaos::fault_plan plan;
   plan.duplicate = 0.3;
@@ -157,7 +159,7 @@ BOOST_AUTO_TEST_CASE(duplicated_reordered_and_delayed_messages_do_not_change_a_s
 }
 
 BOOST_AUTO_TEST_CASE(a_decoupled_run_under_every_fault_is_reproducible_and_still_learns) {
-  auto options = presets::decoupled_diloco(20, 4, 1, 3);
+  auto options = presets::decoupled_diloco<T>(20, 4, 1, 3);
   options.heartbeat_timeout = 3s;
   chaos::fault_plan plan;
   plan.drop = 0.05;
@@ -175,8 +177,8 @@ BOOST_AUTO_TEST_CASE(a_decoupled_run_under_every_fault_is_reproducible_and_still
   const auto c = train(options, plan, 500);
   BOOST_TEST(std::memcmp(a.parameters.data(), c.parameters.data(), a.parameters.size() * sizeof(T)) != 0);
   // The global model still learns: with 10 % of messages lost or damaged, a
-  // fifth delayed and a 3 s partition it covers most of the way to the
-  // teacher (measured: 1.78 → 0.16; without faults → 0.01).
+  // fifth delayed and a 3 s partition it gets as close to the teacher as
+  // without faults (measured: 1.78 → 0.0018; without faults → 0.0015).
   toy::teacher<T> teacher(6, 0);
   model_type initial(6, 5);
   auto distance = [&](std::span<const T> p) {
@@ -187,8 +189,8 @@ BOOST_AUTO_TEST_CASE(a_decoupled_run_under_every_fault_is_reproducible_and_still
   const auto clean = train(options, chaos::fault_plan{}, 500);
   const double start = distance(initial.parameters()), faulty = distance(a.parameters), reference = distance(clean.parameters);
   BOOST_TEST_MESSAGE("distance to the teacher: start " << start << ", clean " << reference << ", with faults " << faulty);
-  BOOST_TEST(reference < start / 20);
-  BOOST_TEST(faulty < start / 5);
+  BOOST_TEST(reference < start / 100);
+  BOOST_TEST(faulty < start / 50);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -253,7 +253,7 @@ static_assert(checkpointable_agrees<diloco::inner::adamw<float>> && checkpointab
 template <class S, class T>
 constexpr bool memory_space_agrees = diloco::memory_space<S, T> == diloco::check_memory_space<S, T, quiet>();
 
-enum class space_req { buffer, encode_delta, adopt, scatter, gather, copies };
+enum class space_req { buffer, encode_delta, adopt, scatter, gather, copies, pack };
 /// host_memory with one requirement's member hidden by a deleted one.
 template <space_req R>
 struct space_lacking;
@@ -281,6 +281,10 @@ template <>
 struct space_lacking<space_req::copies> : diloco::host_memory {
   void write() = delete;
 };
+template <>
+struct space_lacking<space_req::pack> : diloco::host_memory {
+  void pack() = delete;
+};
 
 namespace rs = diloco::requirements::memory_space;
 template <class S>
@@ -300,6 +304,8 @@ static_assert(rs::scatter<space_lacking<space_req::gather>, float> && !rs::gathe
               space_refused<space_lacking<space_req::gather>>);
 static_assert(rs::gather<space_lacking<space_req::copies>, float> && !rs::copies<space_lacking<space_req::copies>, float> &&
               space_refused<space_lacking<space_req::copies>>);
+static_assert(rs::copies<space_lacking<space_req::pack>, float> && !rs::pack<space_lacking<space_req::pack>, float> &&
+              space_refused<space_lacking<space_req::pack>>);
 
 /// A model that names its memory: a memory space is taken, anything else
 /// refused at requirement 7 with 1 to 6 met.

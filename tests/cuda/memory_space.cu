@@ -1,8 +1,9 @@
 // The learner's passes on the device (cuda::device_memory) against the same
 // passes in host memory (host_memory), on a fragment of several slices of θ:
 // the encoded bytes and the error-feedback residual bit for bit in every
-// codec, the decoded base exactly, θ exactly after an overwrite, within an
-// FMA's rounding after mixing, and a non-finite value refused by both.
+// codec, the decoded base exactly, θ exactly after an overwrite and a rebase,
+// within an FMA's rounding after mixing, and a non-finite value refused by
+// both.
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -110,19 +111,21 @@ DILOCO_CUDA_TEST(memory_space, adopt_decodes_the_base_and_updates_theta_as_the_h
     std::vector<float> packed(n);
     host.gather(slices, std::span<const float>(s.theta), std::span<float>(packed));
     const std::vector<float> global = near(packed, 0.05f, 40 + p);
+    const std::vector<float> old_base = near(packed, 0.01f, 50 + p);  // what a rebase subtracts
     for (const codec_id c : codecs) {
       const std::uint32_t block = block_of(c);
       std::vector<std::byte> payload(diloco::payload::size(c, n, block));
       CUDA_TEST_CHECK(diloco::payload::encode<float>(c, block, n, [&](std::size_t i) { return global[i]; },
                                                      std::span<std::byte>(payload)),
                       "encode");
-      for (const diloco::adoption how : {diloco::adoption::overwrite, diloco::adoption::mix, diloco::adoption::keep}) {
+      for (const diloco::adoption how : {diloco::adoption::overwrite, diloco::adoption::mix, diloco::adoption::keep,
+                                         diloco::adoption::rebase}) {
         const std::string what = "fragment " + std::to_string(p) + " codec " + std::to_string(int(c)) + " adoption " +
                                  std::to_string(int(how));
-        std::vector<float> theta_h = s.theta, base_h(n, 0.0f);
+        std::vector<float> theta_h = s.theta, base_h = old_base;
         host.adopt(c, block, std::span<const std::byte>(payload), slices, std::span<float>(theta_h), base_h, how, 0.5f);
         auto theta_d = t::upload(s.theta);
-        auto base_d = device.allocate<float>(n);
+        auto base_d = t::upload(old_base);
         device.adopt(c, block, std::span<const std::byte>(payload), slices, theta_d.span(), base_d, how, 0.5f);
         CUDA_TEST_CHECK(t::download(base_d) == base_h, what + ": the base differs");  // == : −0 may arrive as +0
         const auto theta_got = t::download(theta_d);
@@ -157,6 +160,10 @@ DILOCO_CUDA_TEST(memory_space, copies_move_the_values_unchanged) {
     std::vector<float> scattered(s.theta.size(), 0.0f);
     host.scatter(slices, expected, std::span<float>(scattered));
     CUDA_TEST_CHECK(t::download(zero_d) == scattered, "scatter");
+    // Pack θ_p into a zeroed base: fragment p's values, packed.
+    auto packed_d = device.allocate<float>(s.plan[p].size());
+    device.pack(slices, std::span<const float>(theta_d.span()), packed_d);
+    CUDA_TEST_CHECK(t::download(packed_d) == expected, "pack");
   }
   std::vector<float> back(s.theta.size());
   device.read(std::span<const float>(theta_d.span()), std::span<float>(back));

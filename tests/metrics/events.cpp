@@ -121,7 +121,7 @@ BOOST_AUTO_TEST_CASE(trace_lines_are_whole_and_appended) {
   {
     trace_writer a(path), b(path);  // two writers, as two processes would be
     a.learner(3, 2, learner_event{.what = learner_event::kind::sent, .fragment = 1, .sequence = 17, .revision = 4,
-                                  .steps = 50, .waited_total = 1500us});
+                                  .work = 25, .steps = 50, .waited_total = 1500us});
     b.contribution(contribution_event{3, 2, 17, 1, 4, false, reject_reason::stale});
     const std::vector<merged_contribution> m{{3, 2, 17, 0}, {1, 1, 9, 2}};
     a.merged(1, 5, m);
@@ -137,7 +137,7 @@ BOOST_AUTO_TEST_CASE(trace_lines_are_whole_and_appended) {
   }
   const auto tail = [](const std::string& l) { return l.substr(l.find(",\"src\"")); };
   BOOST_TEST(tail(lines[0]) == ",\"src\":\"learner\",\"ev\":\"sent\",\"learner\":3,\"incarnation\":2,\"fragment\":1,"
-                               "\"sequence\":17,\"base\":4,\"steps\":50,\"wait_us\":1500}");
+                               "\"sequence\":17,\"base\":4,\"work\":25,\"steps\":50,\"wait_us\":1500}");
   BOOST_TEST(tail(lines[1]) == ",\"src\":\"syncer\",\"ev\":\"rejected\",\"learner\":3,\"incarnation\":2,\"sequence\":17,"
                                "\"fragment\":1,\"base\":4,\"reason\":\"stale\"}");
   BOOST_TEST(tail(lines[2]) == ",\"src\":\"syncer\",\"ev\":\"merged\",\"fragment\":1,\"revision\":5,"

@@ -57,6 +57,8 @@ BOOST_AUTO_TEST_CASE(known_counters_give_the_expected_lines) {
   g.known_learners = 5;
   g.training_loss = 0.25;
   g.revisions = {7, 9};
+  g.steps_computed = 4000;
+  g.compute_efficiency = 0.96875;
   const auto lines = lines_of(prometheus_text(known_counters(), g));
   for (const std::string expected : {
            "# HELP diloco_syncer_outer_updates_total Outer updates applied (revisions created), all fragments together.",
@@ -83,6 +85,10 @@ BOOST_AUTO_TEST_CASE(known_counters_give_the_expected_lines) {
            "diloco_syncer_known_learners 5",
            "# TYPE diloco_syncer_training_loss gauge",
            "diloco_syncer_training_loss 0.25",
+           "# TYPE diloco_syncer_steps_computed gauge",
+           "diloco_syncer_steps_computed 4000",
+           "# TYPE diloco_syncer_compute_efficiency gauge",
+           "diloco_syncer_compute_efficiency 0.96875",
            "diloco_syncer_revision{fragment=\"0\"} 7",
            "diloco_syncer_revision{fragment=\"1\"} 9",
        })
@@ -114,14 +120,16 @@ BOOST_AUTO_TEST_CASE(every_sample_line_parses_and_follows_its_type) {
       ++samples;
     }
   }
-  // Every counter, every refusal reason, three learner gauges, a revision per fragment.
-  BOOST_TEST(samples == syncer_counter_count + reject_reason_count + 3 + 3);
+  // Every counter, every refusal reason, three learner gauges, two of
+  // computed work, a revision per fragment.
+  BOOST_TEST(samples == syncer_counter_count + reject_reason_count + 3 + 2 + 3);
   BOOST_TEST(has_line(lines, "diloco_syncer_training_loss 0.3333333333333333"));  // reads back as 1/3
 }
 
 BOOST_AUTO_TEST_CASE(an_unknown_loss_is_nan_and_the_prefix_is_the_callers) {
   const auto lines = lines_of(prometheus_text(syncer_metrics{}, syncer_gauges{}, "trainer_"));
   BOOST_TEST(has_line(lines, "trainer_training_loss NaN"));
+  BOOST_TEST(has_line(lines, "trainer_compute_efficiency NaN"));
   BOOST_TEST(has_line(lines, "trainer_outer_updates_total 0"));
   BOOST_TEST(!has_line(lines, "diloco_syncer_outer_updates_total 0"));
 }

@@ -1,6 +1,7 @@
 // The learner driven step by step, with the test playing the syncer: joining,
-// the staggered schedule, outer gradients, the τ-step hold on answers, mixing,
-// lock-step waits and the final flush.
+// the staggered schedule, outer gradients, the τ-step hold on answers, the
+// adoption rules (rebase, lazy, overwrite and mixing) with parameters worked
+// out by hand, lock-step waits and the final flush.
 #include <boost/test/unit_test.hpp>
 
 #include <chrono>
@@ -36,13 +37,18 @@ struct constant_gradient_model {
 
 using test_learner = learner<constant_gradient_model, inner::sgd<double>, inproc::endpoint>;
 
+/// The learner with the default adoption rule (`rebase`), or another.
 struct fixture {
   inproc::hub hub;
   inproc::endpoint& syncer_end = hub.attach(syncer_peer);
   inproc::endpoint& learner_end = hub.attach(0);
   constant_gradient_model model;
-  test_learner l{model, learner_end, learner_options{.id = 0, .answer_timeout = 10s}, inner::sgd<double>({.learning_rate = 0.5})};
+  test_learner l;
   time_point now{};
+
+  explicit fixture(adoption_rule rule = learner_options{}.adopt)
+      : l{model, learner_end, learner_options{.id = 0, .answer_timeout = 10s, .adopt = rule},
+          inner::sgd<double>({.learning_rate = 0.5})} {}
 
   std::vector<message> received() {
     std::vector<message> got;
@@ -119,6 +125,14 @@ std::vector<double> values(const message& m) {
   return {v.begin(), v.end()};
 }
 
+/// Today's overwrite rule, kept to compare against: adoption resets θ_p.
+struct overwrite_fixture : fixture {
+  overwrite_fixture() : fixture(adoption_rule::overwrite) {}
+};
+struct lazy_fixture : fixture {
+  lazy_fixture() : fixture(adoption_rule::lazy) {}
+};
+
 }  // namespace
 
 BOOST_AUTO_TEST_SUITE(runtime_learner)
@@ -183,7 +197,7 @@ BOOST_FIXTURE_TEST_CASE(a_heartbeat_carries_the_mean_loss_of_the_steps_since_the
   BOOST_TEST(!third[0].header.loss.has_value());
 }
 
-BOOST_FIXTURE_TEST_CASE(an_answer_is_adopted_tau_steps_after_its_send, fixture) {
+BOOST_FIXTURE_TEST_CASE(overwrite_adopts_an_answer_tau_steps_after_its_send, overwrite_fixture) {
   join(2, 4, 2);
   step();
   step();  // fragment 1 sent after step 2
@@ -197,6 +211,7 @@ BOOST_FIXTURE_TEST_CASE(an_answer_is_adopted_tau_steps_after_its_send, fixture) 
   BOOST_TEST(l.poll(now));             // the boundary after step 4: used now
   BOOST_TEST(l.revision(1) == 1u);
   BOOST_TEST(model.params[4] == 20.0);
+  BOOST_TEST(l.metrics().steps_overwritten == 2u);  // steps 3 and 4 of fragment 1, never sent
   contributions();  // fragment 0, due after step 4
   step();
   step();  // fragment 1 again after step 6: 2 steps since adoption, against revision 1
@@ -208,7 +223,7 @@ BOOST_FIXTURE_TEST_CASE(an_answer_is_adopted_tau_steps_after_its_send, fixture) 
   BOOST_TEST(values(next[0]) == std::vector<double>(4, 1.0), boost::test_tools::per_element());
 }
 
-BOOST_FIXTURE_TEST_CASE(other_updates_are_adopted_at_the_next_boundary_and_old_ones_ignored, fixture) {
+BOOST_FIXTURE_TEST_CASE(overwrite_adopts_other_updates_at_the_next_boundary_and_ignores_old_ones, overwrite_fixture) {
   join(2, 4, 2);
   step();
   send(update(0, 3, std::vector<double>(4, 30.0)));
@@ -222,7 +237,7 @@ BOOST_FIXTURE_TEST_CASE(other_updates_are_adopted_at_the_next_boundary_and_old_o
   BOOST_TEST(l.metrics().updates_ignored == 1u);
 }
 
-BOOST_FIXTURE_TEST_CASE(a_resync_answering_the_latest_send_is_adopted_even_when_older, fixture) {
+BOOST_FIXTURE_TEST_CASE(a_resync_answering_the_latest_send_is_adopted_even_when_older, overwrite_fixture) {
   join(1, 2, 0);
   send(update(0, 5, std::vector<double>(8, 3.0)));
   step();
@@ -254,7 +269,7 @@ BOOST_FIXTURE_TEST_CASE(a_resync_answering_the_latest_send_is_adopted_even_when_
   BOOST_TEST(model.params[0] == 0.0);
 }
 
-BOOST_FIXTURE_TEST_CASE(mixing_keeps_part_of_the_local_parameters, fixture) {
+BOOST_FIXTURE_TEST_CASE(mixing_keeps_part_of_the_local_parameters, overwrite_fixture) {
   join(1, 4, 0, 0.25);  // the first state overwrites the local initialization (0)
   BOOST_TEST(model.params[3] == 10.0);
   step();  // θ = 9.5
@@ -266,6 +281,244 @@ BOOST_FIXTURE_TEST_CASE(mixing_keeps_part_of_the_local_parameters, fixture) {
   send(std::move(resync));
   BOOST_TEST(l.poll(now));  // a resync overwrites
   BOOST_TEST(model.params[3] == 7.0);
+}
+
+// The default rule, worked out by hand. Each step moves θ by −0.5 and counts
+// 8 tokens; a fragment's contributions must carry, between them, every step
+// the learner took (P per step), and an answer must not apply the work it
+// already holds a second time.
+
+BOOST_FIXTURE_TEST_CASE(rebase_keeps_the_steps_between_a_send_and_its_answer, fixture) {
+  join(2, 4, 2);  // fragment 1 due after steps 2, 6; fragment 0 after 4, 8
+  step();
+  step();  // θ = 9: fragment 1 sends Δ = 10 − 9 = 1 (2 steps); its base moves to 9
+  auto sent = contributions();
+  BOOST_TEST_REQUIRE(sent.size() == 1u);
+  BOOST_TEST(sent[0].header.steps == 2u);
+  send(update(1, 1, std::vector<double>(4, 20.0), sent[0].header.sequence));  // Θ holds that Δ, merged
+  step();
+  step();  // θ = 8; held for τ = 2 steps, the answer is taken at the next boundary
+  contributions();  // fragment 0
+  BOOST_TEST(l.poll(now));
+  BOOST_TEST(l.revision(1) == 1u);
+  BOOST_TEST(model.params[4] == 19.0);  // Θ + (θ − base) = 20 + (8 − 9): steps 3 and 4 kept
+  BOOST_TEST(l.metrics().steps_overwritten == 0u);
+  step();
+  step();  // θ = 18: fragment 1 sends 20 − 18 = 2, the work of steps 3 to 6
+  sent = contributions();
+  BOOST_TEST_REQUIRE(sent.size() == 1u);
+  BOOST_TEST(sent[0].header.fragment == 1u);
+  BOOST_TEST(sent[0].header.base_revision == 1u);
+  BOOST_TEST(sent[0].header.steps == 4u);
+  BOOST_TEST(sent[0].header.tokens == 32u);
+  BOOST_TEST(values(sent[0]) == std::vector<double>(4, 2.0), boost::test_tools::per_element());
+  // 6 steps, each once per fragment: 2 + 4 of fragment 1, 4 of fragment 0.
+  BOOST_TEST(l.metrics().steps_sent == 10u);
+}
+
+BOOST_FIXTURE_TEST_CASE(rebase_moves_local_work_onto_another_learners_revision, fixture) {
+  join(1, 4, 0);
+  step();  // θ = 9.5
+  send(update(0, 3, std::vector<double>(4 * 2, 30.0)));  // another learner's round
+  step();  // rebased first: 30 + (9.5 − 10) = 29.5, then the step: 29
+  BOOST_TEST(l.revision(0) == 3u);
+  BOOST_TEST(model.params[0] == 29.0);
+  step();
+  step();  // θ = 28: all four steps go out against revision 3
+  const auto sent = contributions();
+  BOOST_TEST_REQUIRE(sent.size() == 1u);
+  BOOST_TEST(sent[0].header.base_revision == 3u);
+  BOOST_TEST(sent[0].header.steps == 4u);
+  BOOST_TEST(values(sent[0]) == std::vector<double>(8, 2.0), boost::test_tools::per_element());
+  BOOST_TEST(l.metrics().steps_overwritten == 0u);
+}
+
+BOOST_FIXTURE_TEST_CASE(work_in_flight_is_neither_lost_nor_applied_twice, fixture) {
+  join(1, 2, 1);
+  step();
+  step();  // θ = 9: Δ = 1 sent against revision 0, base ← 9
+  const auto first = contributions();
+  BOOST_TEST_REQUIRE(first.size() == 1u);
+  // Another learner's round, without this learner's Δ: held for τ steps
+  // after the send, like the answer (which, newer, will hold both).
+  send(update(0, 1, std::vector<double>(8, 5.0)));
+  step();  // θ = 8.5
+  BOOST_TEST(l.revision(0) == 0u);
+  BOOST_TEST(model.params[0] == 8.5);
+  // The answer: the syncer merged Δ into revision 2. Only the step taken
+  // since the send is added to it; Δ is in Θ already.
+  send(update(0, 2, std::vector<double>(8, 4.0), first[0].header.sequence));
+  BOOST_TEST(l.poll(now));
+  BOOST_TEST(l.revision(0) == 2u);
+  BOOST_TEST(model.params[0] == 3.5);  // 4 + (8.5 − 9)
+  l.train_step(0, now);  // θ = 3, step 4: Δ = 4 − 3 = 1, steps 3 and 4
+  const auto second = contributions();
+  BOOST_TEST_REQUIRE(second.size() == 1u);
+  BOOST_TEST(second[0].header.base_revision == 2u);
+  BOOST_TEST(second[0].header.steps == 2u);
+  BOOST_TEST(values(second[0]) == std::vector<double>(8, 1.0), boost::test_tools::per_element());
+  BOOST_TEST(first[0].header.steps + second[0].header.steps == l.metrics().steps_computed);
+}
+
+BOOST_FIXTURE_TEST_CASE(a_fragment_due_while_in_flight_goes_out_after_its_answer, fixture) {
+  join(1, 2, 0);
+  step();
+  step();  // sent after step 2
+  const auto first = contributions();
+  BOOST_TEST_REQUIRE(first.size() == 1u);
+  step();
+  step();  // due again after step 4, but the answer has not come: owed
+  BOOST_TEST(contributions().empty());
+  send(update(0, 1, std::vector<double>(8, 4.0), first[0].header.sequence));
+  step();  // answer taken (4 + (8 − 9) = 3), step 5: the owed send goes out with steps 3 to 5
+  const auto second = contributions();
+  BOOST_TEST_REQUIRE(second.size() == 1u);
+  BOOST_TEST(second[0].header.steps == 3u);
+  BOOST_TEST(values(second[0]) == std::vector<double>(8, 1.5), boost::test_tools::per_element());
+}
+
+BOOST_FIXTURE_TEST_CASE(a_refused_contribution_counts_as_refused_and_later_work_is_kept, fixture) {
+  join(1, 2, 0);
+  step();
+  step();  // Δ = 1 (2 steps) sent, base ← 9
+  const auto sent = contributions();
+  BOOST_TEST_REQUIRE(sent.size() == 1u);
+  step();  // θ = 8.5
+  message reject;
+  reject.header.kind = message_kind::reject;
+  reject.header.learner = 0;
+  reject.header.incarnation = 1;
+  reject.header.fragment = 0;
+  reject.header.answers = sent[0].header.sequence;
+  reject.header.reason = static_cast<std::uint8_t>(reject_reason::stale);
+  send(std::move(reject));
+  auto resync = update(0, 7, std::vector<double>(8, 2.0), sent[0].header.sequence);
+  resync.header.status = update_status::resync;
+  send(std::move(resync));
+  BOOST_TEST(l.poll(now));
+  BOOST_TEST(l.metrics().steps_refused == 2u);
+  BOOST_TEST(l.revision(0) == 7u);
+  BOOST_TEST(model.params[0] == 1.5);  // 2 + (8.5 − 9): step 3 kept
+}
+
+BOOST_FIXTURE_TEST_CASE(a_lost_answer_holds_nothing_back_and_is_asked_for_once_a_send_waits, fixture) {
+  join(1, 2, 0);
+  step();
+  step();  // sent at t = 1 s against revision 0
+  auto sent = contributions();
+  BOOST_TEST_REQUIRE(sent.size() == 1u);
+  message ack;  // accepted, but its merged revision is lost on the way
+  ack.header.kind = message_kind::ack;
+  ack.header.learner = 0;
+  ack.header.incarnation = 1;
+  ack.header.answers = sent[0].header.sequence;
+  send(std::move(ack));
+  step();
+  step();  // due again after step 4: a second send against revision 0 would be refused as a duplicate
+  BOOST_TEST(contributions().empty());
+  const auto deadline = l.next_deadline();
+  BOOST_TEST_REQUIRE(deadline.has_value());
+  BOOST_TEST((*deadline <= now + 7s));  // rejoin_after (10 s) after the send
+  now += 7s;
+  BOOST_TEST(l.poll(now));
+  std::size_t joins = 0;
+  for (const auto& m : received()) joins += m.header.kind == message_kind::join;
+  BOOST_TEST(joins == 1u);
+  auto resync = update(0, 4, std::vector<double>(8, 3.0));  // the current state, in place of the answer
+  resync.header.status = update_status::resync;
+  send(std::move(resync));
+  BOOST_TEST(l.poll(now));
+  BOOST_TEST(l.revision(0) == 4u);
+  BOOST_TEST(model.params[0] == 2.0);  // 3 + (8 − 9): steps 3 and 4 kept
+  l.train_step(0, now);  // the owed send: steps 3 to 5
+  sent = contributions();
+  BOOST_TEST_REQUIRE(sent.size() == 1u);
+  BOOST_TEST(sent[0].header.base_revision == 4u);
+  BOOST_TEST(sent[0].header.steps == 3u);
+}
+
+BOOST_FIXTURE_TEST_CASE(another_learners_revision_is_taken_in_tau_steps_after_a_send_even_without_its_answer, fixture) {
+  join(1, 4, 2);
+  for (int i = 0; i < 4; ++i) step();  // θ = 8: Δ = 2 sent against revision 0, base ← 8
+  contributions();
+  send(update(0, 3, std::vector<double>(8, 30.0)));  // without this learner's Δ; the answer is lost
+  step();  // held: 1 step since the send
+  BOOST_TEST(l.revision(0) == 0u);
+  step();  // held: 2 steps
+  BOOST_TEST(l.poll(now));  // τ = 2 steps passed: taken in, 30 + (7 − 8)
+  BOOST_TEST(l.revision(0) == 3u);
+  BOOST_TEST(model.params[0] == 29.0);
+  // Its Δ comes back with any later revision that merged it; until then the
+  // local model lacks it, and nothing holds the next send back.
+  step();
+  step();  // step 8: due, against revision 3: steps 5 to 8
+  const auto sent = contributions();
+  BOOST_TEST_REQUIRE(sent.size() == 1u);
+  BOOST_TEST(sent[0].header.base_revision == 3u);
+  BOOST_TEST(sent[0].header.steps == 4u);
+  BOOST_TEST(values(sent[0]) == std::vector<double>(8, 2.0), boost::test_tools::per_element());
+}
+
+BOOST_FIXTURE_TEST_CASE(lazy_takes_another_learners_revision_just_before_its_next_send, lazy_fixture) {
+  join(1, 4, 0);
+  step();  // θ = 9.5
+  send(update(0, 3, std::vector<double>(8, 30.0)));
+  step();
+  step();
+  BOOST_TEST(l.revision(0) == 0u);  // waiting in the inbox
+  BOOST_TEST(model.params[0] == 8.5);
+  step();  // θ = 8; before the send: 30 + (8 − 10) = 28, Δ = 2 against revision 3
+  BOOST_TEST(l.revision(0) == 3u);
+  BOOST_TEST(model.params[0] == 28.0);
+  const auto sent = contributions();
+  BOOST_TEST_REQUIRE(sent.size() == 1u);
+  BOOST_TEST(sent[0].header.base_revision == 3u);
+  BOOST_TEST(sent[0].header.steps == 4u);
+  BOOST_TEST(values(sent[0]) == std::vector<double>(8, 2.0), boost::test_tools::per_element());
+}
+
+BOOST_FIXTURE_TEST_CASE(overwrite_counts_the_steps_it_throws_away, overwrite_fixture) {
+  join(1, 4, 0);
+  step();
+  step();  // θ = 9
+  send(update(0, 3, std::vector<double>(8, 30.0)));
+  BOOST_TEST(l.poll(now));
+  BOOST_TEST(model.params[0] == 30.0);
+  BOOST_TEST(l.metrics().steps_overwritten == 2u);
+}
+
+BOOST_FIXTURE_TEST_CASE(finish_waits_for_the_answer_in_flight_then_sends_the_rest, fixture) {
+  join(1, 4, 3);
+  for (int i = 0; i < 5; ++i) step();  // sent after step 4 (Δ = 2), θ = 7.5
+  const auto sent = contributions();
+  BOOST_TEST_REQUIRE(sent.size() == 1u);
+  // A non-blocking finish now would have to leave step 5 behind; the
+  // blocking one takes the answer (without waiting τ more steps) first.
+  send(update(0, 1, std::vector<double>(8, 6.0), sent[0].header.sequence));
+  l.finish();  // on the steady clock, far past this test's clock: it also heartbeats and joins again
+  std::vector<message> rest;
+  for (auto& m : received())
+    if (m.header.kind == message_kind::contribution || m.header.kind == message_kind::leave) rest.push_back(std::move(m));
+  BOOST_TEST_REQUIRE(rest.size() == 2u);
+  BOOST_TEST(int(rest[0].header.kind) == int(message_kind::contribution));
+  BOOST_TEST((rest[0].header.flags & final_contribution) != 0);
+  BOOST_TEST(rest[0].header.base_revision == 1u);
+  BOOST_TEST(rest[0].header.steps == 1u);
+  BOOST_TEST(values(rest[0]) == std::vector<double>(8, 0.5), boost::test_tools::per_element());
+  BOOST_TEST(int(rest[1].header.kind) == int(message_kind::leave));
+  BOOST_TEST(rest[1].header.steps == 5u);  // the steps this incarnation computed
+  BOOST_TEST(l.metrics().steps_unsent == 0u);
+}
+
+BOOST_FIXTURE_TEST_CASE(a_finish_that_cannot_wait_counts_the_work_it_leaves_behind, fixture) {
+  join(1, 4, 3);
+  for (int i = 0; i < 5; ++i) step();  // in flight since step 4
+  contributions();
+  l.finish(now);
+  std::size_t final_contributions = 0;
+  for (const auto& m : received()) final_contributions += m.header.kind == message_kind::contribution;
+  BOOST_TEST(final_contributions == 0u);
+  BOOST_TEST(l.metrics().steps_unsent == 1u);
 }
 
 BOOST_FIXTURE_TEST_CASE(lock_step_waits_for_the_answer_and_gives_up_after_the_timeout, fixture) {
@@ -344,7 +597,8 @@ BOOST_FIXTURE_TEST_CASE(an_unusable_configuration_stops_the_learner, fixture) {
   BOOST_TEST(l.error() == make_error_code(errc::bad_config));
 }
 
-BOOST_FIXTURE_TEST_CASE(a_contribution_without_a_verdict_makes_the_learner_join_again, fixture) {
+// The verdict timer alone (the overwrite rule waits for no answer).
+BOOST_FIXTURE_TEST_CASE(a_contribution_without_a_verdict_makes_the_learner_join_again, overwrite_fixture) {
   join(1, 2, 0);
   step();
   step();  // a contribution goes out at t = 1 s; no ack comes back (the syncer restarted, say)

@@ -188,8 +188,9 @@ BOOST_AUTO_TEST_CASE(an_unchanged_fragment_is_resumed_and_a_moved_one_overwritte
   toy::teacher<float> data(features, 5);
   for (int s = 0; s < 11; ++s) w.step(*a.l, data.next(batch_size));
   // After step 11 both answers are adopted (τ = 1 step after their sends):
-  // fragment 0's base came after step 9, so it holds the work of steps 10
-  // and 11; fragment 1's came just now.
+  // fragment 0's was taken in after step 9 and its counters hold the work
+  // of steps 9 to 11 (the step between its send and its answer is kept);
+  // fragment 1's came just now.
   w.ready(*a.l);
   const std::string saved = state_of(*a.l);
   const auto theta = params_of(*a.model);
@@ -220,8 +221,8 @@ BOOST_AUTO_TEST_CASE(an_unchanged_fragment_is_resumed_and_a_moved_one_overwritte
   BOOST_TEST(same_bits(fragment_of(plan, 1, now_theta), fragment_of(plan, 1, w.sync.parameters())));  // global
   BOOST_TEST(!same_bits(fragment_of(plan, 1, now_theta), fragment_of(plan, 1, theta)));
 
-  // Its next contribution of fragment 0, after step 12, carries steps 10 to
-  // 12: two before the crash, one after.
+  // Its next contribution of fragment 0, after step 12, carries steps 9 to
+  // 12: three before the crash, one after.
   w.contributions.clear();
   w.step(*b.l, data.next(batch_size));
   BOOST_TEST_REQUIRE(b.l->local_step() == 12u);
@@ -231,8 +232,8 @@ BOOST_AUTO_TEST_CASE(an_unchanged_fragment_is_resumed_and_a_moved_one_overwritte
   BOOST_TEST_REQUIRE(sent != nullptr);
   BOOST_TEST(sent->incarnation == 2u);
   BOOST_TEST(sent->base_revision == rev0);
-  BOOST_TEST(sent->steps == 3u);
-  BOOST_TEST(sent->tokens == 3u * batch_size);
+  BOOST_TEST(sent->steps == 4u);
+  BOOST_TEST(sent->tokens == 4u * batch_size);
 }
 
 BOOST_AUTO_TEST_CASE(a_restored_learner_sends_its_error_feedback_residual_as_if_it_had_not_stopped) {

@@ -72,7 +72,7 @@ struct world {
 /// Three learners (speeds 1, 0.7, 0.5) train the toy regression on their
 /// own teacher streams over the simulated network, then each saves its state.
 template <bool Fenced, class Setup>
-outcome run(Setup setup, bool error_feedback, std::uint64_t steps) {
+outcome run(Setup setup, bool error_feedback, std::uint64_t steps, adoption_rule rule = learner_options{}.adopt) {
   world<Fenced> w;
   toy::linear_regression<T> initial(features, 7);
   sim::network net(1, sim::link_options{std::chrono::milliseconds(3), 1e6});
@@ -86,7 +86,8 @@ outcome run(Setup setup, bool error_feedback, std::uint64_t steps) {
   for (std::uint32_t i = 0; i < speeds.size(); ++i) {
     models.push_back(w.model(1000 + i));  // overwritten when it joins
     learners.push_back(std::make_unique<typename world<Fenced>::learner_type>(
-        *models.back(), net.attach(i), learner_options{.id = i, .error_feedback = error_feedback}, w.inner()));
+        *models.back(), net.attach(i), learner_options{.id = i, .error_feedback = error_feedback, .adopt = rule},
+        w.inner()));
     teachers.emplace_back(features, 100 + i);
     plans.push_back({speeds[i], steps, {}});
   }
@@ -149,16 +150,21 @@ BOOST_AUTO_TEST_CASE(fenced_memory_faults_outside_the_spaces_passes) {
 }
 
 BOOST_AUTO_TEST_CASE(decoupled_with_compression_mixing_and_error_feedback_trains_as_in_host_memory) {
-  // Contributions in int8, updates in bf16, α = 0.5 mixing, error feedback:
-  // every pass of the space (encode with a residual, adopt by overwrite and
-  // by mixing) with fragments whose slices are not contiguous in θ.
+  // Contributions in int8, updates in bf16, error feedback: every pass of
+  // the space (encode with a residual; with the default rule pack and adopt
+  // by rebase, with the overwrite rule and α = 0.5 adopt by overwrite and by
+  // mixing) with fragments whose slices are not contiguous in θ.
   auto setup = presets::decoupled_diloco<T>(/*H=*/4, /*P=*/3, /*quorum=*/1, /*overlap=*/1);
   setup.training.mixing = 0.5;
   setup.training.codecs = {.contributions = codec::format::int8, .updates = codec::format::bf16, .block = 5};
-  const auto host = run<false>(setup, true, 60);
-  const auto fenced = run<true>(setup, true, 60);
-  same_bits(fenced, host,
-            3 * 60 / 4);  // every fragment is sent once per H = 4 steps: at least one update per fragment and period
+  for (const auto rule : {adoption_rule::rebase, adoption_rule::overwrite}) {
+    BOOST_TEST_CONTEXT("adoption rule " << name(rule)) {
+      const auto host = run<false>(setup, true, 60, rule);
+      const auto fenced = run<true>(setup, true, 60, rule);
+      // every fragment is sent once per H = 4 steps: at least one update per fragment and period
+      same_bits(fenced, host, 3 * 60 / 4);
+    }
+  }
 }
 
 BOOST_AUTO_TEST_CASE(lock_step_diloco_at_full_precision_trains_as_in_host_memory) {

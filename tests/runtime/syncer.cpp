@@ -301,6 +301,40 @@ BOOST_FIXTURE_TEST_CASE(the_training_loss_is_the_mean_of_the_live_learners_lates
   BOOST_TEST(*at_updates[0] == 0.75);
 }
 
+BOOST_FIXTURE_TEST_CASE(compute_efficiency_is_the_merged_share_of_the_steps_the_learners_computed, fixture) {
+  test_syncer s(layout, initial, syncer_end, options(1));
+  join_all(s, 2);
+  BOOST_TEST(!s.compute_efficiency().has_value());  // nothing reported yet
+  auto report = [&](message m, std::uint64_t steps, std::uint32_t incarnation = 1) {
+    const auto id = m.header.learner;
+    m.header.incarnation = incarnation;
+    m.header.steps = steps;
+    send(id, std::move(m));
+    deliver(s);
+  };
+  report(heartbeat(0), 30);
+  report(heartbeat(1), 20);
+  BOOST_TEST(s.steps_computed() == 50u);
+  send(0, contribution(0, std::vector<double>(6, 0.0), 0, 1, 7));  // 10 steps of work, one fragment
+  deliver(s);
+  BOOST_TEST(s.metrics().steps_merged == 10u);
+  BOOST_TEST(*s.compute_efficiency() == 10.0 / 50.0);
+  report(heartbeat(0), 25);  // a late, smaller report lowers nothing
+  BOOST_TEST(s.steps_computed() == 50u);
+  report(leave(1), 40);  // a leave carries the total
+  BOOST_TEST(s.steps_computed() == 70u);
+  // Learner 0 restarts: what its first incarnation computed stays counted.
+  send(0, join(0, 2));
+  deliver(s);
+  report(heartbeat(0), 5, 2);
+  BOOST_TEST(s.steps_computed() == 75u);
+  BOOST_TEST(s.metrics().steps_reported_earlier == 30u);
+  // A report is the learner's word: an absurd one saturates the sum, no more.
+  report(heartbeat(0), std::numeric_limits<std::uint64_t>::max(), 2);
+  BOOST_TEST(s.steps_computed() == std::numeric_limits<std::uint64_t>::max());
+  BOOST_TEST(s.metrics().rejected_total() == 0u);
+}
+
 BOOST_FIXTURE_TEST_CASE(the_evaluation_hook_sees_the_global_model_every_n_outer_updates, fixture) {
   auto o = options(1);
   o.training.fragments = 2;

@@ -34,13 +34,13 @@ outcome run(std::uint64_t network_seed) {
   using namespace diloco;
   toy::linear_regression<T> initial(features, 3);
   sim::network net(network_seed, sim::link_options{.latency = 20ms, .bytes_per_second = 1e5, .jitter = 10ms, .loss = 0.02});
-  auto options = presets::decoupled_diloco(20, 4, 1, 3);
+  auto options = presets::decoupled_diloco<T>(20, 4, 1, 3);
   options.heartbeat_timeout = 10s;
   options.log = [](const std::string&) {};
   outcome out;
   options.on_update = [&out](const update_event& e) { out.updates.push_back(e); };
   syncer<outer::nesterov<T>, merge::token_weighted, sim::endpoint> s(initial.layout(), initial.parameters(),
-                                                                     net.attach(syncer_peer), options);
+                                                                     net.attach(syncer_peer), options, options.outer);
   using learner_type = learner<toy::linear_regression<T>, inner::adamw<T>, sim::endpoint>;
   std::vector<std::unique_ptr<toy::linear_regression<T>>> models;
   std::vector<std::unique_ptr<learner_type>> learners;

@@ -168,6 +168,12 @@ class memory {
     diloco::host_memory{}.gather(slices, theta, host);
   }
   template <diloco::scalar T>
+  void pack(std::span<const diloco::fragment_slice> slices, std::span<const T> theta, buffer<T>& base) {
+    ++passes;
+    auto open = arena_.open();
+    diloco::host_memory{}.pack(slices, theta, base);
+  }
+  template <diloco::scalar T>
   void read(std::span<const T> from, std::span<T> host) {
     ++passes;
     auto open = arena_.open();

@@ -3,8 +3,8 @@
 //
 // A learner touches its model's parameters θ outside the inner step only in
 // a few passes per fragment: encoding the outer gradient `base − θ` for the
-// wire, adopting a global fragment that arrived, and the copies of
-// checkpoints. A memory space does those passes where θ lives, and keeps the
+// wire, taking θ_p as the new base after a send, adopting a global fragment
+// that arrived, and the copies of checkpoints. A memory space does those passes where θ lives, and keeps the
 // learner's per-fragment buffers (the base Θ_p and the error-feedback
 // residual) there too. Host memory is `host_memory`
 // (runtime/host_memory.hpp); `diloco::cuda::device_memory`
@@ -29,6 +29,10 @@ enum class adoption : std::uint8_t {
   overwrite,  ///< θ_p ← Θ_p (the first state, a resync)
   mix,        ///< θ_p ← α·θ_p + (1−α)·Θ_p (a merged revision, α > 0; `mixing_element`)
   keep,       ///< θ_p unchanged (a restarted learner resuming the work it saved)
+  /// θ_p ← Θ_p + (θ_p − base): the work since the old base moved onto the
+  /// new global value (`adoption_rule::rebase`), rounded as `rebase_element`
+  /// says.
+  rebase,
 };
 
 /// The requirements of `memory_space<S, T>` for a model of `T`s, one named
@@ -67,7 +71,8 @@ concept encode_delta = requires(S& s, codec_id c, std::uint32_t block, std::span
 
 /// 3. `s.adopt(codec, block, payload, slices, theta, base, how, alpha)` —
 ///    `base ← decode(payload)` (host bytes that passed `payload::check`),
-///    then θ_p as `how` says (`adoption`), with mixing factor `alpha`.
+///    and θ_p as `how` says (`adoption`), with mixing factor `alpha`; a
+///    rebase reads the old base first. The same bits as `host_memory`.
 template <class S, class T>
 concept adopt = requires(S& s, codec_id c, std::uint32_t block, std::span<const std::byte> payload,
                          std::span<const fragment_slice> slices, std::span<T> theta,
@@ -97,15 +102,25 @@ concept copies = requires(S& s, std::span<const T> from, std::span<T> to) {
   { s.write(from, to) } -> std::same_as<void>;
 };
 
+/// 7. `s.pack(slices, theta, base)` — base ← θ_p, within this memory (the
+///    reverse of `scatter`: after a send, what was sent leaves the
+///    learner's account).
+template <class S, class T>
+concept pack = requires(S& s, std::span<const fragment_slice> slices, std::span<const T> theta,
+                        typename S::template buffer<T>& base) {
+  { s.pack(slices, theta, base) } -> std::same_as<void>;
+};
+
 }  // namespace requirements::memory_space
 
-/// Requirements on a memory space `S` for models of `T`s: 1 to 6 above
+/// Requirements on a memory space `S` for models of `T`s: 1 to 7 above
 /// (`host_memory`; `diloco::cuda::device_memory`). Each operation is done by
 /// the time it returns: the learner may send `out`, or write θ, right after.
 template <class S, class T>
 concept memory_space = requirements::memory_space::buffer<S, T> && requirements::memory_space::encode_delta<S, T> &&
                        requirements::memory_space::adopt<S, T> && requirements::memory_space::scatter<S, T> &&
-                       requirements::memory_space::gather<S, T> && requirements::memory_space::copies<S, T>;
+                       requirements::memory_space::gather<S, T> && requirements::memory_space::copies<S, T> &&
+                       requirements::memory_space::pack<S, T>;
 
 /// Returns true if `S` is a memory space for `T`s; otherwise, with
 /// `on_unmet::fail`, stops compilation naming the first requirement missed.
@@ -144,6 +159,11 @@ consteval bool check_memory_space() {
     static_assert(r::copies<S, T> || quiet,
                   "diloco::memory_space: missing members `void read(std::span<const T>, std::span<T> host)` "
                   "and `void write(std::span<const T> host, std::span<T>)`");
+    return !quiet;
+  } else if constexpr (!r::pack<S, T>) {
+    static_assert(r::pack<S, T> || quiet,
+                  "diloco::memory_space: missing member `void pack(std::span<const fragment_slice>, "
+                  "std::span<const T> theta, buffer<T>& base)`");
     return !quiet;
   } else {
     return true;

@@ -38,7 +38,9 @@ namespace diloco::cuda {
 /// - `adopt`: the bytes that arrived cross to the device (pinned), are
 ///   decoded into the base there (`cuda::decode_accumulate` into zeros with
 ///   weight 1: exact, except that −0 becomes +0), and θ_p takes them by a
-///   copy or by `cuda::mix` per slice.
+///   copy, by `cuda::mix` or by a rebase (`cuda::subtract_base` before the
+///   decode, `cuda::add_global` after it) per slice.
+/// - `pack`: θ_p's slices copied into the base, device to device.
 /// - `scatter`, `gather`, `read`, `write`: copies (the gather and the
 ///   checkpoints' copies go through pageable host memory: they are rare).
 ///
@@ -99,6 +101,11 @@ class device_memory {
     std::memcpy(staging_.data(), payload.data(), payload.size());
     check(cudaMemcpyAsync(bytes_.data(), staging_.data(), payload.size(), cudaMemcpyHostToDevice, stream_),
           "cudaMemcpyAsync");
+    if (how == adoption::rebase)
+      for (const auto& s : slices)
+        check(diloco::cuda::subtract_base(theta.subspan(s.flat_offset, s.size),
+                                          std::span<const float>(base.data() + s.packed_offset, s.size), stream_),
+              "subtract_base");
     check(cudaMemsetAsync(base.data(), 0, base.bytes(), stream_), "cudaMemsetAsync");
     check(
         diloco::cuda::decode_accumulate(*format_of(c), block, std::span<const std::byte>(bytes_.data(), payload.size()),
@@ -113,7 +120,19 @@ class device_memory {
         check(diloco::cuda::mix(mixing_element<float>{alpha}, theta.subspan(s.flat_offset, s.size),
                                 std::span<const float>(base.data() + s.packed_offset, s.size), stream_),
               "mix");
+    if (how == adoption::rebase)
+      for (const auto& s : slices)
+        check(diloco::cuda::add_global(theta.subspan(s.flat_offset, s.size),
+                                       std::span<const float>(base.data() + s.packed_offset, s.size), stream_),
+              "add_global");
     synchronize();  // the staging buffer is free again
+  }
+
+  template <std::same_as<float> T>
+  void pack(std::span<const fragment_slice> slices, std::span<const T> theta, buffer<T>& base) {
+    for (const auto& s : slices)
+      copy(base.data() + s.packed_offset, theta.data() + s.flat_offset, s.size, cudaMemcpyDeviceToDevice);
+    synchronize();
   }
 
   template <std::same_as<float> T>

@@ -1,4 +1,4 @@
-// Mixing an arriving global fragment into the learner's parameters on the device.
+// Mixing or rebasing an arriving global fragment into the learner's parameters on the device.
 #pragma once
 
 #include <cstddef>
@@ -13,9 +13,19 @@ namespace diloco::cuda {
 
 namespace detail {
 
-template <class T>
-__global__ void mixing_kernel(mixing_element<T> f, std::size_t n, T* theta, const T* global) {
-  for (std::size_t i = first_index(); i < n; i += grid_stride()) f(theta[i], global[i]);
+/// `f(theta[i], other[i])` for every i: the element steps of mixing and rebasing.
+template <class F, class T>
+__global__ void element_kernel(F f, std::size_t n, T* theta, const T* other) {
+  for (std::size_t i = first_index(); i < n; i += grid_stride()) f(theta[i], other[i]);
+}
+
+template <class F, class T>
+cudaError_t for_each_element(F f, std::span<T> theta, std::span<const T> other, cudaStream_t stream) {
+  const std::size_t n = theta.size();
+  if (other.size() != n) return cudaErrorInvalidValue;
+  if (n == 0) return cudaSuccess;
+  element_kernel<<<blocks_for(n), threads, 0, stream>>>(f, n, theta.data(), other.data());
+  return launched();
 }
 
 }  // namespace detail
@@ -28,11 +38,23 @@ __global__ void mixing_kernel(mixing_element<T> f, std::size_t n, T* theta, cons
 /// `α·θ + (…)` into an FMA, so results differ from the CPU by up to an ulp.
 template <class T>
 cudaError_t mix(const mixing_element<T>& f, std::span<T> theta, std::span<const T> global, cudaStream_t stream) {
-  const std::size_t n = theta.size();
-  if (global.size() != n) return cudaErrorInvalidValue;
-  if (n == 0) return cudaSuccess;
-  detail::mixing_kernel<<<detail::blocks_for(n), detail::threads, 0, stream>>>(f, n, theta.data(), global.data());
-  return detail::launched();
+  return detail::for_each_element(f, theta, global, stream);
+}
+
+/// The first step of rebasing (`local_work_element`): `θ ← θ − base`, over
+/// one contiguous piece. Reads θ and the base, writes θ; enqueued on
+/// `stream`, returns at once with the launch's error (cudaErrorInvalidValue
+/// if the sizes differ). Exact as on the CPU: one subtraction per element.
+template <class T>
+cudaError_t subtract_base(std::span<T> theta, std::span<const T> base, cudaStream_t stream) {
+  return detail::for_each_element(local_work_element<T>{}, theta, base, stream);
+}
+
+/// The second step of rebasing (`add_global_element`): `θ ← θ + Θ`, as
+/// `subtract_base` is launched.
+template <class T>
+cudaError_t add_global(std::span<T> theta, std::span<const T> global, cudaStream_t stream) {
+  return detail::for_each_element(add_global_element<T>{}, theta, global, stream);
 }
 
 }  // namespace diloco::cuda

@@ -88,6 +88,13 @@ constexpr std::string_view to_string(reject_reason r) noexcept {
   return "unknown";
 }
 
+namespace detail {
+/// `a + b`, or 2^64 − 1 where that overflows: for sums of numbers a peer reported.
+constexpr std::uint64_t saturating_add(std::uint64_t a, std::uint64_t b) noexcept {
+  return b > ~std::uint64_t{0} - a ? ~std::uint64_t{0} : a + b;
+}
+}  // namespace detail
+
 struct syncer_metrics {
   std::uint64_t outer_updates = 0;           ///< merges applied (revisions created), all fragments
   std::uint64_t contributions_accepted = 0;
@@ -125,6 +132,10 @@ struct syncer_metrics {
   std::uint64_t losses_ignored = 0;          ///< heartbeat losses left out of the training loss: NaN or infinite
   std::uint64_t payload_bytes_received = 0;  ///< payload bytes of accepted contributions, as they came (compressed)
   std::uint64_t payload_bytes_sent = 0;      ///< payload bytes of the updates sent, as they went (compressed)
+  /// Inner steps reported computed by learner incarnations that are over
+  /// (replaced by a newer one, or forgotten); `syncer::steps_computed` adds
+  /// the current ones.
+  std::uint64_t steps_reported_earlier = 0;
 
   std::uint64_t rejected_total() const noexcept {
     std::uint64_t n = 0;
@@ -157,7 +168,7 @@ inline constexpr syncer_counter syncer_counter_fields[] = {
     &syncer_metrics::partial_rounds,        &syncer_metrics::tokens_merged,
     &syncer_metrics::steps_merged,          &syncer_metrics::contributions_replayed,
     &syncer_metrics::losses_ignored,        &syncer_metrics::payload_bytes_received,
-    &syncer_metrics::payload_bytes_sent,
+    &syncer_metrics::payload_bytes_sent,    &syncer_metrics::steps_reported_earlier,
 };
 inline constexpr std::size_t syncer_counter_count = std::size(syncer_counter_fields);
 static_assert(syncer_counter_count * sizeof(std::uint64_t) + sizeof(syncer_metrics::rejected) == sizeof(syncer_metrics),
@@ -196,15 +207,26 @@ inline syncer_metrics read_syncer_metrics(std::istream& in) {
 }
 
 struct learner_metrics {
-  std::uint64_t steps = 0;                   ///< inner steps taken
+  std::uint64_t steps = 0;                   ///< inner steps taken (restored with a loaded state)
   std::uint64_t tokens = 0;
+  std::uint64_t steps_computed = 0;          ///< inner steps this incarnation took (`steps` without a loaded state's)
+  /// Where this incarnation's work went, in fragment-steps (each inner step
+  /// counts once per fragment, P per step; docs/design.md, "Keeping every
+  /// step"): carried by contributions sent, thrown away by an adoption that
+  /// restarted the counters (`adoption_rule::overwrite`, lock-step runs), in
+  /// contributions the syncer refused, and still unsent when the learner
+  /// finished.
+  std::uint64_t steps_sent = 0;
+  std::uint64_t steps_overwritten = 0;
+  std::uint64_t steps_refused = 0;
+  std::uint64_t steps_unsent = 0;
   std::uint64_t contributions_sent = 0;
   std::uint64_t sends_deferred = 0;          ///< messages queued for retry (refused, or behind refused ones)
   std::uint64_t sends_dropped = 0;           ///< queued messages discarded beyond `max_outbox`, oldest first
   std::uint64_t updates_received = 0;
   std::uint64_t updates_adopted = 0;
   std::uint64_t updates_ignored = 0;         ///< not newer than the adopted revision, or malformed
-  std::uint64_t answers_timed_out = 0;       ///< lock-step waits given up after `answer_timeout`
+  std::uint64_t answers_timed_out = 0;       ///< answers given up after `answer_timeout` (lock-step waits, work in flight)
   std::uint64_t contributions_acked = 0;     ///< accepted by the syncer
   std::uint64_t contributions_refused = 0;   ///< refused by the syncer (a `reject` answered them)
   std::uint64_t heartbeats_sent = 0;

@@ -20,9 +20,9 @@ namespace diloco {
 struct learner_event {
   enum class kind : std::uint8_t {
     joined,   ///< has every fragment of the global state; `revisions` holds them
-    sent,     ///< a contribution left: `fragment`, `sequence`, `revision` (its base)
+    sent,     ///< a contribution left: `fragment`, `sequence`, `revision` (its base), `work`
     verdict,  ///< the syncer accepted (`accepted`) or refused (`reason`) `sequence`
-    adopted,  ///< global `fragment` at `revision` was taken in
+    adopted,  ///< global `fragment` at `revision` was taken in; `work`: the unsent fragment-steps it threw away
     waited,   ///< a wait of `wait` ended (joining, or a lock-step wait for an answer)
   };
   kind what = kind::sent;
@@ -32,6 +32,11 @@ struct learner_event {
   bool accepted = false;
   reject_reason reason = reject_reason::none;  ///< `verdict`: when refused
   std::vector<std::uint64_t> revisions{};  ///< `joined` only
+  /// `sent`: the inner steps the contribution carries (its `steps` counter:
+  /// fragment-steps, each inner step counts once per fragment); `adopted`:
+  /// the fragment-steps of unsent work the adoption threw away (0 under the
+  /// adoption rules that keep work).
+  std::uint64_t work = 0;
   std::uint64_t steps = 0;               ///< inner steps taken so far
   std::chrono::nanoseconds waited_total{};  ///< time spent waiting so far
   std::chrono::nanoseconds wait{};          ///< `waited`: this wait

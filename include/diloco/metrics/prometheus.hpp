@@ -86,6 +86,8 @@ inline constexpr syncer_counter_description syncer_counter_descriptions[] = {
      "Payload bytes of accepted contributions, as they arrived (compressed).", metric_type::counter},
     {&syncer_metrics::payload_bytes_sent, "payload_bytes_sent", "Payload bytes of the updates sent (compressed).",
      metric_type::counter},
+    {&syncer_metrics::steps_reported_earlier, "steps_reported_earlier",
+     "Inner steps reported computed by learner incarnations that are over.", metric_type::counter},
 };
 
 namespace detail {
@@ -106,8 +108,10 @@ struct syncer_gauges {
   std::uint64_t known_learners = 0;          ///< in the table: live, or gone not long ago
   std::optional<double> training_loss{};     ///< `syncer::training_loss()`
   std::vector<std::uint64_t> revisions{};    ///< each fragment's revision
+  std::uint64_t steps_computed = 0;          ///< `syncer::steps_computed()`
+  std::optional<double> compute_efficiency{};  ///< `syncer::compute_efficiency()`
 
-  /// The gauges of `sync` (a `diloco::syncer`). Cost: two passes over the
+  /// The gauges of `sync` (a `diloco::syncer`). Cost: four passes over the
   /// learner table.
   template <class Syncer>
   static syncer_gauges of(const Syncer& sync) {
@@ -115,6 +119,8 @@ struct syncer_gauges {
     g.live_learners = sync.live_learners();
     g.known_learners = sync.known_learners();
     g.training_loss = sync.training_loss();
+    g.steps_computed = sync.steps_computed();
+    g.compute_efficiency = sync.compute_efficiency();
     for (std::uint32_t p = 0; p < sync.plan().count(); ++p) g.revisions.push_back(sync.revision(p));
     return g;
   }
@@ -158,8 +164,9 @@ inline void prometheus_sample(std::string& out, std::string_view prefix, std::st
 ///   refusal reason, zeros included, so that every series exists from the
 ///   first scrape;
 /// - the gauges `<prefix>live_learners`, `<prefix>known_learners`,
-///   `<prefix>training_loss` (`NaN` while no live learner reports one) and
-///   `<prefix>revision{fragment="<p>"}` per fragment.
+///   `<prefix>training_loss` (`NaN` while no live learner reports one),
+///   `<prefix>steps_computed`, `<prefix>compute_efficiency` (`NaN` before
+///   any report) and `<prefix>revision{fragment="<p>"}` per fragment.
 /// Cost: about 5 KB of text, one allocation per line at most.
 inline std::string prometheus_text(const syncer_metrics& m, const syncer_gauges& g = {},
                                    std::string_view prefix = "diloco_syncer_") {
@@ -188,6 +195,15 @@ inline std::string prometheus_text(const syncer_metrics& m, const syncer_gauges&
                     metric_type::gauge);
   prometheus_sample(out, prefix, "training_loss", {},
                     detail::prometheus_value(g.training_loss.value_or(std::nan(""))));
+  prometheus_family(out, prefix, "steps_computed",
+                    "Inner steps the learners reported computing, incarnations that are over included.",
+                    metric_type::gauge);
+  prometheus_sample(out, prefix, "steps_computed", {}, std::to_string(g.steps_computed));
+  prometheus_family(out, prefix, "compute_efficiency",
+                    "Share of the computed inner steps whose work reached the global model (NaN: none reported).",
+                    metric_type::gauge);
+  prometheus_sample(out, prefix, "compute_efficiency", {},
+                    detail::prometheus_value(g.compute_efficiency.value_or(std::nan(""))));
   prometheus_family(out, prefix, "revision", "Revision of each fragment of the global model.", metric_type::gauge);
   for (std::size_t p = 0; p < g.revisions.size(); ++p)
     prometheus_sample(out, prefix, "revision", "fragment=\"" + std::to_string(p) + "\"",

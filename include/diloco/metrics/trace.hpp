@@ -87,7 +87,7 @@ class trace_writer {
         return learner_line(id, incarnation, "joined", f.str());
       case learner_event::kind::sent:
         f << ",\"fragment\":" << e.fragment << ",\"sequence\":" << e.sequence << ",\"base\":" << e.revision
-          << counters(e);
+          << ",\"work\":" << e.work << counters(e);
         return learner_line(id, incarnation, "sent", f.str());
       case learner_event::kind::verdict:
         f << ",\"fragment\":" << e.fragment << ",\"sequence\":" << e.sequence
@@ -95,7 +95,8 @@ class trace_writer {
         if (!e.accepted) f << ",\"reason\":\"" << to_string(e.reason) << '"';
         return learner_line(id, incarnation, "verdict", f.str());
       case learner_event::kind::adopted:
-        f << ",\"fragment\":" << e.fragment << ",\"revision\":" << e.revision;
+        f << ",\"fragment\":" << e.fragment << ",\"revision\":" << e.revision << ",\"overwritten\":" << e.work
+          << counters(e);
         return learner_line(id, incarnation, "adopted", f.str());
       case learner_event::kind::waited: {
         const std::int64_t end = now_us();

@@ -16,4 +16,19 @@ struct mixing_element {
   DILOCO_HOST_DEVICE void operator()(T& theta, T global) const { theta = alpha * theta + (T(1) - alpha) * global; }
 };
 
+/// Rebasing a fragment onto a new global value, `θ ← Θ + (θ − base)`
+/// (docs/design.md, "Keeping every step"), is two element steps that round
+/// alike on the host and on a device (no product to contract): before the
+/// base takes the new values, `local_work_element` leaves in θ the work done
+/// since the base, `θ − base`; once the base holds Θ, `add_global_element`
+/// makes θ `(θ − base) + Θ`.
+template <class T>
+struct local_work_element {
+  DILOCO_HOST_DEVICE void operator()(T& theta, T base) const { theta = theta - base; }
+};
+template <class T>
+struct add_global_element {
+  DILOCO_HOST_DEVICE void operator()(T& theta, T global) const { theta = theta + global; }
+};
+
 }  // namespace diloco

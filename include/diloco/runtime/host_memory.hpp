@@ -67,16 +67,15 @@ struct host_memory {
   template <scalar T, class Buffer>
   void adopt(codec_id c, std::uint32_t block, std::span<const std::byte> payload,
              std::span<const fragment_slice> slices, std::span<T> theta, Buffer& base, adoption how, T alpha) const {
+    if (how == adoption::rebase) apply(local_work_element<T>{}, slices, theta, base);
     double ignored = 0.0;
     [[maybe_unused]] const auto verdict =
         payload::decode<T>(c, block, payload, std::span<T>(base.data(), base.size()), ignored);
     assert(verdict == payload::verdict::ok);  // checked where it arrived
     if (how == adoption::overwrite) return scatter(slices, base, theta);
     if (how == adoption::keep) return;
-    const mixing_element<T> mix{alpha};
-    const T* global = base.data();
-    for (const auto& s : slices)
-      for (std::size_t i = 0; i < s.size; ++i) mix(theta[s.flat_offset + i], global[s.packed_offset + i]);
+    if (how == adoption::rebase) return apply(add_global_element<T>{}, slices, theta, base);
+    apply(mixing_element<T>{alpha}, slices, theta, base);
   }
 
   template <scalar T, class Buffer>
@@ -90,6 +89,11 @@ struct host_memory {
     for (const auto& s : slices) std::copy_n(theta.data() + s.flat_offset, s.size, host.data() + s.packed_offset);
   }
 
+  template <scalar T, class Buffer>
+  void pack(std::span<const fragment_slice> slices, std::span<const T> theta, Buffer& base) const {
+    gather(slices, theta, std::span<T>(base.data(), base.size()));
+  }
+
   template <scalar T>
   void read(std::span<const T> from, std::span<T> host) const {
     std::copy(from.begin(), from.end(), host.begin());
@@ -101,6 +105,14 @@ struct host_memory {
   }
 
  private:
+  /// `f(θ_p[i], buffer[i])` for every element of the fragment.
+  template <class F, class T, class Buffer>
+  static void apply(F f, std::span<const fragment_slice> slices, std::span<T> theta, const Buffer& buffer) {
+    const T* packed = buffer.data();
+    for (const auto& s : slices)
+      for (std::size_t i = 0; i < s.size; ++i) f(theta[s.flat_offset + i], packed[s.packed_offset + i]);
+  }
+
   /// Fragment p's outer gradient by packed index, `base − θ_p`, plus the
   /// residual of error feedback. Indexes are read in order (twice per block
   /// for a block-scaled codec), which the slice cursor follows.

@@ -34,6 +34,7 @@
 #include "diloco/params/fragments.hpp"
 #include "diloco/runtime/config.hpp"
 #include "diloco/runtime/host_memory.hpp"
+#include "diloco/runtime/learner_options.hpp"
 #include "diloco/runtime/learner_state.hpp"
 #include "diloco/runtime/payload.hpp"
 #include "diloco/transport/buffer.hpp"
@@ -42,49 +43,15 @@
 
 namespace diloco {
 
-/// Settings of one learner process or thread. The training schedule itself
-/// (P, H, τ, α, lock-step) comes from the syncer's welcome.
-struct learner_options {
-  std::uint32_t id = 0;           ///< unique per learner unit, stable across restarts
-  std::uint32_t incarnation = 1;  ///< bump on every restart of learner `id`
-  std::chrono::nanoseconds heartbeat_interval = std::chrono::seconds(1);
-  std::chrono::nanoseconds join_retry = std::chrono::seconds(1);      ///< re-send `join` until welcomed
-  std::chrono::nanoseconds join_timeout = std::chrono::seconds(60);   ///< `step()` gives up joining after this
-  std::chrono::nanoseconds answer_timeout = std::chrono::seconds(60); ///< give up waiting for an answer after this
-  /// Join again (same incarnation) when a contribution has had no verdict
-  /// (ack or reject) for this long: the connection changed under us or the
-  /// syncer restarted, and it no longer knows this learner at this address.
-  std::chrono::nanoseconds rejoin_after = std::chrono::seconds(10);
-  std::size_t max_outbox = 64;    ///< messages kept for retry while the transport refuses them
-  /// With a compressed contribution codec: add each fragment's encoding
-  /// error to its next outer gradient (error feedback, Seide et al. 2014;
-  /// Karimireddy et al. 2019), so that what the codec rounds away is sent
-  /// later instead of lost. Costs one buffer of the fragment's size per
-  /// fragment and one more pass over the encoded bytes per send.
-  bool error_feedback = false;
-  /// Called on the learner's thread for each join, contribution sent,
-  /// verdict, adoption and wait (never per inner step).
-  std::function<void(const learner_event&)> on_event{};
-
-  /// These options with the learner's timeouts taken from `t` (checked).
-  learner_options with(const timeouts& t) const {
-    t.check();
-    learner_options o = *this;
-    o.heartbeat_interval = t.heartbeat;
-    o.join_retry = t.join_retry;
-    o.rejoin_after = t.rejoin_after;
-    o.answer_timeout = t.answer_timeout;
-    return o;
-  }
-};
-
 /// A learner unit (docs/design.md, "Learner"). Per inner step it computes gradients, applies
 /// the inner optimizer and counts tokens and steps per fragment; when fragment
-/// p falls due it sends `Δ_p = Θ_p(base) − θ_p` to the syncer and keeps
-/// training. A global fragment that arrives is adopted at a step boundary,
-/// `θ_p ← α·θ_p + (1−α)·Θ_p` (the first state and resyncs overwrite), no
-/// earlier than τ steps after the send it answers; the adopted fragment
-/// becomes the new base and its counters reset.
+/// p falls due it sends `Δ_p = base_p − θ_p` to the syncer and keeps
+/// training. A global fragment that arrives is taken in at a step boundary,
+/// no earlier than τ steps after the send it answers, as the options'
+/// `adoption_rule` says: by default every step's work is kept (the send
+/// moves the base to θ_p, the adoption rebases θ_p onto the new global
+/// value); lock-step runs mix, `θ_p ← α·θ_p + (1−α)·Θ_p`, the base becomes
+/// Θ_p and the counters restart. The first state overwrites.
 /// Inner-optimizer state is kept. With a checkpointable inner step, `save`
 /// and `load` let a restarted learner resume (docs/design.md, "Learner
 /// checkpoints").
@@ -162,9 +129,14 @@ class learner {
       }
     }
     if (now >= next_heartbeat_) send_heartbeat(now);
+    bool rejoin = false;
     if (unanswered_since_ && now - *unanswered_since_ >= options_.rejoin_after) {
-      send_join(now);
       unanswered_since_ = now;
+      rejoin = true;
+    }
+    if (keeps_work() && chase_answers(now)) rejoin = true;
+    if (rejoin) {
+      send_join(now);
       ++metrics_.rejoins_sent;
     }
     const bool ready = !waiting_for_answer(now);
@@ -187,6 +159,7 @@ class learner {
     inner_.step(model_.parameters(), model_.gradients());
     ++step_;
     ++metrics_.steps;
+    ++metrics_.steps_computed;
     metrics_.tokens += stats.tokens;
     loss_sum_ += stats.loss;
     ++loss_steps_;
@@ -195,7 +168,7 @@ class learner {
       ++f.steps;
     }
     for (std::uint32_t p = 0; p < tracks_.size(); ++p)
-      if (schedule_.due(p, step_)) send_contribution(p, now, 0);
+      if (schedule_.due(p, step_) || tracks_[p].send_owed) send_contribution(p, now, 0);
     return stats;
   }
 
@@ -224,15 +197,66 @@ class learner {
     return train_step(batch, clock::now());
   }
 
-  /// Sends every fragment's unsent work as a final contribution (fragments
-  /// whose last contribution is still unanswered against the same base are
-  /// skipped: the syncer would count them as duplicates), then `leave`.
+  /// Sends every fragment's unsent work as a final contribution, then
+  /// `leave`. Never blocks: a fragment whose contribution is still in flight
+  /// against the same base is skipped (the syncer would count a second one
+  /// as a duplicate), and its work since that send counts as unsent
+  /// (`learner_metrics::steps_unsent`); the blocking `finish()` waits for
+  /// those answers first.
   void finish(time_point now) {
     if (!joined() || ended()) return;  // after the end the syncer takes nothing more
-    for (std::uint32_t p = 0; p < tracks_.size(); ++p) send_contribution(p, now, final_contribution);
+    for (std::uint32_t p = 0; p < tracks_.size(); ++p) {
+      send_contribution(p, now, final_contribution);
+      auto& f = tracks_[p];
+      if (f.steps > f.steps_sent) metrics_.steps_unsent += f.steps - f.steps_sent;
+      f.send_owed = false;
+    }
     message m = make(message_kind::leave);
+    m.header.steps = metrics_.steps_computed;
+    m.header.tokens = metrics_.tokens;
     send(m);
     flush_outbox();
+  }
+
+  /// Training is over: from now on `poll` adopts what arrives at once,
+  /// without the τ steps it holds answers in training, so that `drained()`
+  /// comes true once no fragment's unsent work waits behind a contribution
+  /// in flight; `finish(now)` then leaves no work behind. Event loops call
+  /// `drain`, `poll` on arrivals and deadlines until `drained()`, then
+  /// `finish(now)`; the blocking `finish()` does all of it.
+  void drain() noexcept { finishing_ = true; }
+
+  /// Every fragment's unsent work can go out now: none waits behind a
+  /// contribution in flight against its current base (which the syncer
+  /// would take a second one against as a duplicate). True once the
+  /// learner has stopped.
+  bool drained() const noexcept {
+    return error_ || std::none_of(tracks_.begin(), tracks_.end(), [](const auto& f) { return blocked(f); });
+  }
+
+  /// `finish(now)` for blocking transports, with nothing left behind:
+  /// `drain`, wait (heartbeating, adopting what arrives) until `drained()`,
+  /// then send the final contributions and leave. The wait is bounded by
+  /// `answer_timeout` (a fragment still waiting after `rejoin_after` asks
+  /// for its current state again, as in training); it ends early, and the
+  /// learner leaves anyway, within 100 ms of a stop requested on `stop`, or
+  /// when the syncer ends the run.
+  void finish(std::stop_token stop = {})
+    requires blocking_transport<Transport>
+  {
+    if (!joined() || error_) return;
+    drain();
+    const time_point started = clock::now();
+    for (;;) {
+      const time_point now = clock::now();
+      poll(now);
+      if (error_) return;
+      if (drained() || stop.stop_requested() || now - started >= options_.answer_timeout) break;
+      auto wait = std::chrono::nanoseconds(std::chrono::milliseconds(100));
+      if (auto wake = next_deadline()) wait = std::clamp<std::chrono::nanoseconds>(*wake - now, {}, wait);
+      if (auto e = transport_.receive_for(wait)) receive(std::move(*e), clock::now());
+    }
+    finish(clock::now());
   }
 
   /// When `poll` next has timed work (a heartbeat, a join retry, an answer
@@ -245,6 +269,10 @@ class learner {
     if (config_.lock_step)
       for (const auto& f : tracks_)
         if (f.in_flight) t = std::min(*t, f.in_flight->at + options_.answer_timeout);
+    if (keeps_work())
+      for (const auto& f : tracks_)
+        if (waits(f))
+          t = std::min(*t, f.in_flight->at + (f.resync_wanted ? options_.answer_timeout : options_.rejoin_after));
     return t;
   }
 
@@ -357,6 +385,7 @@ class learner {
       case message_kind::ack:
         ++metrics_.contributions_acked;
         unanswered_since_.reset();
+        take_verdict(h.answers);
         if (options_.on_event) emit({.what = learner_event::kind::verdict, .fragment = h.fragment,
                                      .sequence = h.answers, .accepted = true});
         break;
@@ -389,6 +418,13 @@ class learner {
     std::optional<typename memory_type::template buffer<T>> residual;
     std::uint64_t tokens = 0;
     std::uint64_t steps = 0;
+    /// Of `steps`, those a contribution against this base carried already
+    /// (`adoption_rule::overwrite` and lock-step runs, whose counters
+    /// restart at adoption, not at a send).
+    std::uint64_t steps_sent = 0;
+    /// The fragment fell due while a contribution of it was in flight against
+    /// the same base: it is sent as soon as a new revision is taken in.
+    bool send_owed = false;
     std::optional<in_flight_send> in_flight;
     std::optional<received_update> inbox;
     std::uint64_t last_sent = 0;  ///< sequence of the latest contribution of this fragment
@@ -417,7 +453,7 @@ class learner {
 
   void send_heartbeat(time_point now) {
     message m = make(message_kind::heartbeat);
-    m.header.steps = step_;
+    m.header.steps = metrics_.steps_computed;
     m.header.tokens = metrics_.tokens;
     m.header.step_time_ns = static_cast<std::int64_t>(step_time_.value());
     m.header.transfer_ns = static_cast<std::int64_t>(transfer_time_.value());
@@ -431,8 +467,19 @@ class learner {
 
   void send_contribution(std::uint32_t p, time_point now, std::uint8_t flags) {
     auto& f = tracks_[p];
-    if (f.steps == 0) return;
-    if (f.in_flight && f.in_flight->base_revision == f.revision) {
+    if (f.steps == f.steps_sent) return;
+    if (keeps_work()) {
+      // A revision another learner's round made waits, with the lazy rule,
+      // until now: taken in first, so that Δ is computed against it.
+      if (f.inbox) adopt(p, f.in_flight && f.inbox->answers >= f.in_flight->sequence);
+      // The syncer keys contributions by their base revision: a second one
+      // against the same revision would be refused as a duplicate, although
+      // it holds only later work. It goes out once a new revision is in.
+      if (blocked(f)) {
+        f.send_owed = true;
+        return;
+      }
+    } else if (f.in_flight && f.in_flight->base_revision == f.revision) {
       // The syncer dedups by (learner, incarnation, fragment, base): a second,
       // cumulative contribution against the same base would be refused. Wait
       // for the answer — unless it is overdue, then ask anyway: the refusal
@@ -464,12 +511,26 @@ class learner {
       return;
     }
     metrics_.bytes_sent += m.payload.size();
+    metrics_.steps_sent += f.steps - f.steps_sent;
     f.in_flight = in_flight_send{h.sequence, f.revision, step_, now};
+    unverdicted_.push_back({h.sequence, f.steps - f.steps_sent});
+    if (unverdicted_.size() > max_unverdicted) unverdicted_.pop_front();
     f.last_sent = h.sequence;
+    f.send_owed = false;
+    if (keeps_work()) {
+      // What was sent leaves the learner's account: the base moves to θ_p,
+      // so the next Δ holds only later work, and the answer is applied
+      // against this point.
+      memory().pack(frag.slices(), std::span<const T>(model_.parameters()), f.base);
+      f.tokens = f.steps = 0;
+    } else {
+      f.steps_sent = f.steps;
+    }
     if (!unanswered_since_) unanswered_since_ = now;
     ++metrics_.contributions_sent;
     if (options_.on_event)
-      emit({.what = learner_event::kind::sent, .fragment = p, .sequence = h.sequence, .revision = f.revision});
+      emit({.what = learner_event::kind::sent, .fragment = p, .sequence = h.sequence, .revision = h.base_revision,
+            .work = h.steps});
     send(m);
   }
 
@@ -636,6 +697,7 @@ class learner {
     }
     unanswered_since_.reset();
     ++metrics_.contributions_refused;
+    metrics_.steps_refused += take_verdict(h.answers);
     if (options_.on_event)
       emit({.what = learner_event::kind::verdict, .fragment = h.fragment, .sequence = h.answers, .accepted = false,
             .reason = h.reason < reject_reason_count ? static_cast<reject_reason>(h.reason) : reject_reason::count_});
@@ -645,34 +707,76 @@ class learner {
     }
   }
 
-  /// Adopts each waiting update unless it answers the in-flight contribution
-  /// and τ steps have not passed since that send.
+  /// Whether adoptions keep the learner's work: a run that is not lock-step,
+  /// with the `rebase` or `lazy` rule.
+  bool keeps_work() const noexcept { return !config_.lock_step && options_.adopt != adoption_rule::overwrite; }
+
+  /// Adopts each waiting update unless it answers the latest contribution
+  /// in flight and τ steps have not passed since that send (no wait once
+  /// finishing). With a rule that keeps work, another learner's revision
+  /// waits for those τ steps too (the answer, newer, would hold both; a lost
+  /// answer delays nothing longer), and with the lazy rule until the
+  /// fragment's next send.
   void apply_due_updates() {
     for (std::uint32_t p = 0; p < tracks_.size(); ++p) {
       auto& f = tracks_[p];
       if (!f.inbox) continue;
       const bool answer = f.in_flight && f.inbox->answers >= f.in_flight->sequence;
-      if (answer && step_ < f.in_flight->step + config_.overlap) continue;
+      const bool held = f.in_flight && !finishing_ && step_ < f.in_flight->step + config_.overlap;
+      if (answer && held) continue;
+      if (!answer && f.adopted && keeps_work() &&
+          (held || (options_.adopt == adoption_rule::lazy && f.inbox->status == update_status::merged && !finishing_)))
+        continue;
       adopt(p, answer);
     }
   }
 
+  /// The fragment-steps contribution `sequence` carried, now that its
+  /// verdict came (0 for one not sent, or no longer remembered).
+  std::uint64_t take_verdict(std::uint64_t sequence) {
+    const auto it = std::find_if(unverdicted_.begin(), unverdicted_.end(),
+                                 [sequence](const auto& u) { return u.first == sequence; });
+    if (it == unverdicted_.end()) return 0;
+    const std::uint64_t steps = it->second;
+    unverdicted_.erase(it);
+    return steps;
+  }
+
+  /// Fragment f's unsent work cannot go out yet: a contribution of it is in
+  /// flight against its current base revision.
+  static bool blocked(const fragment_track& f) noexcept {
+    return f.in_flight && f.in_flight->base_revision == f.revision && f.steps > f.steps_sent;
+  }
+
+  /// Fragment f waits for a revision to send (due, or finishing): what
+  /// `chase_answers` looks after.
+  bool waits(const fragment_track& f) const noexcept { return blocked(f) && (f.send_owed || finishing_); }
+
   void adopt(std::uint32_t p, bool answer) {
     auto& f = tracks_[p];
     const std::span<T> theta = model_.parameters();
-    // Mixing blends a merged revision into local progress; the first state,
-    // and a resync after the learner fell behind, overwrite; a restarted
-    // learner resuming keeps θ_p, the work done since this very base.
+    // A rule that keeps work rebases θ_p onto the new value, counters kept.
+    // Otherwise mixing blends a merged revision into local progress, and a
+    // resync after the learner fell behind overwrites. The first state
+    // overwrites; a restarted learner resuming keeps θ_p, the work done
+    // since this very base.
+    const bool rebase = f.adopted && keeps_work();
     const bool mix = config_.mixing != 0.0 && f.adopted && f.inbox->status == update_status::merged;
     const bool resume = !f.adopted && resumes(p);
-    const adoption how = resume ? adoption::keep : mix ? adoption::mix : adoption::overwrite;
+    const adoption how = resume ? adoption::keep : rebase ? adoption::rebase : mix ? adoption::mix : adoption::overwrite;
     memory().adopt(f.inbox->codec, f.inbox->block, f.inbox->payload.bytes(), plan_[p].slices(), theta, f.base, how,
                    T(config_.mixing));
     const bool completes_join = !f.adopted && ++adopted_ == tracks_.size();
+    std::uint64_t overwritten = 0;
+    if (!rebase) {
+      if (f.adopted) overwritten = f.steps - f.steps_sent;
+      metrics_.steps_overwritten += overwritten;
+      f.tokens = resume ? restored_->fragments[p].tokens : 0;
+      f.steps = resume ? restored_->fragments[p].steps : 0;
+      f.steps_sent = 0;
+    }
     f.adopted = true;
     f.revision = f.inbox->revision;
-    f.tokens = resume ? restored_->fragments[p].tokens : 0;
-    f.steps = resume ? restored_->fragments[p].steps : 0;
     f.resumed = resume;
     if (resume) ++metrics_.fragments_resumed;
     // What the codec rounded away before the save is sent with the next
@@ -706,7 +810,8 @@ class learner {
     }
     f.inbox.reset();
     ++metrics_.updates_adopted;
-    if (options_.on_event) emit({.what = learner_event::kind::adopted, .fragment = p, .revision = f.revision});
+    if (options_.on_event)
+      emit({.what = learner_event::kind::adopted, .fragment = p, .revision = f.revision, .work = overwritten});
   }
 
   /// Whether fragment p, adopted for the first time from its inbox, resumes
@@ -743,6 +848,29 @@ class learner {
     e.steps = metrics_.steps;
     e.waited_total = std::chrono::nanoseconds(metrics_.wait_ns);
     options_.on_event(e);
+  }
+
+  /// Rules that keep work, not lock-step: a fragment that waits to send
+  /// (`waits`) because no revision came since its last send — the answer
+  /// lost, or the syncer restarted and lost the round — asks for its current
+  /// state `rejoin_after` after that send: the learner joins again and takes
+  /// the state in place of the answer (rebased: the work since the send is
+  /// kept; the work in flight is in that state if it was merged, and is lost
+  /// otherwise). After `answer_timeout` it gives the answer up. Returns
+  /// whether to join again.
+  bool chase_answers(time_point now) {
+    bool resync = false;
+    for (auto& f : tracks_) {
+      if (!waits(f)) continue;
+      if (!f.resync_wanted && now - f.in_flight->at >= options_.rejoin_after) {
+        resync = f.resync_wanted = true;
+      } else if (now - f.in_flight->at >= options_.answer_timeout) {
+        f.in_flight.reset();
+        f.resync_wanted = false;
+        ++metrics_.answers_timed_out;
+      }
+    }
+    return resync;
   }
 
   /// Lock-step only: an answer is due (τ steps after its send) and missing.
@@ -797,12 +925,19 @@ class learner {
   std::optional<time_point> last_step_at_;
   bool waited_ = false;
   bool announced_join_ = false;
+  bool finishing_ = false;  ///< in the blocking `finish`: answers are adopted as they come
   std::optional<time_point> wait_began_;  ///< since when `poll` has said "not yet"
   detail::ema step_time_;
   detail::ema transfer_time_;
   double loss_sum_ = 0.0;        ///< Σ `step_stats::loss` since the last heartbeat, which sends their mean
   std::uint64_t loss_steps_ = 0;
   std::deque<message> outbox_;
+  /// Contributions without a verdict yet, (sequence, fragment-steps it
+  /// carried), oldest first: a refusal counts its steps as refused. At most
+  /// `max_unverdicted`; older ones are forgotten (verdicts come within a
+  /// round trip).
+  std::deque<std::pair<std::uint64_t, std::uint64_t>> unverdicted_;
+  static constexpr std::size_t max_unverdicted = 256;
   learner_metrics metrics_;
   std::optional<learner_state<T>> restored_;  ///< loaded, until the join completes (θ and inner state taken at once)
 };

@@ -171,6 +171,7 @@ class syncer {
     // refusal changes nothing but counters.
     if (h.kind == message_kind::contribution) return on_contribution(h.learner, std::move(e.msg), now);
     accept_from(h, l, now);
+    l.steps_reported = std::max(l.steps_reported, h.steps);
     switch (h.kind) {
       case message_kind::heartbeat:
         note_loss(h, l);
@@ -211,6 +212,7 @@ class syncer {
           in_world(entry.first))
         return false;
       ++metrics_.learners_forgotten;
+      retire_report(l);
       return true;
     });
     std::optional<time_point> next;
@@ -467,6 +469,27 @@ class syncer {
     return sum / double(n);
   }
 
+  /// Inner steps the learners computed, as they reported them: every
+  /// incarnation's last report (heartbeats carry the steps an incarnation
+  /// computed, `leave` its total), incarnations that are over included.
+  /// Saturates at 2^64 − 1 (a report is the learner's word, and only
+  /// measures). Cost: one pass over the learner table.
+  std::uint64_t steps_computed() const noexcept {
+    std::uint64_t n = metrics_.steps_reported_earlier;
+    for (const auto& [id, l] : learners_) n = detail::saturating_add(n, l.steps_reported);
+    return n;
+  }
+
+  /// Compute efficiency (docs/design.md, "Keeping every step"): the share of
+  /// the learners' work that reached the global model, `steps_merged / (P ×
+  /// steps_computed())` with P the fragments this syncer owns (each inner
+  /// step counts once per fragment). Nothing before any step was reported.
+  std::optional<double> compute_efficiency() const noexcept {
+    const double computed = double(steps_computed()) * double(owned_fragments());
+    if (!(computed > 0)) return std::nullopt;
+    return double(metrics_.steps_merged) / computed;
+  }
+
   /// Learners in the table: live, or gone for less than `membership.forget_after`.
   std::size_t known_learners() const noexcept { return learners_.size(); }
 
@@ -496,6 +519,9 @@ class syncer {
     std::optional<time_point> gone_since;  ///< when it left or was declared dead
     std::optional<time_point> unreachable_since;  ///< a send to its connection failed (a claim is pending)
     std::optional<double> loss;  ///< the latest finite training loss it reported
+    /// Inner steps its current incarnation reported having computed
+    /// (heartbeat, leave): the largest report, as the learner sent it.
+    std::uint64_t steps_reported = 0;
   };
 
   struct contribution_entry {
@@ -656,6 +682,13 @@ class syncer {
     if (h.transfer_ns > 0) transfer_time_.add(double(h.transfer_ns));
   }
 
+  /// An incarnation is over (replaced, or its learner forgotten): its last
+  /// report of computed steps moves to the syncer's counters (the caller
+  /// then forgets it).
+  void retire_report(const learner_entry& l) noexcept {
+    metrics_.steps_reported_earlier = detail::saturating_add(metrics_.steps_reported_earlier, l.steps_reported);
+  }
+
   void heard_from(std::uint32_t id, learner_entry& l, time_point now) {
     l.last_seen = now;
     if (!l.live && !l.left) {
@@ -676,6 +709,7 @@ class syncer {
       if (oldest == learners_.end() || gone < oldest->second.gone_since.value_or(now)) oldest = it;
     }
     if (oldest == learners_.end()) return false;
+    retire_report(oldest->second);
     learners_.erase(oldest);
     ++metrics_.learners_forgotten;
     return true;
@@ -729,6 +763,8 @@ class syncer {
         ++metrics_.rejoins;
         l.quarantined = false;  // a new incarnation starts clean
         l.strikes = 0;
+        retire_report(l);
+        l.steps_reported = 0;
       }
     } else {
       if (learners_.size() >= options_.max_learners && !make_room(now))

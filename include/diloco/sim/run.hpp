@@ -91,11 +91,37 @@ struct run_report {
 /// whose elements dereference to learners (`*learners[i]`), in learner order:
 /// raw or smart pointers.
 /// Runs until every learner has taken its planned steps and the network is
-/// quiet.
+/// quiet. A learner that has `drain()` and `drained()` (`diloco::learner`)
+/// drains after its last step — it keeps handling arrivals until its
+/// contributions in flight are answered — before it finishes.
 /// `next_batch(i)` returns learner i's next batch; `on_step(i, stats, now)` is
 /// called after each inner step. Events at the same virtual time run in a
 /// fixed order (syncer, then learners by index), so a run is a pure function
 /// of its inputs and seeds.
+namespace detail {
+
+/// Starts draining a learner that can (`drain()`), and says whether it is
+/// done: always for one that cannot.
+template <class L>
+bool drained(L& l) {
+  if constexpr (requires { l.drain(); { l.drained() } -> std::convertible_to<bool>; }) {
+    l.drain();
+    return l.drained();
+  } else {
+    return true;
+  }
+}
+
+/// `finish(now)`, then what still arrives for the learner is dropped unread.
+template <class L>
+void finish(L& l, time_point now) {
+  l.finish(now);
+  while (l.transport().try_receive()) {
+  }
+}
+
+}  // namespace detail
+
 template <driven_syncer Syncer, class Learners, class NextBatch, class OnStep>
   requires driven_learners<Learners, NextBatch> && std::invocable<OnStep&, std::size_t, const step_stats&, time_point>
 run_report run(network& net, Syncer& syncer, const Learners& learners, std::span<const learner_plan> plans,
@@ -109,7 +135,7 @@ run_report run(network& net, Syncer& syncer, const Learners& learners, std::span
     step_duration.emplace_back(std::llround(double(options.step_time.count()) / p.speed));
   }
 
-  enum class mode { running, waiting, done };
+  enum class mode { running, waiting, draining, done };
   struct state {
     mode m = mode::waiting;
     time_point next{};  ///< running: next step; waiting: next timed wake-up
@@ -143,7 +169,8 @@ run_report run(network& net, Syncer& syncer, const Learners& learners, std::span
     for (std::size_t i = 0; i < st.size(); ++i) {
       if (st[i].m == mode::done) continue;
       consider(st[i].next);
-      if (st[i].m == mode::waiting && !stalled_until(i, net.now())) consider(learners[i]->transport().next_arrival());
+      if ((st[i].m == mode::waiting || st[i].m == mode::draining) && !stalled_until(i, net.now()))
+        consider(learners[i]->transport().next_arrival());
     }
     if (!t || *t > start + options.limit) break;
     net.advance_to(*t);
@@ -160,6 +187,17 @@ run_report run(network& net, Syncer& syncer, const Learners& learners, std::span
         continue;
       }
       auto& l = *learners[i];
+      if (s.m == mode::draining) {
+        l.poll(now);
+        if (detail::drained(l)) {
+          detail::finish(l, now);
+          s.m = mode::done;
+        } else {
+          s.next = l.next_deadline().value_or(start + options.limit + std::chrono::nanoseconds(1));
+          if (s.next <= now) s.next = now + std::chrono::nanoseconds(1);
+        }
+        continue;
+      }
       if (!l.poll(now)) {
         s.m = mode::waiting;
         // Woken by the next delivery anyway; otherwise by its own deadline.
@@ -170,9 +208,12 @@ run_report run(network& net, Syncer& syncer, const Learners& learners, std::span
       const auto stats = l.train_step(next_batch(i), now);
       on_step(i, stats, now);
       if (++s.steps == plans[i].steps) {
-        l.finish(now);
-        s.m = mode::done;
-        while (l.transport().try_receive()) {
+        if (detail::drained(l)) {
+          detail::finish(l, now);
+          s.m = mode::done;
+        } else {
+          s.m = mode::draining;
+          s.next = now + step_duration[i];  // at the latest: a learner's deadline may be far
         }
       } else {
         s.m = mode::running;
