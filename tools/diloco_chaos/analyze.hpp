@@ -2,6 +2,7 @@
 // Turns a chaos run's trace into its report, one pass per concern: the run window, the process lanes, the syncer's
 // records, goodput, the accounting of contributions, revisions, global downtime, then the run's invariants.
 
+#include <cstddef>
 #include <string>
 #include <vector>
 
@@ -57,9 +58,10 @@ inline report analyze(const trace& tr, const report_options& options) {
   r.syncer_spans = std::move(lanes.syncer_spans);
 
   const syncer_records records = index_syncer_records(evs);
-  measure_goodput(evs, w, lanes, records, r);
+  const std::size_t fragments = count_fragments(evs);
+  measure_goodput(evs, w, lanes, records, fragments, r);
   r.counts = account_contributions(evs, records);
-  trace_revisions(evs, w, count_fragments(evs), r);
+  trace_revisions(evs, w, fragments, r);
   measure_downtime(evs, w, records, lanes.alive, options.downtime_bound_s, r);
   judge(r, covered(lanes.alive, w.lo, w.hi) > 0);
   return r;

@@ -1,7 +1,7 @@
 #pragma once
-// What the analysis of a chaos run's trace finds (analyze.hpp computes it, report_json.hpp writes it): goodput,
-// global downtime, the accounting of every contribution, revision monotonicity per learner, and the lanes and
-// revision points that plot_timeline.py draws.
+// What the analysis of a chaos run's trace finds (analyze.hpp computes it, report_json.hpp writes it): goodput and
+// where the learners' work went, global downtime, the accounting of every contribution, revision monotonicity per
+// learner, and the lanes and revision points that plot_timeline.py draws.
 
 #include <cstdint>
 #include <map>
@@ -39,14 +39,38 @@ struct report_options {
 /// A contribution: learner id, incarnation, sequence.
 using contribution_key = std::tuple<std::int64_t, std::int64_t, std::int64_t>;
 
+/// Where learners' inner steps went, in fragment-steps: each inner step counts once per fragment, P per step (the
+/// learners' `work` and `overwritten` counters). Over the whole trace, not cut to the run window.
+struct work_account {
+  std::uint64_t computed = 0;        ///< P x N per incarnation: N inner steps it computed, P fragments
+  std::uint64_t merged = 0;          ///< carried by sent contributions some syncer "merged" holds
+  std::uint64_t overwritten = 0;     ///< unsent work that adoptions threw away ("adopted" overwritten)
+  std::uint64_t refused = 0;         ///< carried by contributions the syncer rejected
+  std::uint64_t dropped = 0;         ///< carried by contributions in a round the syncer dropped
+  std::uint64_t lost_in_flight = 0;  ///< carried by contributions accepted but never merged, or never answered
+  std::uint64_t unsent = 0;          ///< computed - all the above, at least 0, per incarnation: never sent
+  /// Incarnations whose "sent" events carry no `work` (traces from before it was recorded): left out of the
+  /// fields above, their busy time counted good iff the contribution ending it was merged.
+  std::uint64_t unmeasured_incarnations = 0;
+
+  work_account& operator+=(const work_account& o) {
+    computed += o.computed, merged += o.merged, overwritten += o.overwritten, refused += o.refused;
+    dropped += o.dropped, lost_in_flight += o.lost_in_flight, unsent += o.unsent;
+    unmeasured_incarnations += o.unmeasured_incarnations;
+    return *this;
+  }
+};
+
 /// One learner id over all its incarnations; times in seconds.
 struct learner_report {
   std::int64_t learner = 0;
   std::uint64_t incarnations = 0, sent = 0, merged = 0;  ///< spawns; "sent" events; those of them merged
-  double busy_s = 0, good_s = 0, lost_s = 0;             ///< busy = good (merged) + lost (not merged)
+  /// busy = good + lost; good = busy x the share of the incarnation's computed work that was merged
+  double busy_s = 0, good_s = 0, lost_s = 0;
   double wait_deducted_s = 0;                            ///< wait_us growth deducted from the sent windows
   double up_s = 0, waiting_s = 0, down_s = 0, paused_s = 0, restarting_s = 0;  ///< lane states; sum = window
   std::vector<lane_span> spans;                          ///< the lane, seconds since the run began
+  work_account work;                                     ///< summed over its incarnations
 };
 
 /// All times in seconds since the run began.
@@ -84,6 +108,7 @@ struct report {
   std::uint32_t learners = 0;                      ///< M
   double window_s = 0, allocated_s = 0;            ///< run window; M x window
   double goodput = 0, busy_s = 0, good_s = 0, lost_s = 0;
+  work_account work;                               ///< summed over the learners
   std::vector<learner_report> per_learner;         ///< by learner id
   std::vector<lane_span> syncer_spans;
   std::vector<double> syncer_kills_s;

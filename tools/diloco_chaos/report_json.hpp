@@ -43,6 +43,13 @@ inline nlohmann::ordered_json timeline_json(const report& r) {
           {"marks_s", std::move(marks)}};
 }
 
+/// Where the work went, in fragment-steps (see work_account).
+inline nlohmann::ordered_json work_json(const work_account& a) {
+  return {{"computed", a.computed}, {"merged", a.merged}, {"overwritten", a.overwritten}, {"refused", a.refused},
+          {"dropped", a.dropped}, {"lost_in_flight", a.lost_in_flight}, {"unsent", a.unsent},
+          {"unmeasured_incarnations", a.unmeasured_incarnations}};
+}
+
 /// The report as one JSON object (see report.hpp for what each number is).
 inline nlohmann::ordered_json report_json(const report& r) {
   using json = nlohmann::ordered_json;
@@ -53,7 +60,7 @@ inline nlohmann::ordered_json report_json(const report& r) {
                            {"merged", l.merged}, {"busy_s", s(l.busy_s)}, {"good_s", s(l.good_s)},
                            {"lost_s", s(l.lost_s)}, {"wait_deducted_s", s(l.wait_deducted_s)}, {"up_s", s(l.up_s)},
                            {"waiting_s", s(l.waiting_s)}, {"down_s", s(l.down_s)}, {"paused_s", s(l.paused_s)},
-                           {"restarting_s", s(l.restarting_s)}});
+                           {"restarting_s", s(l.restarting_s)}, {"work", work_json(l.work)}});
   json gaps = json::array(), restarts = json::array(), per_fragment = json::array(), violations = json::array();
   for (const downtime_gap& g : r.gaps)
     gaps.push_back({{"begin_s", s(g.begin_s)}, {"end_s", s(g.end_s)}, {"alive_s", s(g.alive_s)}});
@@ -71,7 +78,8 @@ inline nlohmann::ordered_json report_json(const report& r) {
   return {
       {"mode", r.mode}, {"seed", r.seed}, {"begin_us", r.begin_us}, {"learners", r.learners},
       {"window_s", s(r.window_s)}, {"allocated_learner_s", s(r.allocated_s)}, {"goodput", s(r.goodput)},
-      {"busy_s", s(r.busy_s)}, {"good_s", s(r.good_s)}, {"lost_s", s(r.lost_s)}, {"per_learner", per_learner},
+      {"busy_s", s(r.busy_s)}, {"good_s", s(r.good_s)}, {"lost_s", s(r.lost_s)}, {"work", work_json(r.work)},
+      {"per_learner", per_learner},
       {"downtime",
        {{"bound_s", s(r.downtime_bound_s)}, {"global_downtime_s", s(r.global_downtime_s)},
         {"longest_gap_s", s(r.longest_gap_s)}, {"median_gap_s", s(r.median_gap_s)}, {"advances", r.advances},

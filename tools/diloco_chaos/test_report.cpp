@@ -5,11 +5,13 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <initializer_list>
+#include <regex>
 #include <string>
 #include <vector>
 
@@ -127,6 +129,18 @@ BOOST_AUTO_TEST_CASE(parser) {
 
 namespace {
 
+/// A work account as "computed C, merged M, ...", every field.
+std::string describe(const work_account& a) {
+  return "computed " + std::to_string(a.computed) + ", merged " + std::to_string(a.merged) + ", overwritten " +
+         std::to_string(a.overwritten) + ", refused " + std::to_string(a.refused) + ", dropped " +
+         std::to_string(a.dropped) + ", lost in flight " + std::to_string(a.lost_in_flight) + ", unsent " +
+         std::to_string(a.unsent) + ", unmeasured incarnations " + std::to_string(a.unmeasured_incarnations);
+}
+
+void check_work(const work_account& got, const work_account& want, const std::string& what) {
+  check(describe(got) == describe(want), what + ": got " + describe(got) + "; want " + describe(want));
+}
+
 bool same_spans(const std::vector<lane_span>& got, const std::vector<lane_span>& want) {
   if (got.size() != want.size()) return false;
   for (std::size_t i = 0; i < got.size(); ++i)
@@ -137,7 +151,9 @@ bool same_spans(const std::vector<lane_span>& got, const std::vector<lane_span>&
 }
 
 // The main scenario: M = 2, fragments 0 and 1, run window 0..10 s ("stopping" at 10 s), downtime bound 2 s.
-// Lines are grouped per process (not in time order) so read_trace must sort them.
+// Lines are grouped per process (not in time order) so read_trace must sort them. The learners keep all their work
+// (the default adoption rule): each inner step adds 1 to every fragment's counter, and a "sent" carries its
+// fragment's steps since that fragment's previous send (`work`).
 std::vector<std::string> main_trace() {
   const std::string L0 = R"("src":"learner","learner":0,"incarnation":0,)",
                     L0b = R"("src":"learner","learner":0,"incarnation":1,)";
@@ -167,28 +183,29 @@ std::vector<std::string> main_trace() {
       at(10, L0 + R"("ev":"start","pid":200)"),
       at(500, L0 + R"("ev":"joined","revisions":[0,0],"steps":0,"wait_us":300000)"),
       at(1200, L0 + R"("ev":"wait","begin":)" + ms(1000) + R"(,"end":)" + ms(1200)),
-      at(2000, L0 + R"("ev":"sent","fragment":0,"sequence":1,"base":0,"steps":10,"wait_us":500000)"),
+      at(2000, L0 + R"("ev":"sent","fragment":0,"sequence":1,"base":0,"work":10,"steps":10,"wait_us":500000)"),
       at(2100, L0 + R"("ev":"verdict","fragment":0,"sequence":1,"accepted":true)"),
-      at(2300, L0 + R"("ev":"adopted","fragment":0,"revision":1)"),
-      at(3100, L0 + R"("ev":"sent","fragment":1,"sequence":2,"base":0,"steps":20,"wait_us":500000)"),
-      at(4500,
-         L0 + R"("ev":"sent","fragment":0,"sequence":3,"base":1,"steps":30,"wait_us":600000,"future":{"x":[1.5]})"),
+      at(2300, L0 + R"("ev":"adopted","fragment":0,"revision":1,"overwritten":0)"),
+      at(3100, L0 + R"("ev":"sent","fragment":1,"sequence":2,"base":0,"work":20,"steps":20,"wait_us":500000)"),
+      at(4500, L0 + R"("ev":"sent","fragment":0,"sequence":3,"base":1,"work":20,"steps":30,"wait_us":600000,)"
+                    R"("future":{"x":[1.5]})"),
       at(4700, L0 + R"("ev":"adopted","fragment":0,"revision":2)"),
       // learner 0, incarnation 1
       at(7500, L0b + R"("ev":"joined","revisions":[2,0],"steps":0,"wait_us":100000)"),
-      at(9000, L0b + R"("ev":"sent","fragment":1,"sequence":1,"base":0,"steps":10,"wait_us":100000)"),
-      at(9150, L0b + R"("ev":"adopted","fragment":1,"revision":1)"),
-      at(10500, L0b + R"("ev":"sent","fragment":0,"sequence":2,"base":2,"steps":20,"wait_us":400000)"),
-      at(10700, L0b + R"("ev":"stop","steps":20,"wait_us":400000)"),
+      at(9000, L0b + R"("ev":"sent","fragment":1,"sequence":1,"base":0,"work":10,"steps":10,"wait_us":100000)"),
+      at(9150, L0b + R"("ev":"adopted","fragment":1,"revision":1,"overwritten":0)"),
+      at(10500, L0b + R"("ev":"sent","fragment":0,"sequence":2,"base":2,"work":20,"steps":20,"wait_us":400000)"),
+      at(10700, L0b + R"("ev":"stop","steps":20,"wait_us":400000,"steps_computed":20,"steps_sent":30,)"
+                      R"("steps_overwritten":0,"steps_refused":0,"steps_unsent":10)"),
       // learner 1
       at(1000, L1 + R"("ev":"joined","revisions":[0,0],"steps":0,"wait_us":0)"),
-      at(1800, L1 + R"("ev":"sent","fragment":0,"sequence":1,"base":0,"steps":8,"wait_us":0)"),
-      at(3500, L1 + R"("ev":"sent","fragment":1,"sequence":2,"base":0,"steps":25,"wait_us":0)"),
+      at(1800, L1 + R"("ev":"sent","fragment":0,"sequence":1,"base":0,"work":8,"steps":8,"wait_us":0)"),
+      at(3500, L1 + R"("ev":"sent","fragment":1,"sequence":2,"base":0,"work":25,"steps":25,"wait_us":0)"),
       at(3650, L1 + R"("ev":"verdict","fragment":1,"sequence":2,"accepted":false,"reason":"stale")"),
       at(4300, L1 + R"("ev":"wait","begin":)" + ms(4000) + R"(,"end":)" + ms(4300)),
       at(4700, L1 + R"("ev":"adopted","fragment":0,"revision":2)"),
       at(4800, L1 + R"("ev":"adopted","fragment":0,"revision":1)"),
-      at(5000, L1 + R"("ev":"sent","fragment":0,"sequence":3,"base":1,"steps":40,"wait_us":300000)"),
+      at(5000, L1 + R"("ev":"sent","fragment":0,"sequence":3,"base":1,"work":32,"steps":40,"wait_us":300000)"),
       at(5100, L1 + R"("ev":"verdict","fragment":0,"sequence":3,"accepted":true)"),
       at(5200, L1 + R"("ev":"heartbeat","unknown_event":true)"),
       // syncer
@@ -222,26 +239,37 @@ BOOST_AUTO_TEST_CASE(main_scenario) {
   near(r.window_s, 10, "main: window");
   near(r.allocated_s, 20, "main: allocated = 2 learners x 10 s");
 
-  // Goodput. Learner 0, incarnation 0 (joined 0.5 s, wait_us 0.3 s):
-  //   sent 1 @2.0: window (0.5, 2.0] = 1.5, wait 0.5-0.3 = 0.2            -> busy 1.3, merged at 2.2: good
-  //   sent 2 @3.1: window (2.0, 3.1] = 1.1, wait 0, paused 2.5..3.0 = 0.5 -> busy 0.6, accepted, syncer killed: lost
-  //   sent 3 @4.5: window (3.1, 4.5] = 1.4, wait 0.1                      -> busy 1.3, merged at 4.6: good
-  // incarnation 1 (joined 7.5 s, wait_us 0.1 s):
-  //   sent 1 @9.0: window (7.5, 9.0] = 1.5, wait 0                        -> busy 1.5, merged at 9.1: good
-  //   sent 2 @10.5: window (9.0, 10.5] cut at 10.0 -> 1.0 of 1.5; wait 0.3 x 1/1.5 = 0.2 -> busy 0.8, merged: good
-  // learner 0: busy 5.5, good 4.9, lost 0.6, waits deducted 0.2+0.1+0.2 = 0.5.
-  // Learner 1 (joined 1.0 s, wait 0): sent 1 @1.8: 0.8 merged; sent 2 @3.5: 1.7 rejected; sent 3 @5.0: 1.5 - 0.3
-  // wait = 1.2, never answered -> busy 3.7, good 0.8, lost 2.9. Goodput = (4.9 + 0.8) / 20 = 0.285.
+  // Goodput. Learner 0, incarnation 0 (joined 0.5 s at step 0, wait_us 0.3 s):
+  //   sent 1 @2.0: window (0.5, 2.0] = 1.5, wait 0.5-0.3 = 0.2            -> busy 1.3; work 10, merged at 2.2
+  //   sent 2 @3.1: window (2.0, 3.1] = 1.1, wait 0, paused 2.5..3.0 = 0.5 -> busy 0.6; work 20, accepted, syncer killed
+  //   sent 3 @4.5: window (3.1, 4.5] = 1.4, wait 0.1                      -> busy 1.3; work 20, merged at 4.6
+  //   N = 30 steps (its largest `steps`) - 0, P = 2: computed 60 fragment-steps (fragment 0: 0..10 and 10..30 sent,
+  //   fragment 1: 0..20 sent, 20..30 never sent), merged 10 + 20 = 30 -> share 0.5: busy 3.2, good 1.6, lost 1.6.
+  // Incarnation 1 (joined 7.5 s at step 0, wait_us 0.1 s):
+  //   sent 1 @9.0: window (7.5, 9.0] = 1.5, wait 0                        -> busy 1.5; work 10, merged at 9.1
+  //   sent 2 @10.5: window (9.0, 10.5] cut at 10.0 -> 1.0 of 1.5; wait 0.3 x 1/1.5 = 0.2 -> busy 0.8; work 20, merged
+  //   N = 20 (its "stop"), P = 2: computed 40, merged 30 -> share 0.75: busy 2.3, good 1.725, lost 0.575.
+  // Learner 0: busy 5.5, good 3.325, lost 2.175, waits deducted 0.2+0.1+0.2 = 0.5.
+  // Learner 1 (joined 1.0 s at step 0, wait 0): sent 1 @1.8: 0.8, work 8, merged; sent 2 @3.5: 1.7, work 25,
+  // rejected; sent 3 @5.0: 1.5 - 0.3 wait = 1.2, work 32 (fragment 0's steps 8..40), never answered -> busy 3.7;
+  // N = 40, computed 80, merged 8 -> share 0.1: good 0.37, lost 3.33.
+  // Goodput = (3.325 + 0.37) / 20 = 0.18475; the window rule (good iff merged) would give (4.9 + 0.8) / 20 = 0.285.
   check(r.per_learner.size() == 2, "main: 2 learners reported");
   if (r.per_learner.size() == 2) {
     const learner_report &a = r.per_learner[0], &b = r.per_learner[1];
     check(a.learner == 0 && b.learner == 1, "main: learner ids");
     check(a.incarnations == 2 && b.incarnations == 1, "main: incarnations");
     check(a.sent == 5 && a.merged == 4 && b.sent == 3 && b.merged == 1, "main: per-learner sent/merged");
-    near(a.busy_s, 5.5, "main: learner 0 busy"), near(a.good_s, 4.9, "main: learner 0 good");
-    near(a.lost_s, 0.6, "main: learner 0 lost"), near(a.wait_deducted_s, 0.5, "main: learner 0 wait deducted");
-    near(b.busy_s, 3.7, "main: learner 1 busy"), near(b.good_s, 0.8, "main: learner 1 good");
-    near(b.lost_s, 2.9, "main: learner 1 lost"), near(b.wait_deducted_s, 0.3, "main: learner 1 wait deducted");
+    near(a.busy_s, 5.5, "main: learner 0 busy"), near(a.good_s, 3.325, "main: learner 0 good");
+    near(a.lost_s, 2.175, "main: learner 0 lost"), near(a.wait_deducted_s, 0.5, "main: learner 0 wait deducted");
+    near(b.busy_s, 3.7, "main: learner 1 busy"), near(b.good_s, 0.37, "main: learner 1 good");
+    near(b.lost_s, 3.33, "main: learner 1 lost"), near(b.wait_deducted_s, 0.3, "main: learner 1 wait deducted");
+    // Work, fragment-steps. Learner 0: computed 60 + 40; merged 30 + 30; lost in flight 20 ((0,0,2): accepted, the
+    // syncer killed before merging it); unsent 60-30-20 = 10 and 40-30 = 10. Learner 1: computed 80; merged 8;
+    // refused 25 ((1,0,2), stale); lost in flight 32 ((1,0,3), never answered by the syncer); unsent 80-8-25-32 = 15.
+    check_work(a.work, {.computed = 100, .merged = 60, .lost_in_flight = 20, .unsent = 20}, "main: learner 0 work");
+    check_work(b.work, {.computed = 80, .merged = 8, .refused = 25, .lost_in_flight = 32, .unsent = 15},
+               "main: learner 1 work");
     // Learner 0: restarting 0..0.5, up 0.5..1.0, waiting 1.0..1.2, up 1.2..2.5, paused 2.5..3.0, up 3.0..5.5,
     // down 5.5..7.0, restarting 7.0..7.5, up 7.5..10  -> up 6.8, waiting 0.2, paused 0.5, down 1.5, restarting 1.0.
     near(a.up_s, 6.8, "main: learner 0 up"), near(a.waiting_s, 0.2, "main: learner 0 waiting");
@@ -264,8 +292,10 @@ BOOST_AUTO_TEST_CASE(main_scenario) {
     near(b.up_s, 4.7, "main: learner 1 up"), near(b.down_s, 4.0, "main: learner 1 down");
     check(same_spans(r.syncer_spans, {{0, 3.2, up}, {3.2, 3.4, down}, {3.4, 10, up}}), "main: syncer spans");
   }
-  near(r.busy_s, 9.2, "main: busy"), near(r.good_s, 5.7, "main: good"), near(r.lost_s, 3.5, "main: lost");
-  near(r.goodput, 0.285, "main: goodput");
+  near(r.busy_s, 9.2, "main: busy"), near(r.good_s, 3.695, "main: good"), near(r.lost_s, 5.505, "main: lost");
+  near(r.goodput, 0.18475, "main: goodput");
+  check_work(r.work, {.computed = 180, .merged = 68, .refused = 25, .lost_in_flight = 52, .unsent = 35},
+             "main: total work");
 
   // Downtime. Advances in the window: 2.2, 4.6, 9.1 (10.6 is after "stopping"). Syncer restart: kill 3.2 until the
   // first merge after the respawn at 3.4, i.e. 4.6 -> 1.4 s. Gaps: 2.2..4.6 minus the restart = 2.2..3.2 (1.0 s,
@@ -338,13 +368,22 @@ BOOST_AUTO_TEST_CASE(main_scenario) {
   const std::string json = to_json(r);
   check(nlohmann::json::accept(json), "main: to_json is one well-formed JSON value");
   for (const char* key :
-       {R"("goodput": 0.285)", R"("ok": false)", R"("unaccounted": 1)", R"("lost_in_syncer_restart": 1)",
+       {R"("goodput": 0.18475)", R"("ok": false)", R"("unaccounted": 1)", R"("lost_in_syncer_restart": 1)",
         R"("stale": 1)", R"("global_downtime_s": 3.5)", R"("syncer_restart_s": 1.4)", R"("malformed_lines": 2)",
         R"("median_gap_s": 3.45)", R"("learner 1 incarnation 0 sequence 3)", R"("restarting_s": 1)"})
     check(contains(json, key), std::string("main: to_json has ") + key);
 
+  const nlohmann::json parsed = nlohmann::json::parse(json);
+  const nlohmann::json& work = parsed["work"];
+  check(work["computed"] == 180 && work["merged"] == 68 && work["overwritten"] == 0 && work["refused"] == 25 &&
+            work["dropped"] == 0 && work["lost_in_flight"] == 52 && work["unsent"] == 35 &&
+            work["unmeasured_incarnations"] == 0,
+        "main: to_json has the total work");
+  check(parsed["per_learner"][1]["work"]["refused"] == 25 && parsed["per_learner"][1]["work"]["unsent"] == 15,
+        "main: to_json has each learner's work");
+
   // What plot_timeline.py draws (its own test draws it): a lane per learner, then the syncer; a mark at the kill.
-  const nlohmann::json t = nlohmann::json::parse(json).at("timeline");
+  const nlohmann::json t = parsed.at("timeline");
   check(t["lanes"].size() == 3 && t["lanes"][0]["label"] == "learner 0" && t["lanes"][2]["label"] == "syncer",
         "main: timeline lanes");
   check(t["marks_s"].size() == 1 && std::fabs(t["marks_s"][0].get<double>() - 3.2) < 1e-9,
@@ -355,9 +394,138 @@ BOOST_AUTO_TEST_CASE(main_scenario) {
         "main: timeline spans of learner 0 with their states");
 }
 
+namespace {
+
+/// `lines` as a trace from before learners recorded their work: `work` and `overwritten` taken out of every line
+/// that contains `who`.
+std::vector<std::string> without_work(std::vector<std::string> lines, const std::string& who) {
+  const std::regex field(R"re(,"(work|overwritten)":[0-9]+)re");
+  for (std::string& l : lines)
+    if (contains(l, who)) l = std::regex_replace(l, field, "");
+  return lines;
+}
+
+}  // namespace
+
+// The main scenario from before learners recorded `work`: every incarnation keeps the window rule (busy time is
+// good iff the contribution ending it was merged), so the figures are those worked out in main_scenario for it:
+// learner 0 busy 5.5 = good 1.3 + 1.3 + 1.5 + 0.8 = 4.9 + lost 0.6 (sent 2, lost in the syncer restart); learner 1
+// busy 3.7 = good 0.8 (sent 1) + lost 1.7 + 1.2; goodput (4.9 + 0.8) / 20 = 0.285. No work is accounted: the three
+// incarnations are unmeasured.
+BOOST_AUTO_TEST_CASE(trace_without_work) {
+  const std::vector<std::string> lines = without_work(main_trace(), R"("src":"learner")");
+  check(std::none_of(lines.begin(), lines.end(), [](const std::string& l) { return contains(l, "work"); }),
+        "old trace: no line carries work");
+  const report r = analyze(load(lines), {.downtime_bound_s = 2.0});
+  check(r.per_learner.size() == 2, "old trace: 2 learners reported");
+  if (r.per_learner.size() == 2) {
+    const learner_report &a = r.per_learner[0], &b = r.per_learner[1];
+    near(a.busy_s, 5.5, "old trace: learner 0 busy"), near(a.good_s, 4.9, "old trace: learner 0 good");
+    near(a.lost_s, 0.6, "old trace: learner 0 lost");
+    near(b.busy_s, 3.7, "old trace: learner 1 busy"), near(b.good_s, 0.8, "old trace: learner 1 good");
+    near(b.lost_s, 2.9, "old trace: learner 1 lost");
+    check_work(a.work, {.unmeasured_incarnations = 2}, "old trace: learner 0 work unmeasured");
+  }
+  near(r.good_s, 5.7, "old trace: good"), near(r.lost_s, 3.5, "old trace: lost");
+  near(r.goodput, 0.285, "old trace: goodput");
+  check_work(r.work, {.unmeasured_incarnations = 3}, "old trace: no work accounted");
+
+  // Learner 1's lines alone from before: learner 0 as in main_scenario (good 3.325, work 100 computed, 60 merged,
+  // 20 lost in flight, 20 unsent), learner 1 by the window rule (good 0.8) -> goodput (3.325 + 0.8) / 20 = 0.20625.
+  const report mixed = analyze(load(without_work(main_trace(), R"("learner":1,"incarnation":0,)")), {});
+  near(mixed.good_s, 4.125, "mixed trace: good"), near(mixed.goodput, 0.20625, "mixed trace: goodput");
+  check_work(mixed.work,
+             {.computed = 100, .merged = 60, .lost_in_flight = 20, .unsent = 20, .unmeasured_incarnations = 1},
+             "mixed trace: learner 0's work only");
+}
+
+// Adoptions that throw work away (the "overwrite" adoption rule): M = 1, P = 2, window 0..10 s. The learner joins at
+// 1.0 s at step 0 and takes 10 steps a second, never waiting; every contribution it sends is merged 0.2 s later, and
+// it adopts each answer 10 steps after sending, throwing away the 10 steps of that fragment since the send:
+//   fragment 0: steps 0..20 sent @3.0 (work 20), 20..30 overwritten @4.0, 30..60 sent @7.0 (30), 60..70 overwritten
+//               @8.0, 70..90 never sent;
+//   fragment 1: steps 0..40 sent @5.0 (40), 40..50 overwritten @6.0, 50..80 sent @9.0 (30), 80..90 never sent.
+// N = 90 (its "stop") - 0, computed 2 x 90 = 180 fragment-steps: merged 20+30+40+30 = 120, overwritten 30, unsent 30.
+// Busy: windows (1, 3], (3, 5], (5, 7], (7, 9] = 8.0 s, every one ended by a merged contribution, so the window rule
+// gives good 8.0 and goodput 0.8; with the work, good = 8.0 x 120/180 = 16/3, lost 8/3, goodput 16/3 / 10 = 8/15.
+BOOST_AUTO_TEST_CASE(overwritten_work) {
+  const std::string L = R"("src":"learner","learner":0,"incarnation":0,)", S = R"("src":"syncer",)";
+  const std::vector<std::string> lines = {
+      at(0, R"("src":"runner","ev":"begin","learners":1,"mode":"decoupled","seed":3)"),
+      at(0, R"("src":"runner","ev":"spawn","target":"syncer","pid":10)"),
+      at(0, R"("src":"runner","ev":"spawn","target":"learner","learner":0,"incarnation":0,"pid":20)"),
+      at(10000, R"("src":"runner","ev":"stopping")"),
+      at(10100, R"("src":"runner","ev":"exit","target":"learner","learner":0,"pid":20,"status":"exit 0")"),
+      at(1000, L + R"("ev":"joined","revisions":[0,0],"steps":0,"wait_us":0)"),
+      at(3000, L + R"("ev":"sent","fragment":0,"sequence":1,"base":0,"work":20,"steps":20,"wait_us":0)"),
+      at(4000, L + R"("ev":"adopted","fragment":0,"revision":1,"overwritten":10,"steps":30,"wait_us":0)"),
+      at(5000, L + R"("ev":"sent","fragment":1,"sequence":2,"base":0,"work":40,"steps":40,"wait_us":0)"),
+      at(6000, L + R"("ev":"adopted","fragment":1,"revision":1,"overwritten":10,"steps":50,"wait_us":0)"),
+      at(7000, L + R"("ev":"sent","fragment":0,"sequence":3,"base":1,"work":30,"steps":60,"wait_us":0)"),
+      at(8000, L + R"("ev":"adopted","fragment":0,"revision":2,"overwritten":10,"steps":70,"wait_us":0)"),
+      at(9000, L + R"("ev":"sent","fragment":1,"sequence":4,"base":1,"work":30,"steps":80,"wait_us":0)"),
+      at(10000, L + R"("ev":"stop","steps":90,"wait_us":0,"steps_computed":90,"steps_sent":120,)"
+                    R"("steps_overwritten":30,"steps_refused":0,"steps_unsent":30)"),
+      at(50, S + R"("ev":"start","pid":10,"restored":false,"revisions":[])"),
+      at(3100, S + R"("ev":"accepted","learner":0,"incarnation":0,"sequence":1,"fragment":0,"base":0)"),
+      at(3200, S + R"("ev":"merged","fragment":0,"revision":1,"contributions":[[0,0,1]],"staleness":[0])"),
+      at(5100, S + R"("ev":"accepted","learner":0,"incarnation":0,"sequence":2,"fragment":1,"base":0)"),
+      at(5200, S + R"("ev":"merged","fragment":1,"revision":1,"contributions":[[0,0,2]],"staleness":[0])"),
+      at(7100, S + R"("ev":"accepted","learner":0,"incarnation":0,"sequence":3,"fragment":0,"base":1)"),
+      at(7200, S + R"("ev":"merged","fragment":0,"revision":2,"contributions":[[0,0,3]],"staleness":[0])"),
+      at(9100, S + R"("ev":"accepted","learner":0,"incarnation":0,"sequence":4,"fragment":1,"base":1)"),
+      at(9200, S + R"("ev":"merged","fragment":1,"revision":2,"contributions":[[0,0,4]],"staleness":[0])"),
+  };
+  const report r = analyze(load(lines), {});
+  check(r.counts.sent == 4 && r.counts.accepted == 4 && r.counts.merged == 4 && r.ok,
+        "overwritten: every contribution merged, the run ok");
+  near(r.busy_s, 8.0, "overwritten: busy");
+  near(r.good_s, 16.0 / 3, "overwritten: good"), near(r.lost_s, 8.0 / 3, "overwritten: lost");
+  near(r.goodput, 8.0 / 15, "overwritten: goodput");
+  check_work(r.work, {.computed = 180, .merged = 120, .overwritten = 30, .unsent = 30}, "overwritten: work");
+  check(contains(to_json(r), R"("overwritten": 30)"), "overwritten: to_json says how much was overwritten");
+
+  const report old = analyze(load(without_work(lines, R"("src":"learner")")), {});
+  near(old.good_s, 8.0, "overwritten, old trace: good"), near(old.goodput, 0.8, "overwritten, old trace: goodput");
+}
+
+// Where sent work goes besides merged: M = 1, P = 1, window 0..4 s. Joined 0.5 s at step 0; sends at 1.5, 2.5 and
+// 3.5 s, 10 steps each: the first is accepted, then its round dropped by the syncer ("dropped"); the second is
+// merged; the third is rejected as stale. "stop" at step 35: N = 35, computed 35 = merged 10 + dropped 10 + refused
+// 10 + unsent 5. Busy (0.5, 1.5] + (1.5, 2.5] + (2.5, 3.5] = 3.0 s; good = 3.0 x 10/35 = 6/7, lost 15/7; goodput
+// 6/7 / 4 = 3/14.
+BOOST_AUTO_TEST_CASE(dropped_and_refused_work) {
+  const std::string L = R"("src":"learner","learner":0,"incarnation":0,)", S = R"("src":"syncer",)";
+  const report r = analyze(
+      load({
+          at(0, R"("src":"runner","ev":"begin","learners":1,"mode":"decoupled","seed":5)"),
+          at(0, R"("src":"runner","ev":"spawn","target":"syncer","pid":10)"),
+          at(0, R"("src":"runner","ev":"spawn","target":"learner","learner":0,"incarnation":0,"pid":20)"),
+          at(4000, R"("src":"runner","ev":"stopping")"),
+          at(500, L + R"("ev":"joined","revisions":[0],"steps":0,"wait_us":0)"),
+          at(1500, L + R"("ev":"sent","fragment":0,"sequence":1,"base":0,"work":10,"steps":10,"wait_us":0)"),
+          at(1800, L + R"("ev":"adopted","fragment":0,"revision":0,"overwritten":0,"steps":13,"wait_us":0)"),
+          at(2500, L + R"("ev":"sent","fragment":0,"sequence":2,"base":0,"work":10,"steps":20,"wait_us":0)"),
+          at(3500, L + R"("ev":"sent","fragment":0,"sequence":3,"base":0,"work":10,"steps":30,"wait_us":0)"),
+          at(4000, L + R"("ev":"stop","steps":35,"wait_us":0)"),
+          at(1600, S + R"("ev":"accepted","learner":0,"incarnation":0,"sequence":1,"fragment":0,"base":0)"),
+          at(1700, S + R"("ev":"dropped","fragment":0,"revision":0,"reason":"update_too_large",)"
+                       R"("contributions":[[0,0,1]])"),
+          at(2600, S + R"("ev":"accepted","learner":0,"incarnation":0,"sequence":2,"fragment":0,"base":0)"),
+          at(2700, S + R"("ev":"merged","fragment":0,"revision":1,"contributions":[[0,0,2]],"staleness":[0])"),
+          at(3550, S + R"("ev":"rejected","learner":0,"incarnation":0,"sequence":3,"fragment":0,"reason":"stale")"),
+      }),
+      {});
+  near(r.busy_s, 3.0, "dropped: busy");
+  near(r.good_s, 6.0 / 7, "dropped: good"), near(r.lost_s, 15.0 / 7, "dropped: lost");
+  near(r.goodput, 3.0 / 14, "dropped: goodput");
+  check_work(r.work, {.computed = 35, .merged = 10, .refused = 10, .dropped = 10, .unsent = 5}, "dropped: work");
+}
+
 // M = 1, bound 2 s, window 0..10. The learner is killed at 1.0 s, exactly at an advance, and respawned at 8.5 s,
 // exactly at the next one: the 7.5 s gap has nobody alive, so it is listed with alive 0 and is not downtime.
-// Goodput: sent 1 (0.2, 0.9] = 0.7 and sent 2 (0.9, 0.99] = 0.09, both merged -> 0.79 / 10 = 0.079.
+// Goodput (a trace without `work`: the window rule): sent 1 (0.2, 0.9] = 0.7 and sent 2 (0.9, 0.99] = 0.09, both
+// merged -> 0.79 / 10 = 0.079.
 BOOST_AUTO_TEST_CASE(gap_without_learners) {
   const std::string L = R"("src":"learner","learner":0,"incarnation":0,)", S = R"("src":"syncer",)";
   const trace tr = load({
