@@ -166,6 +166,45 @@ BOOST_FIXTURE_TEST_CASE(an_inflated_weight_is_capped_at_the_median, fixture) {
   for (std::size_t i = 0; i < got.size(); ++i) BOOST_TEST(got[i] == want[i], boost::test_tools::tolerance(1e-12));
 }
 
+BOOST_FIXTURE_TEST_CASE(a_learner_back_from_an_outage_is_cut_to_the_median_but_never_quarantined, fixture) {
+  // Four learners, K = 4, token weights w = tokens²/steps. Three send a
+  // period's work (640 tokens in 10 steps, w = 40960, Δ = 1); learner 3 sends
+  // twelve periods at once, as a learner whose sends waited out an outage
+  // does (7680 tokens in 120 steps: w = 12 × 40960, beyond 8 × the median;
+  // Δ = 2). Each round cuts its weight to the median: Θ moves by (3 + 2) / 4
+  // = 1.25. Four rounds in a row: four cuts, no quarantine (three strikes
+  // would quarantine it), so its fifth contribution is still merged.
+  syncer<outer::sgd<double>, merge::token_weighted, inproc::endpoint> s(layout, initial, syncer_end, [] {
+    auto o = fixture::options(4);
+    o.scaling = partial_rounds::full_step;
+    return o;
+  }());
+  join_all(s, 4);
+  auto heavy = [&](std::uint64_t base) {
+    auto m = contribution(3, std::vector<double>(6, 2.0), base, 1, base + 1);
+    m.header.tokens = 12 * 640;
+    m.header.steps = 12 * 10;
+    return m;
+  };
+  for (std::uint64_t base = 0; base < 4; ++base) {
+    for (std::uint32_t i = 0; i < 3; ++i) send(i, contribution(i, std::vector<double>(6, 1.0), base, 1, base + 1));
+    send(3, heavy(base));
+    deliver(s);
+  }
+  BOOST_TEST(s.revision(0) == 4u);
+  BOOST_TEST(s.metrics().weights_clipped == 4u);
+  BOOST_TEST(s.metrics().quarantines == 0u);
+  BOOST_TEST(!s.quarantined(3));
+  const auto got = s.parameters();
+  const auto want = minus(initial, 4 * 1.25);
+  for (std::size_t i = 0; i < got.size(); ++i) BOOST_TEST(got[i] == want[i], boost::test_tools::tolerance(1e-12));
+  for (std::uint32_t i = 0; i < 3; ++i) send(i, contribution(i, std::vector<double>(6, 1.0), 4, 1, 5));
+  send(3, heavy(4));
+  deliver(s);
+  BOOST_TEST(s.metrics().rejected_for(reject_reason::quarantined) == 0u);
+  BOOST_TEST(s.revision(0) == 5u);
+}
+
 BOOST_FIXTURE_TEST_CASE(counters_a_learner_cannot_have_are_refused, fixture) {
   test_syncer s(layout, initial, syncer_end, options(1));
   join_all(s, 1);

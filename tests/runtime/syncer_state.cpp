@@ -338,6 +338,48 @@ BOOST_FIXTURE_TEST_CASE(a_version_3_state_with_raw_counters_is_read, bench) {
   BOOST_TEST(b.metrics().rejected_for(reject_reason::duplicate) == 31u);
 }
 
+BOOST_FIXTURE_TEST_CASE(the_work_the_learners_reported_survives_a_restart, bench) {
+  // Learner 0 (incarnation 1) reports 30 computed steps and learner 1
+  // (incarnation 2) 20; learner 1 then restarts as incarnation 3, which
+  // retires its 20 into the syncer's counters. After a save and a restore the
+  // syncer still counts 30 + 20 = 50; a later, larger report of learner 0's
+  // same incarnation (45) replaces its 30 rather than adding to it: 65. One
+  // fragment of the two merged a 10-step contribution: 10 / (2 × 65).
+  state_syncer a(layout, std::vector<T>(6, 1.0), end, options());
+  send(0, join(0, 1));
+  send(1, join(1, 2));
+  deliver(a);
+  auto heartbeat = [&](std::uint32_t id, std::uint32_t incarnation, std::uint64_t steps) {
+    message m;
+    m.header.kind = message_kind::heartbeat;
+    m.header.learner = id;
+    m.header.incarnation = incarnation;
+    m.header.steps = steps;
+    send(id, std::move(m));
+  };
+  heartbeat(0, 1, 30);
+  heartbeat(1, 2, 20);
+  deliver(a);
+  send(1, join(1, 3));
+  deliver(a);
+  send(0, contribution(0, 1, 0, 0, 1, std::vector<T>(a.plan()[0].size(), 0.5)));
+  deliver(a);
+  BOOST_TEST_REQUIRE(a.revision(0) == 1u);
+  BOOST_TEST_REQUIRE(a.steps_computed() == 50u);
+
+  state_syncer b(layout, std::vector<T>(6, 0.0), end, options());
+  std::istringstream in(saved(a));
+  b.load(in);
+  BOOST_TEST(b.steps_computed() == 50u);
+  send(0, join(0, 1));
+  deliver(b);
+  heartbeat(0, 1, 45);
+  deliver(b);
+  BOOST_TEST(b.steps_computed() == 65u);
+  BOOST_TEST_REQUIRE(b.compute_efficiency().has_value());
+  BOOST_TEST(*b.compute_efficiency() == 10.0 / (2.0 * 65.0), boost::test_tools::tolerance(1e-12));
+}
+
 BOOST_FIXTURE_TEST_CASE(a_state_of_an_unknown_version_is_refused_by_name, bench) {
   state_syncer a(layout, std::vector<T>(6, 1.0), end, options());
   auto state = saved(a);

@@ -519,9 +519,6 @@ class syncer {
     std::optional<time_point> gone_since;  ///< when it left or was declared dead
     std::optional<time_point> unreachable_since;  ///< a send to its connection failed (a claim is pending)
     std::optional<double> loss;  ///< the latest finite training loss it reported
-    /// Inner steps its current incarnation reported having computed
-    /// (heartbeat, leave): the largest report, as the learner sent it.
-    std::uint64_t steps_reported = 0;
   };
 
   struct contribution_entry {
@@ -1216,11 +1213,14 @@ class syncer {
         ++metrics_.contributions_clipped;
         clipped = true;
       }
+      // A weight cut is no strike: a learner whose sends waited out an
+      // outage honestly carries many periods of work, and the cut already
+      // bounds its say to a typical learner's.
       if (c.weight > weights.outlier || c.period_weight > weights.outlier) {
         c.weight = std::min(c.weight, weights.reference);
         c.period_weight = std::min(c.period_weight, weights.reference);
         ++metrics_.weights_clipped;
-        clipped = true;
+        any_clipped = true;
       }
       clipped_paces_.push_back(pace);
       present[c.learner] = c.period_weight;

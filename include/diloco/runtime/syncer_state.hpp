@@ -41,6 +41,11 @@ struct learner_record {
   bool left = false;
   bool quarantined = false;
   std::uint32_t strikes = 0;  ///< consecutive contributions clipped or refused for their content
+  /// Inner steps its current incarnation reported having computed
+  /// (heartbeat, leave): the largest report, as the learner sent it. Kept so
+  /// that a restarted syncer's compute efficiency still counts the work
+  /// behind what it merged before the restart.
+  std::uint64_t steps_reported = 0;
   /// Per fragment: the weight a full period (H steps) of this learner's work
   /// would have, at the tokens per step of its last regular contribution;
   /// NaN until then.
@@ -85,18 +90,18 @@ struct syncer_state_shape {
   std::uint32_t max_learners = 0;
 };
 
-/// The version `write_syncer_state` writes. Versions 4 (no open rounds) and
-/// 3 (also counters as one raw struct, 22 counters and 25 refusal reasons)
-/// are still read.
-inline constexpr std::uint32_t syncer_state_version = 5;
+/// The version `write_syncer_state` writes. Versions 5 (no steps reported
+/// per learner), 4 (also no open rounds) and 3 (also counters as one raw
+/// struct, 22 counters and 25 refusal reasons) are still read.
+inline constexpr std::uint32_t syncer_state_version = 6;
 
-/// Writes a syncer state (little-endian): tag `SYNC` version 5; u64 layout
+/// Writes a syncer state (little-endian): tag `SYNC` version 6; u64 layout
 /// fingerprint, u64 parameter count, u32 fragment count; per fragment u64
 /// revision, its values (u64 count, then each), u64 key count and per key u32
 /// learner, u32 incarnation, u64 base revision, u64 sequence; u64 learner
 /// count and per learner u32 id, u32 incarnation, u8 flags (1 left, 2
-/// quarantined), u32 strikes, its expected weights (u64 count, then each as
-/// f64); the counters (`write_syncer_metrics`); then per fragment its open
+/// quarantined), u32 strikes, u64 steps reported, its expected weights (u64
+/// count, then each as f64); the counters (`write_syncer_metrics`); then per fragment its open
 /// round: u64 count and per contribution u32 learner, u32 incarnation, u64
 /// sequence, u64 base revision, u64 tokens, u64 steps, u8 final, its values
 /// (u64 count, then each). `Fragment` and `Learner` are the caller's own
@@ -131,6 +136,7 @@ void write_syncer_state(std::ostream& out, std::uint64_t layout_fingerprint, std
     serial::write_pod(out, l.incarnation);
     serial::write_pod<std::uint8_t>(out, std::uint8_t((l.left ? 1 : 0) | (l.quarantined ? 2 : 0)));
     serial::write_pod(out, l.strikes);
+    serial::write_pod(out, l.steps_reported);
     serial::write_array(out, l.expected_weight);
   }
   write_syncer_metrics(out, metrics);
@@ -168,7 +174,7 @@ inline syncer_metrics read_syncer_metrics_v3(std::istream& in) {
 
 }  // namespace detail
 
-/// Reads what `write_syncer_state` wrote (version 5, 4 or 3) for a syncer of
+/// Reads what `write_syncer_state` wrote (version 6, 5, 4 or 3) for a syncer of
 /// `shape`. Throws `corrupt_state`, naming what is wrong, on a truncated or
 /// corrupt state, one of another model or fragment count, one with more
 /// learners than `shape.max_learners`, parameters or open contributions that
@@ -220,6 +226,7 @@ syncer_state<T> read_syncer_state(std::istream& in, const syncer_state_shape& sh
     l.left = (flags & 1) != 0;
     l.quarantined = (flags & 2) != 0;
     l.strikes = serial::read_pod<std::uint32_t>(in, "learner strikes");
+    if (version >= 6) l.steps_reported = serial::read_pod<std::uint64_t>(in, "learner steps reported");
     l.expected_weight = serial::read_array<double>(in, state.fragments.size(), "expected weights");
     if (l.expected_weight.size() != state.fragments.size())
       throw corrupt_state("diloco: expected weights of the wrong size");
