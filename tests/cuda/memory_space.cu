@@ -10,6 +10,7 @@
 #include <random>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "diloco/cuda/memory_space.cuh"
@@ -118,22 +119,30 @@ DILOCO_CUDA_TEST(memory_space, adopt_decodes_the_base_and_updates_theta_as_the_h
       CUDA_TEST_CHECK(diloco::payload::encode<float>(c, block, n, [&](std::size_t i) { return global[i]; },
                                                      std::span<std::byte>(payload)),
                       "encode");
-      for (const diloco::adoption how : {diloco::adoption::overwrite, diloco::adoption::mix, diloco::adoption::keep,
-                                         diloco::adoption::rebase}) {
+      using diloco::adoption;
+      const std::pair<adoption, float> cases[] = {
+          {adoption::overwrite, 0.5f}, {adoption::mix, 0.5f}, {adoption::keep, 0.5f},
+          {adoption::rebase, 0.0f},    {adoption::rebase, 0.5f}};
+      for (const auto& [how, alpha] : cases) {
         const std::string what = "fragment " + std::to_string(p) + " codec " + std::to_string(int(c)) + " adoption " +
-                                 std::to_string(int(how));
+                                 std::to_string(int(how)) + " alpha " + std::to_string(alpha);
         std::vector<float> theta_h = s.theta, base_h = old_base;
-        host.adopt(c, block, std::span<const std::byte>(payload), slices, std::span<float>(theta_h), base_h, how, 0.5f);
+        host.adopt(c, block, std::span<const std::byte>(payload), slices, std::span<float>(theta_h), base_h, how, alpha);
         auto theta_d = t::upload(s.theta);
         auto base_d = t::upload(old_base);
-        device.adopt(c, block, std::span<const std::byte>(payload), slices, theta_d.span(), base_d, how, 0.5f);
+        device.adopt(c, block, std::span<const std::byte>(payload), slices, theta_d.span(), base_d, how, alpha);
         CUDA_TEST_CHECK(t::download(base_d) == base_h, what + ": the base differs");  // == : −0 may arrive as +0
         const auto theta_got = t::download(theta_d);
         std::size_t wrong = 0;
         for (std::size_t i = 0; i < theta_h.size(); ++i) {
-          const double tolerance = how == diloco::adoption::mix
-                                       ? u * std::fabs(0.5 * double(s.theta[i])) + u * std::fabs(double(theta_h[i]))
-                                       : 0.0;
+          // An FMA's rounding where a product with α > 0 may be contracted:
+          // mixing's, or each of a rebase's two steps (θ, the old base and Θ
+          // bound the values they round).
+          const double tolerance =
+              how == adoption::mix ? u * std::fabs(0.5 * double(s.theta[i])) + u * std::fabs(double(theta_h[i]))
+              : how == adoption::rebase && alpha > 0
+                  ? 4 * u * (std::fabs(double(s.theta[i])) + std::fabs(double(theta_h[i])) + 1.0)
+                  : 0.0;
           wrong += !(std::fabs(double(theta_got[i]) - double(theta_h[i])) <= tolerance);
         }
         CUDA_TEST_CHECK(wrong == 0, what + ": " + std::to_string(wrong) + " values of θ differ");

@@ -333,6 +333,21 @@ BOOST_FIXTURE_TEST_CASE(rebase_moves_local_work_onto_another_learners_revision, 
   BOOST_TEST(l.metrics().steps_overwritten == 0u);
 }
 
+BOOST_FIXTURE_TEST_CASE(rebase_with_mixing_follows_part_of_the_global_move_and_keeps_every_step, fixture) {
+  join(1, 4, 0, 0.5);  // α = 0.5
+  step();              // θ = 9.5
+  send(update(0, 3, std::vector<double>(8, 30.0)));
+  step();  // θ + (1 − α)(Θ − base) = 9.5 + 0.5 · (30 − 10) = 19.5, then the step: 19
+  BOOST_TEST(model.params[0] == 19.0);
+  step();
+  step();  // θ = 18: Δ = 30 − 18 = 12, the 4 steps' work (2) and half the move it did not follow (10)
+  const auto sent = contributions();
+  BOOST_TEST_REQUIRE(sent.size() == 1u);
+  BOOST_TEST(sent[0].header.steps == 4u);
+  BOOST_TEST(values(sent[0]) == std::vector<double>(8, 12.0), boost::test_tools::per_element());
+  BOOST_TEST(l.metrics().steps_overwritten == 0u);
+}
+
 BOOST_FIXTURE_TEST_CASE(work_in_flight_is_neither_lost_nor_applied_twice, fixture) {
   join(1, 2, 1);
   step();

@@ -29,9 +29,10 @@ enum class adoption : std::uint8_t {
   overwrite,  ///< θ_p ← Θ_p (the first state, a resync)
   mix,        ///< θ_p ← α·θ_p + (1−α)·Θ_p (a merged revision, α > 0; `mixing_element`)
   keep,       ///< θ_p unchanged (a restarted learner resuming the work it saved)
-  /// θ_p ← Θ_p + (θ_p − base): the work since the old base moved onto the
-  /// new global value (`adoption_rule::rebase`), rounded as `rebase_element`
-  /// says.
+  /// θ_p ← θ_p + (1−α)·(Θ_p − base): the work since the old base kept, and
+  /// the global value's move followed by 1 − α (`adoption_rule::rebase`;
+  /// α = 0: θ_p ← Θ_p + (θ_p − base)), rounded as `local_work_element` and
+  /// `add_global_element` say.
   rebase,
 };
 

@@ -104,7 +104,7 @@ class device_memory {
     if (how == adoption::rebase)
       for (const auto& s : slices)
         check(diloco::cuda::subtract_base(theta.subspan(s.flat_offset, s.size),
-                                          std::span<const float>(base.data() + s.packed_offset, s.size), stream_),
+                                          std::span<const float>(base.data() + s.packed_offset, s.size), alpha, stream_),
               "subtract_base");
     check(cudaMemsetAsync(base.data(), 0, base.bytes(), stream_), "cudaMemsetAsync");
     check(
@@ -123,7 +123,7 @@ class device_memory {
     if (how == adoption::rebase)
       for (const auto& s : slices)
         check(diloco::cuda::add_global(theta.subspan(s.flat_offset, s.size),
-                                       std::span<const float>(base.data() + s.packed_offset, s.size), stream_),
+                                       std::span<const float>(base.data() + s.packed_offset, s.size), alpha, stream_),
               "add_global");
     synchronize();  // the staging buffer is free again
   }

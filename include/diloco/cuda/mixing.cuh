@@ -41,20 +41,21 @@ cudaError_t mix(const mixing_element<T>& f, std::span<T> theta, std::span<const 
   return detail::for_each_element(f, theta, global, stream);
 }
 
-/// The first step of rebasing (`local_work_element`): `θ ← θ − base`, over
-/// one contiguous piece. Reads θ and the base, writes θ; enqueued on
+/// The first step of rebasing (`local_work_element`): `θ ← θ − (1−α)·base`,
+/// over one contiguous piece. Reads θ and the base, writes θ; enqueued on
 /// `stream`, returns at once with the launch's error (cudaErrorInvalidValue
-/// if the sizes differ). Exact as on the CPU: one subtraction per element.
+/// if the sizes differ). With α = 0 as on the CPU, bit for bit; with α > 0
+/// nvcc may contract the product into an FMA (up to an ulp, as `mix`).
 template <class T>
-cudaError_t subtract_base(std::span<T> theta, std::span<const T> base, cudaStream_t stream) {
-  return detail::for_each_element(local_work_element<T>{}, theta, base, stream);
+cudaError_t subtract_base(std::span<T> theta, std::span<const T> base, T alpha, cudaStream_t stream) {
+  return detail::for_each_element(local_work_element<T>{T(1) - alpha}, theta, base, stream);
 }
 
-/// The second step of rebasing (`add_global_element`): `θ ← θ + Θ`, as
-/// `subtract_base` is launched.
+/// The second step of rebasing (`add_global_element`): `θ ← θ + (1−α)·Θ`,
+/// as `subtract_base` is launched.
 template <class T>
-cudaError_t add_global(std::span<T> theta, std::span<const T> global, cudaStream_t stream) {
-  return detail::for_each_element(add_global_element<T>{}, theta, global, stream);
+cudaError_t add_global(std::span<T> theta, std::span<const T> global, T alpha, cudaStream_t stream) {
+  return detail::for_each_element(add_global_element<T>{T(1) - alpha}, theta, global, stream);
 }
 
 }  // namespace diloco::cuda

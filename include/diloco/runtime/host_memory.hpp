@@ -67,14 +67,14 @@ struct host_memory {
   template <scalar T, class Buffer>
   void adopt(codec_id c, std::uint32_t block, std::span<const std::byte> payload,
              std::span<const fragment_slice> slices, std::span<T> theta, Buffer& base, adoption how, T alpha) const {
-    if (how == adoption::rebase) apply(local_work_element<T>{}, slices, theta, base);
+    if (how == adoption::rebase) apply(local_work_element<T>{T(1) - alpha}, slices, theta, base);
     double ignored = 0.0;
     [[maybe_unused]] const auto verdict =
         payload::decode<T>(c, block, payload, std::span<T>(base.data(), base.size()), ignored);
     assert(verdict == payload::verdict::ok);  // checked where it arrived
     if (how == adoption::overwrite) return scatter(slices, base, theta);
     if (how == adoption::keep) return;
-    if (how == adoption::rebase) return apply(add_global_element<T>{}, slices, theta, base);
+    if (how == adoption::rebase) return apply(add_global_element<T>{T(1) - alpha}, slices, theta, base);
     apply(mixing_element<T>{alpha}, slices, theta, base);
   }
 

@@ -24,21 +24,24 @@ enum class adoption_rule : std::uint8_t {
   /// No step is lost. A send moves the learner's work out of its account:
   /// base_p ← θ_p and the fragment's counters restart, so the next outer
   /// gradient `base_p − θ_p` holds only work not sent yet. Every revision
-  /// Θ_p is taken in as `θ_p ← Θ_p + (θ_p − base_p)`, `base_p ← Θ_p`,
-  /// counters kept: θ_p is always the latest global value plus the work not
-  /// sent yet, and what was sent comes back only inside a revision that
-  /// merged it. An answer to the learner's latest send, and another
-  /// learner's revision, are taken in τ steps after that send (the answer,
-  /// newer, holds both; a lost one delays nothing longer), else at the next
-  /// step boundary. The default.
+  /// Θ_p is taken in as `θ_p ← θ_p + (1−α)·(Θ_p − base_p)`, `base_p ← Θ_p`,
+  /// counters kept (α from the welcome). With α = 0, θ_p is always the
+  /// latest global value plus the work not sent yet, and what was sent comes
+  /// back only inside a revision that merged it; with α > 0 the learner
+  /// follows only 1 − α of the global value's move, and its next outer
+  /// gradient carries the rest back (an elastic pull, as Streaming DiLoCo's
+  /// mixing) besides all its work. An answer to the learner's latest send,
+  /// and another learner's revision, are taken in τ steps after that send
+  /// (the answer, newer, holds both; a lost one delays nothing longer), else
+  /// at the next step boundary. The default.
   rebase,
   /// As `rebase`, but a revision produced without this learner's latest
   /// contribution waits until just before the fragment's next send: fewer
   /// passes over θ, a staler local model between sends.
   lazy,
-  /// `θ_p ← α·θ_p + (1−α)·Θ_p` (α from the welcome, 0 overwrites) for every
-  /// revision, at the next step boundary (an answer no earlier than τ steps
-  /// after its send); the base becomes Θ_p and the counters restart. The work
+  /// `θ_p ← α·θ_p + (1−α)·Θ_p` (α = 0 overwrites) for every revision, at
+  /// the next step boundary (an answer no earlier than τ steps after its
+  /// send); the base becomes Θ_p and the counters restart. The work
   /// done since the learner's last send — all of it when other learners'
   /// rounds bring a revision — is thrown away: with 4 learners and K = 1
   /// only a quarter to a third of the steps reach the model. Kept to compare
