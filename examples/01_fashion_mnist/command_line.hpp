@@ -127,20 +127,10 @@ inline std::optional<int> parse_command_line(int argc, char** argv, command& c) 
                          shown(s.screening.clip_factor) + "; 0: off)",
                      "C");
   add_number<u32>(app, "--quarantine-after", s.screening.quarantine_after, {0},
-                  "quarantine a learner after N clipped or refused contributions in a row (" +
+                  "quarantine a learner after N norm-clipped or refused contributions in a row (" +
                       std::to_string(s.screening.quarantine_after) + "; 0: never)",
                   "N");
-  add_number<double>(app, "--absent-half-life", s.membership.absent_half_life, {0.0, 1e4, true, false},
-                     "a departed learner's weight in partial rounds halves every N periods (" +
-                         shown(s.membership.absent_half_life) + ")",
-                     "N");
-  add_choice(app, "--partial-rounds", s.partial,
-             {{"all", diloco::partial_rounds::all_share},
-              {"live", diloco::partial_rounds::live_share},
-              {"full", diloco::partial_rounds::full_step}},
-             "partial-round rule",
-             "size of partial rounds: share of all learners' weight (all), of the live learners' weight (live), or a "
-             "full step (full)");
+  diloco_tools::trainer::add_partial_rounds(app, s);
   diloco_tools::trainer::add_codecs(app, s);
   add_number<double>(app, "--lr", s.lr, {0.0, real_max}, "AdamW learning rate (1e-3)", "LR");
   add_number<double>(app, "--weight-decay", s.weight_decay, {0.0, real_max}, "AdamW weight decay (0.01)", "WD");

@@ -30,8 +30,9 @@
 namespace fashion {
 
 /// A `diloco::learner` on `Transport`, its model and inner step hidden: what
-/// `sim::run` drives (`poll`, `train_step`, `finish`, `next_deadline`,
-/// `transport`) and what the threaded trainer and the learner process use.
+/// `sim::run` drives (`poll`, `train_step`, `drain`, `drained`, `finish`,
+/// `next_deadline`, `transport`) and what the threaded trainer and the
+/// learner process use.
 template <class Transport>
 class learner_unit {
  public:
@@ -41,7 +42,12 @@ class learner_unit {
   virtual diloco::step_stats train_step(const batch& b, diloco::time_point now) = 0;
   /// `learner::step`; throws `std::logic_error` on a transport that does not block.
   virtual diloco::result<diloco::step_stats> step(const batch& b) = 0;
+  virtual void drain() = 0;
+  virtual bool drained() const = 0;
   virtual void finish(diloco::time_point now) = 0;
+  /// `learner::finish()`: waits for the answers in flight first; throws
+  /// `std::logic_error` on a transport that does not block.
+  virtual void finish() = 0;
   virtual std::optional<diloco::time_point> next_deadline() const = 0;
   virtual Transport& transport() = 0;
 
@@ -80,7 +86,15 @@ class learner_unit_of final : public learner_unit<Transport> {
     else
       throw std::logic_error("fashion::learner_unit::step: the transport does not block; use poll and train_step");
   }
+  void drain() override { learner_.drain(); }
+  bool drained() const override { return learner_.drained(); }
   void finish(diloco::time_point now) override { learner_.finish(now); }
+  void finish() override {
+    if constexpr (diloco::blocking_transport<Transport>)
+      learner_.finish();
+    else
+      throw std::logic_error("fashion::learner_unit::finish: the transport does not block; drain, poll, finish(now)");
+  }
   std::optional<diloco::time_point> next_deadline() const override { return learner_.next_deadline(); }
   Transport& transport() override { return learner_.transport(); }
 

@@ -53,9 +53,7 @@ int evaluate_saved(const fashion::settings& s, const std::vector<std::string>& p
 /// The syncer options of a mode, with the command line's overrides.
 diloco::syncer_options syncer_options_for(const fashion::settings& s) {
   diloco::syncer_options o = diloco_tools::trainer::syncer_options_for(s);
-  o.scaling = s.partial;
   o.screening = s.screening;
-  o.membership = s.membership;
   return o;
 }
 
@@ -113,6 +111,7 @@ json result_line(const fashion::settings& s, const diloco::syncer_options& optio
           {"quorum", options.quorum},
           {"overlap", options.training.overlap},
           {"alpha", six_digits(options.training.mixing)},
+          {"adopt", diloco::name(s.adopt)},
           {"seed", s.seed},
           {"speeds", std::move(speeds)},
           {"test_accuracy", six_digits(r.test_accuracy)},
@@ -168,6 +167,8 @@ int main(int argc, char** argv) {
       return 0;
     }
     auto line = result_line(s, options, r);
+    diloco_tools::trainer::add_outer_fields(line, s);
+    diloco_tools::trainer::add_work_fields(line, r);
     if (s.gpu_learners > 0) line["gpu_learners"] = s.gpu_learners;  // absent from CPU-only runs, as before
     std::printf("%s\n", line.dump().c_str());
     return r.completed ? 0 : 1;

@@ -66,6 +66,7 @@ std::optional<int> parse_command_line(int argc, char** argv, command& c) {
              "inner optimizer",
              "DiLoCo's inner AdamW: LibTorch's torch::optim::AdamW, or diloco::inner::adamw (torch)");
   diloco_tools::trainer::add_codecs(app, s);
+  diloco_tools::trainer::add_partial_rounds(app, s);
   add_number<double>(app, "--lr", s.lr, {0.0, real_max}, "AdamW learning rate, the peak of the schedule (3e-3)", "LR");
   add_choice(app, "--schedule", s.lr_schedule, {{"cosine", text::schedule::cosine}, {"constant", text::schedule::constant}},
              "schedule",
@@ -176,7 +177,7 @@ int main(int argc, char** argv) {
     }
     json speeds = json::array();
     for (std::uint32_t i = 0; i < s.learners; ++i) speeds.push_back(six_digits(s.speed_of(i)));
-    const json line{{"mode", name(s.run_mode)},
+    json line{{"mode", name(s.run_mode)},
                     {"transport", diloco_tools::trainer::transport_name(s)},
                     {"learners", s.learners},
                     {"steps", s.steps},
@@ -190,6 +191,7 @@ int main(int argc, char** argv) {
                     {"quorum", options.quorum},
                     {"overlap", options.training.overlap},
                     {"alpha", six_digits(options.training.mixing)},
+                    {"adopt", diloco::name(s.adopt)},
                     {"merge", s.run_mode == text::mode::data_parallel ? "average" : name(s.merge)},
                     {"inner", s.run_mode == text::mode::data_parallel ? "sgd"
                               : s.inner == text::inner_optimizer::torch ? "torch"
@@ -212,6 +214,8 @@ int main(int argc, char** argv) {
                     {"completed", r.completed},
                     {"seconds", six_digits(r.seconds)},
                     {"virtual_seconds", six_digits(r.virtual_seconds)}};
+    diloco_tools::trainer::add_outer_fields(line, s);
+    diloco_tools::trainer::add_work_fields(line, r);
     std::printf("%s\n", line.dump().c_str());
     return r.completed ? 0 : 1;
   } catch (const text::corpus_error& e) {

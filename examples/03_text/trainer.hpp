@@ -166,7 +166,7 @@ std::string drive(Learner& l, lm_model& model, sampler& data, double speed, std:
     report.stepped(i, r->loss);
     if (speed < 1.0) std::this_thread::sleep_for(model.last_compute() * (1.0 / speed - 1.0));
   }
-  l.finish(diloco::clock::now());
+  l.finish();
   return {};
 }
 
@@ -228,7 +228,8 @@ outcome train(const settings& s, const corpus& text, MakeInner make_inner, Outer
         sim::run_options{.step_time = s.sim_step_time});
     out.completed = result.completed;
     out.virtual_seconds = std::chrono::duration<double>(result.end - start).count();
-    out.take(sync.metrics());
+    out.take(sync);
+    out.take_learner_work(learners);
     for (const auto& l : learners) out.inner_steps += l->local_step();
     final_params = sync.parameters();
   } else {
@@ -245,7 +246,8 @@ outcome train(const settings& s, const corpus& text, MakeInner make_inner, Outer
         [&](std::uint32_t i) { return drive(*learners[i], *models[i], samplers[i], s.speed_of(i), i, s, report); },
         report);
     out.completed = out.error.empty();
-    out.take(sync.metrics());
+    out.take(sync);
+    out.take_learner_work(learners);
     for (const auto& l : learners) out.inner_steps += l->local_step();
     final_params = sync.parameters();
   }
@@ -295,7 +297,7 @@ outcome serve(const settings& s, const corpus& text, Outer outer, Merge merge, d
   sync.run_until(never.get_token(),
                  [&] { return sync.metrics().leaves >= s.learners && sync.live_learners() == 0; });
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-  out.take(sync.metrics());
+  out.take(sync);
   if (sync.failure()) {
     out.completed = false;
     out.error = "syncer: " + *sync.failure();
@@ -328,6 +330,8 @@ outcome learn(const settings& s, const corpus& text, MakeInner make_inner) {
   }
   out.completed = out.error.empty();
   out.inner_steps = l.local_step();
+  out.steps_computed = l.metrics().steps_computed;
+  out.take_learner_work(l.metrics());
   out.bytes_sent = l.metrics().bytes_sent;
   out.bytes_received = l.metrics().bytes_received;
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();

@@ -42,9 +42,11 @@ struct usage_error : std::runtime_error {
 
 struct settings {
   std::string endpoint = "tcp://127.0.0.1:5555";
-  diloco::syncer_options options = diloco::presets::decoupled_diloco(50, 4, 1, 5);
+  diloco::syncer_options options = diloco::presets::decoupled_diloco(50, 8, 1, 5);
   std::string outer = "nesterov";
-  double outer_lr = 0.7, outer_momentum = 0.9;
+  /// η and μ; default: Decoupled DiLoCo's (`presets::decoupled_outer_options`),
+  /// DiLoCo's with --lock-step or --world-size.
+  std::optional<double> outer_lr, outer_momentum;
   std::uint32_t delay = 4;
   unsigned threads = 0;  ///< of the Nesterov step and the weighted mean; 0: every core
   std::string merge = "tokens";
@@ -135,10 +137,13 @@ std::optional<int> parse(int argc, char** argv, settings& s) {
   app.add_option("--max-outer-updates", o.end.max_outer_updates,
                  "end the run after this many outer updates, all fragments together (0: no limit)")
       ->type_name("N")->check(whole)->capture_default_str();
-  app.add_option("--max-tokens", o.end.max_tokens, "end the run once this many tokens are trained in (0: no limit)")
+  app.add_option("--max-tokens", o.end.max_tokens,
+                 "end the run once this many tokens, all learners together, are merged into the global model "
+                 "(per fragment; work still unsent or thrown away does not count; 0: no limit)")
       ->type_name("N")->check(whole)->capture_default_str();
   app.add_option("--max-steps", o.end.max_steps,
-                 "end the run once this many inner steps, all learners together, are trained in (0: no limit)")
+                 "end the run once this many inner steps, all learners together, are merged into the global model "
+                 "(per fragment: steps computed but not merged yet, or thrown away, do not count; 0: no limit)")
       ->type_name("N")->check(whole)->capture_default_str();
   app.add_option("--deadline", deadline_s, "end the run SEC seconds after the first message (0: none)")
       ->type_name("SEC")->check(in(interval<double>{.min = 0, .max = 1e9}))->capture_default_str();
@@ -168,10 +173,16 @@ std::optional<int> parse(int argc, char** argv, settings& s) {
                  "threads of the outer Nesterov step and the weighted-mean merges (0: every core; the result is the "
                  "same bit for bit)")
       ->type_name("N")->capture_default_str();
-  app.add_option("--outer-lr", s.outer_lr, "outer learning rate, >= 0")->type_name("ETA")->check(non_negative)
-      ->capture_default_str();
-  app.add_option("--outer-momentum", s.outer_momentum, "outer momentum, in [0, 1)")->type_name("MU")
-      ->check(fraction)->capture_default_str();
+  const auto decoupled = diloco::presets::decoupled_outer_options();
+  const auto lock_step = diloco::presets::diloco_outer_options();
+  app.add_option("--outer-lr", s.outer_lr,
+                 "outer learning rate, >= 0 (" + diloco_tools::shown(decoupled.learning_rate) +
+                     "; with --lock-step or --world-size " + diloco_tools::shown(lock_step.learning_rate) + ")")
+      ->type_name("ETA")->check(non_negative);
+  app.add_option("--outer-momentum", s.outer_momentum,
+                 "outer momentum, in [0, 1) (" + diloco_tools::shown(decoupled.momentum) +
+                     "; with --lock-step or --world-size " + diloco_tools::shown(lock_step.momentum) + ")")
+      ->type_name("MU")->check(fraction);
   app.add_option("--delay", s.delay, "delayed Nesterov: outer steps per momentum update")->type_name("N")
       ->check(one_or_more)->capture_default_str();
   app.add_option("--merge", s.merge, "merge rule")->type_name("tokens|average|rda")
@@ -192,8 +203,8 @@ std::optional<int> parse(int argc, char** argv, settings& s) {
                  "else >= 1)")
       ->type_name("C")->check(clip_factor)->capture_default_str();
   app.add_option("--quarantine-after", o.screening.quarantine_after,
-                 "refuse a learner (until it rejoins) after N of its contributions in a row were clipped or "
-                 "refused for their content (0: never)")
+                 "refuse a learner (until it rejoins) after N of its contributions in a row were norm-clipped "
+                 "or refused for their content (0: never)")
       ->type_name("N")->check(whole)->capture_default_str();
   app.add_option("--max-update-ratio", o.screening.max_update_ratio,
                  "do not publish an outer step that moves a fragment by more than R x its norm (0: no bound)")
@@ -267,6 +278,12 @@ std::optional<int> parse(int argc, char** argv, settings& s) {
   }
 
   if (overlap->count() == 0) t.overlap = t.sync_period / 10;
+  {
+    const bool synchronous = t.lock_step || o.world.size > 0;
+    const auto outer = synchronous ? lock_step : decoupled;
+    if (!s.outer_lr) s.outer_lr = outer.learning_rate;
+    if (!s.outer_momentum) s.outer_momentum = outer.momentum;
+  }
   if (metrics_port_given->count() > 0) s.metrics_port = static_cast<std::uint16_t>(metrics_port);
   const auto seconds_of = [](double v) {
     return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::duration<double>(v));
@@ -369,7 +386,8 @@ start from_checkpoint(const std::string& body) {
 /// Every counter and gauge of `sync` as one JSON object (a `--metrics-jsonl`
 /// line): the time, each `syncer_metrics` counter by name, `rejected` by
 /// reason (zeros included), the learners, the training loss (null while
-/// unknown) and each fragment's revision.
+/// unknown), the steps the learners computed and the compute efficiency
+/// (null before any report), and each fragment's revision.
 template <class Syncer>
 nlohmann::ordered_json counters_json(const Syncer& sync, double seconds) {
   const auto& m = sync.metrics();
@@ -386,6 +404,9 @@ nlohmann::ordered_json counters_json(const Syncer& sync, double seconds) {
   line["live_learners"] = g.live_learners;
   line["known_learners"] = g.known_learners;
   line["training_loss"] = g.training_loss ? nlohmann::ordered_json(*g.training_loss) : nlohmann::ordered_json(nullptr);
+  line["steps_computed"] = g.steps_computed;
+  line["compute_efficiency"] =
+      g.compute_efficiency ? nlohmann::ordered_json(*g.compute_efficiency) : nlohmann::ordered_json(nullptr);
   line["revisions"] = g.revisions;
   return line;
 }
@@ -549,6 +570,9 @@ int serve(const settings& s, diloco::zeromq::server& server, start& from, diloco
       {"ended", sync.ended() ? nlohmann::ordered_json(*sync.ended()) : nlohmann::ordered_json(nullptr)},
       {"tokens_merged", m.tokens_merged},
       {"steps_merged", m.steps_merged},
+      {"steps_computed", sync.steps_computed()},
+      {"compute_efficiency", sync.compute_efficiency() ? nlohmann::ordered_json(*sync.compute_efficiency())
+                                                       : nlohmann::ordered_json(nullptr)},
       {"training_loss", loss ? nlohmann::ordered_json(*loss) : nlohmann::ordered_json(nullptr)},
       {"losses_ignored", m.losses_ignored},
       {"payload_bytes_received", m.payload_bytes_received},
@@ -576,16 +600,18 @@ int with_outer(const settings& s, diloco::zeromq::server& server, start& from, d
                std::stop_token stop, Merge merge) {
   using namespace diloco;
   if (s.outer == "sgd")
-    return serve(s, server, from, store, stop, outer::sgd<float>({.learning_rate = s.outer_lr}), merge);
+    return serve(s, server, from, store, stop, outer::sgd<float>({.learning_rate = *s.outer_lr}), merge);
   if (s.outer == "adamw")
     return serve(s, server, from, store, stop,
-                 presets::data_parallel_outer<float>(inner::adamw_options{.learning_rate = s.outer_lr}), merge);
+                 presets::data_parallel_outer<float>(inner::adamw_options{.learning_rate = *s.outer_lr}), merge);
   if (s.outer == "delayed-nesterov")
     return serve(s, server, from, store, stop,
-                 outer::delayed_nesterov<float>({.learning_rate = s.outer_lr, .momentum = s.outer_momentum, .delay = s.delay}),
+                 outer::delayed_nesterov<float>(
+                     {.learning_rate = *s.outer_lr, .momentum = *s.outer_momentum, .delay = s.delay}),
                  merge);
   return serve(s, server, from, store, stop,
-               outer::nesterov<float>({.learning_rate = s.outer_lr, .momentum = s.outer_momentum, .threads = s.threads}),
+               outer::nesterov<float>(
+                   {.learning_rate = *s.outer_lr, .momentum = *s.outer_momentum, .threads = s.threads}),
                merge);
 }
 

@@ -96,7 +96,9 @@ inline outer::nesterov_options diloco_outer_options() { return {.learning_rate =
 /// as often as in DiLoCo. Measured on the text model (docs/text.md has the
 /// figures): DiLoCo's η = 0.7, μ = 0.9 left Decoupled DiLoCo 9 % behind
 /// these settings at 600 steps, and μ from 0.3 to 0.6 at η = 1 were within
-/// 0.5 % of one another.
+/// 0.5 % of one another. The best outer step depends on the task: the
+/// Fashion-MNIST MLP ended 0.5 points better with DiLoCo's (87.96 against
+/// 87.45 % test accuracy, 3 seeds), and `fashion_mnist` keeps those.
 inline outer::nesterov_options decoupled_outer_options() { return {.learning_rate = 1.0, .momentum = 0.5}; }
 template <scalar T>
 using diloco_inner = inner::adamw<T>;

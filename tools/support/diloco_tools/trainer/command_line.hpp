@@ -26,7 +26,7 @@ struct parsed_run {
 };
 
 /// --mode, --learners, --steps, --H, --fragments, --quorum, --overlap,
-/// --alpha, --speeds.
+/// --alpha, --adopt, --speeds.
 inline void add_run_shape(CLI::App& app, run_settings& s, parsed_run& p) {
   using u32 = std::uint32_t;
   add_choice(app, "--mode", s.run_mode,
@@ -39,7 +39,7 @@ inline void add_run_shape(CLI::App& app, run_settings& s, parsed_run& p) {
                   "inner steps between two sends of a fragment (" + std::to_string(s.sync_period) + ")", "H");
   app.add_option_function<std::string>(
          "--fragments", [&p](const std::string& v) { p.fragments = parse_number<u32>("--fragments", v, {1}); },
-         "fragments (decoupled: 4; dp and diloco: 1)")
+         "fragments (decoupled: 8; dp and diloco: 1)")
       ->type_name("P");
   app.add_option_function<std::string>(
          "--quorum", [&s](const std::string& v) { s.quorum = parse_number<u32>("--quorum", v, {1}); },
@@ -49,7 +49,16 @@ inline void add_run_shape(CLI::App& app, run_settings& s, parsed_run& p) {
          "--overlap", [&s](const std::string& v) { s.overlap = parse_number<u32>("--overlap", v, {0}); },
          "steps between a send and the use of its answer, below H (decoupled: H/10)")
       ->type_name("TAU");
-  add_number<double>(app, "--alpha", s.alpha, {0.0, 1.0, false, true}, "mixing on adoption, 0 overwrites (0)", "A");
+  add_number<double>(app, "--alpha", s.alpha, {0.0, 1.0, false, true},
+                     "mixing on adoption, lock-step modes and --adopt overwrite; 0 overwrites (0)", "A");
+  add_choice(app, "--adopt", s.adopt,
+             {{"rebase", diloco::adoption_rule::rebase},
+              {"lazy", diloco::adoption_rule::lazy},
+              {"overwrite", diloco::adoption_rule::overwrite}},
+             "rule",
+             "decoupled: how learners take in global fragments: rebase (keep every step), lazy (rebase at the next "
+             "send), overwrite (drop the work since the last send) (" +
+                 std::string(diloco::name(s.adopt)) + ")");
   app.add_option_function<std::string>(
          "--speeds",
          [&s](const std::string& v) {
@@ -59,6 +68,21 @@ inline void add_run_shape(CLI::App& app, run_settings& s, parsed_run& p) {
          },
          "relative learner speeds in (0, 1], one per learner, e.g. 1,1,0.7,0.5 (all 1)")
       ->type_name("S1,S2,...");
+}
+
+/// --partial-rounds, --absent-half-life: how the syncer sizes partial rounds.
+inline void add_partial_rounds(CLI::App& app, run_settings& s) {
+  add_number<double>(app, "--absent-half-life", s.membership.absent_half_life, {0.0, 1e4, true, false},
+                     "a departed learner's weight in partial rounds halves every N periods (" +
+                         shown(s.membership.absent_half_life) + ")",
+                     "N");
+  add_choice(app, "--partial-rounds", s.partial,
+             {{"all", diloco::partial_rounds::all_share},
+              {"live", diloco::partial_rounds::live_share},
+              {"full", diloco::partial_rounds::full_step}},
+             "partial-round rule",
+             "size of partial rounds: share of all learners' weight (all), of the live learners' weight (live), or a "
+             "full step (full)");
 }
 
 /// --transport threads|sim.
@@ -86,10 +110,28 @@ inline void add_codecs(CLI::App& app, run_settings& s) {
 /// --outer-lr, --outer-momentum: the Nesterov outer step of DiLoCo and
 /// Decoupled DiLoCo.
 inline void add_outer(CLI::App& app, run_settings& s) {
-  add_number<double>(app, "--outer-lr", s.outer_lr, {0.0, std::numeric_limits<double>::max()},
-                     "Nesterov outer learning rate (" + shown(s.outer_lr) + ")", "ETA");
-  add_number<double>(app, "--outer-momentum", s.outer_momentum, {0.0, 1.0, false, true},
-                     "Nesterov outer momentum, in [0, 1) (" + shown(s.outer_momentum) + ")", "MU");
+  const auto decoupled = diloco::presets::decoupled_outer_options(), diloco = diloco::presets::diloco_outer_options();
+  // The default shown: the trainer's own, else each mode's.
+  auto shown_default = [&](double mine, double in_decoupled, double in_diloco) {
+    return s.outer_default ? shown(mine) : "decoupled: " + shown(in_decoupled) + "; diloco: " + shown(in_diloco);
+  };
+  const auto own = s.outer_default.value_or(decoupled);
+  app.add_option_function<std::string>(
+         "--outer-lr",
+         [&s](const std::string& v) {
+           s.outer_lr = parse_number<double>("--outer-lr", v, {0.0, std::numeric_limits<double>::max()});
+         },
+         "Nesterov outer learning rate (" +
+             shown_default(own.learning_rate, decoupled.learning_rate, diloco.learning_rate) + ")")
+      ->type_name("ETA");
+  app.add_option_function<std::string>(
+         "--outer-momentum",
+         [&s](const std::string& v) {
+           s.outer_momentum = parse_number<double>("--outer-momentum", v, {0.0, 1.0, false, true});
+         },
+         "Nesterov outer momentum, in [0, 1) (" + shown_default(own.momentum, decoupled.momentum, diloco.momentum) +
+             ")")
+      ->type_name("MU");
 }
 
 /// --role, --endpoint, --learner-id, --incarnation, --curve-secret,
@@ -141,7 +183,7 @@ inline void check_run_settings(run_settings& s, const parsed_run& p) {
   auto refuse = [](const std::string& why) { throw CLI::ValidationError(why); };
   if (!s.speeds.empty() && s.speeds.size() != s.learners)
     refuse("--speeds needs one value per learner (" + std::to_string(s.learners) + ")");
-  s.fragments = p.fragments.value_or(s.run_mode == mode::decoupled ? 4u : 1u);
+  s.fragments = p.fragments.value_or(s.run_mode == mode::decoupled ? 8u : 1u);
   if (s.overlap && *s.overlap >= s.sync_period) refuse("--overlap must be smaller than --H");
   if (s.part != role::in_process && s.endpoint.empty()) refuse("--role syncer and --role learner need --endpoint");
   if (s.part == role::learner && s.learner_id >= s.learners) refuse("--learner-id must be below --learners");

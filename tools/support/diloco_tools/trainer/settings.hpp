@@ -28,16 +28,22 @@ struct run_settings {
   std::uint32_t learners = 4;
   std::uint64_t steps = 1000;      ///< inner steps per learner
   std::uint32_t sync_period = 50;  ///< H: inner steps between two sends of a fragment
-  std::uint32_t fragments = 4;     ///< P (`check_run_settings` sets the mode's default unless given)
+  std::uint32_t fragments = 8;     ///< P (`check_run_settings` sets the mode's default unless given)
   std::optional<std::uint32_t> quorum;   ///< K; default: 1 for decoupled, every learner otherwise
   std::optional<std::uint32_t> overlap;  ///< τ; default: H/10 for decoupled, 0 otherwise
   double alpha = 0.0;                    ///< mixing on adoption, 0 overwrites
   std::uint64_t seed = 1;
   std::vector<double> speeds;  ///< relative learner speeds; empty: all 1
-  double outer_lr = 0.7;
-  double outer_momentum = 0.9;
+  std::optional<double> outer_lr;        ///< η; default: the mode's preset (`nesterov_options_of`)
+  std::optional<double> outer_momentum;  ///< μ; idem
+  /// The trainer's own outer defaults in every mode, where its task was
+  /// measured to want others than the presets' (`nesterov_options_of`).
+  std::optional<diloco::outer::nesterov_options> outer_default;
   diloco::codec_options codecs{};  ///< how outer gradients (`--codec`) and updates (`--update-codec`) travel
   bool error_feedback = false;     ///< learners carry each fragment's encoding error into its next send
+  diloco::adoption_rule adopt = diloco::learner_options{}.adopt;  ///< how learners take in global fragments (not lock-step)
+  diloco::partial_rounds partial = diloco::partial_rounds::all_share;  ///< how partial rounds are sized
+  diloco::membership_options membership{};                          ///< how departed learners count in them
   std::string endpoint;            ///< the syncer's ZeroMQ endpoint (roles syncer and learner)
   std::uint32_t learner_id = 0;    ///< role learner
   std::uint32_t incarnation = 1;   ///< role learner
@@ -74,7 +80,8 @@ inline const char* run_description(const run_settings& s) {
 }
 
 /// The syncer options of the settings' mode (diloco::presets), with the
-/// command line's fragments, quorum, overlap, mixing and codecs.
+/// command line's fragments, quorum, overlap, mixing, codecs and partial
+/// rounds.
 inline diloco::syncer_options syncer_options_for(const run_settings& s) {
   diloco::syncer_options o;
   switch (s.run_mode) {
@@ -92,20 +99,37 @@ inline diloco::syncer_options syncer_options_for(const run_settings& s) {
   }
   o.training.mixing = s.alpha;
   o.training.codecs = s.codecs;
+  o.scaling = s.partial;
+  o.membership = s.membership;
   return o;
 }
 
-/// Learner `id`'s options: its incarnation (role learner) and error feedback.
+/// Learner `id`'s options: its incarnation (role learner), error feedback
+/// and adoption rule.
 inline diloco::learner_options learner_options_for(const run_settings& s, std::uint32_t id) {
   return {.id = id,
           .incarnation = s.part == role::learner ? s.incarnation : 1,
-          .error_feedback = s.error_feedback};
+          .error_feedback = s.error_feedback,
+          .adopt = s.adopt};
+}
+
+/// The outer Nesterov settings of the run: the trainer's `outer_default`
+/// if it has one, else the mode's preset (`presets::decoupled_outer_options`
+/// for Decoupled DiLoCo, `presets::diloco_outer_options` otherwise), with
+/// the command line's rate and momentum where given.
+inline diloco::outer::nesterov_options nesterov_options_of(const run_settings& s) {
+  auto o = s.outer_default                ? *s.outer_default
+           : s.run_mode == mode::decoupled ? diloco::presets::decoupled_outer_options()
+                                           : diloco::presets::diloco_outer_options();
+  if (s.outer_lr) o.learning_rate = *s.outer_lr;
+  if (s.outer_momentum) o.momentum = *s.outer_momentum;
+  return o;
 }
 
 /// The outer optimizer of DiLoCo and Decoupled DiLoCo: Nesterov momentum
-/// (DiLoCo, arXiv 2311.08105) at the settings' rate and momentum.
+/// (DiLoCo, arXiv 2311.08105), as `nesterov_options_of` says.
 inline diloco::outer::nesterov<float> nesterov_of(const run_settings& s) {
-  return diloco::outer::nesterov<float>({.learning_rate = s.outer_lr, .momentum = s.outer_momentum});
+  return diloco::outer::nesterov<float>(nesterov_options_of(s));
 }
 
 }  // namespace diloco_tools::trainer
