@@ -22,6 +22,9 @@ that rate and round-trip time (bench/wan/wan.py), the same fault schedule over
 it; Decoupled DiLoCo then sends int4 outer gradients and int8 updates, as in
 bench/wan/run (fp32 models do not fit through such links at H = 50).
 
+--adopt RULE runs the learners with another adoption rule (rebase, lazy,
+overwrite: docs/design.md, "Keeping every step"), to see what it costs.
+
 --learner-checkpoints N makes every learner save a checkpoint every N inner
 steps in DIR/learnerL/, so that a learner restarted after a kill resumes from
 it (docs/design.md, "Learner checkpoints").
@@ -108,6 +111,8 @@ def run_in(bins, out, mode, args, faults, net):
                f"--stop-at {{stop_at}} --steps 100000000 --progress 0 --seed {args.seed}")
     if args.learner_checkpoints > 0:
         learner += f" --checkpoint-dir {{dir}}/learner{{id}} --checkpoint-every {args.learner_checkpoints}"
+    if args.adopt:
+        learner += f" --adopt {args.adopt}"
     command = [f"{bins}/tools/diloco_chaos", "--out", out, "--learners", str(m), "--duration", str(args.duration),
                "--syncer", syncer, "--learner", learner, "--seed", str(args.seed),
                "--title", f"{mode}_{'faults' if faults else 'no_faults'}", "--downtime-bound", str(args.bound),
@@ -247,6 +252,8 @@ def main():
     p.add_argument("--syncer-recovery", type=float, default=2, help="how long a killed syncer stays down, s")
     p.add_argument("--wan", metavar="RATE:RTT", help="each learner behind its own emulated link (root; e.g. "
                    "14mbit:10ms)")
+    p.add_argument("--adopt", choices=["rebase", "lazy", "overwrite"],
+                   help="the learners' adoption rule (fashion_mnist --adopt; default: the trainer's, rebase)")
     p.add_argument("--learner-checkpoints", type=int, default=0, metavar="N",
                    help="learners save a checkpoint every N inner steps and resume from it after a restart (0: off)")
     args = p.parse_args()

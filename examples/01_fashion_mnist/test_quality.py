@@ -6,7 +6,8 @@ Runs `fashion_mnist` on the real Fashion-MNIST in the deterministic simulator
 
   dp                    synchronous data parallelism (gradients averaged every step)
   diloco                synchronous DiLoCo, H = 50
-  decoupled             Decoupled DiLoCo, H = 50, P = 4, K = 1, learner speeds 1, 1, 0.7, 0.5,
+  decoupled             Decoupled DiLoCo with the trainer's defaults (H = 50, P = 8, K = 1,
+                        every step kept, outer η = 0.7, μ = 0.9), learner speeds 1, 1, 0.7, 0.5,
                         partial rounds scaled by the share of all learners' expected weight
   decoupled_full_step   the same, but every partial round takes a full outer step
   decoupled_live_share  the same, but partial rounds scaled by the live learners' share
@@ -22,7 +23,7 @@ README's table and take more than 40 % of the time).
 
 Then a run that shrinks for good: 8 learners, 4 of which leave after a third
 of the steps, against 4 learners throughout (equal speeds, seed 1, 3000
-steps, Decoupled DiLoCo H = 50, P = 4, K = 1). Checks that the shrunk run
+steps, Decoupled DiLoCo with the trainer's defaults). Checks that the shrunk run
 ends within 1.0 point of the 4-learner run and keeps its step size: the
 partial-round scale over the last quarter of its outer updates is at least
 0.7 of the 4-learner run's (counting the departed learners for ever would
@@ -40,7 +41,7 @@ import sys
 from trainer_runs import SIMULATED, result_of
 
 HETEROGENEOUS = ["--speeds", "1,1,0.7,0.5"]
-DECOUPLED = ["--mode", "decoupled", "--H", "50", "--fragments", "4", "--quorum", "1"] + HETEROGENEOUS
+DECOUPLED = ["--mode", "decoupled"] + HETEROGENEOUS
 CHECKED = ("dp", "decoupled")
 CONFIGS = {
     "dp": ["--mode", "dp"],
@@ -55,7 +56,7 @@ SHRINKING = {
     "eight_shrink_to_four": ["--learners", "8", "--leave", "4:%d" % (SHRINK_STEPS // 3)],
     "four_throughout": ["--learners", "4"],
 }
-SHRINK_BASE = ["--mode", "decoupled", "--H", "50", "--fragments", "4", "--quorum", "1"]
+SHRINK_BASE = ["--mode", "decoupled"]
 
 
 def run(program, name, seed, steps):
