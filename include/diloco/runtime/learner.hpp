@@ -236,7 +236,8 @@ class learner {
 
   /// `finish(now)` for blocking transports, with nothing left behind:
   /// `drain`, wait (heartbeating, adopting what arrives) until `drained()`,
-  /// then send the final contributions and leave. The wait is bounded by
+  /// then send the final contributions and leave, and wait until the
+  /// transport has taken them all. The wait is bounded by
   /// `answer_timeout` (a fragment still waiting after `rejoin_after` asks
   /// for its current state again, as in training); it ends early, and the
   /// learner leaves anyway, within 100 ms of a stop requested on `stop`, or
@@ -257,6 +258,14 @@ class learner {
       if (auto e = transport_.receive_for(wait)) receive(std::move(*e), clock::now());
     }
     finish(clock::now());
+    // The final contributions and the leave may wait in the outbox, beyond
+    // what the transport takes at once (its byte budget): they go out before
+    // this returns, since a process that exits next would lose them and the
+    // syncer would wait for a learner that is gone. Bounded as above.
+    while (!outbox_.empty() && !stop.stop_requested() && clock::now() - started < options_.answer_timeout) {
+      if (auto e = transport_.receive_for(std::chrono::milliseconds(10))) receive(std::move(*e), clock::now());
+      flush_outbox();
+    }
   }
 
   /// When `poll` next has timed work (a heartbeat, a join retry, an answer
