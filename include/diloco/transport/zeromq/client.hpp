@@ -25,11 +25,14 @@
 namespace diloco::zeromq {
 
 /// A learner's endpoint: a DEALER socket connected to the syncer at
-/// `endpoint`, with `ZMQ_IMMEDIATE` (messages queue only on a live
-/// connection; before that `try_send` reports `errc::queue_full` and the
-/// learner keeps the message) and automatic reconnection. It sets no routing
-/// id: the syncer's ROUTER names every connection, so a reconnection is a
-/// new peer there. A blocking transport; use from one thread.
+/// `endpoint`, with automatic reconnection. It sets no routing id: the
+/// syncer's ROUTER names every connection, so a reconnection is a new peer
+/// there. Without `ZMQ_IMMEDIATE`: with it, libzmq drops what a connection
+/// still holds when the connection goes down — what the syncer sent just
+/// before it closed (its answer to the leave) was lost in most tries on
+/// loopback when the learner was waiting for it. Messages sent before the
+/// connection is up wait for it, within the byte budget. A blocking
+/// transport; use from one thread.
 class client {
  public:
   /// `learner` and `incarnation` are not used: the learner's messages carry
@@ -91,7 +94,6 @@ class client {
       socket_.set(::zmq::sockopt::curve_publickey, security->keys.public_key);
       socket_.set(::zmq::sockopt::curve_secretkey, security->keys.secret_key);
     }
-    socket_.set(::zmq::sockopt::immediate, 1);
     socket_.connect(endpoint);
   }
 
