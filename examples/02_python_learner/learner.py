@@ -586,6 +586,8 @@ class Learner:
         self.loss_steps = 0
         self.welcomed = False
         self.ended = False  # the syncer said the run is over (an `end` message)
+        self.leave_sequence = None  # the leave's sequence, once sent
+        self.leave_answered = False
         self.config = None
         self.plan = None
         self.codec = None                # the codec of our contributions: the welcome's (or, from an
@@ -790,6 +792,9 @@ class Learner:
         self.pending.setdefault(p, []).append((header, values))
 
     def on_ack(self, header):
+        if header["answers"] == self.leave_sequence:
+            self.leave_answered = True
+            return
         self.stats["acks"] += 1
         entry = self.outstanding.get(header["answers"])
         if entry is None:
@@ -798,6 +803,9 @@ class Learner:
         entry["acked"] = True
 
     def on_reject(self, header):
+        if header["answers"] == self.leave_sequence:
+            self.leave_answered = True  # refused (e.g. already gone): read all the same
+            return
         reason = REASONS[header["reason"]] if header["reason"] < len(REASONS) else "reason %d" % header["reason"]
         if reason in ("unknown_learner", "wrong_peer", "dead_incarnation", "peer_conflict", "quarantined"):
             # A refusal of who this learner is (protocol.md, "Validation"):
@@ -994,7 +1002,13 @@ class Learner:
         self.wait_until(lambda: all(s not in self.outstanding or self.outstanding[s]["acked"] for s in finals),
                         "the answers to the final contributions")
         self.heartbeat(force=True)
-        self.send(LEAVE)
+        # The connection stays open until the leave is answered: closed at
+        # once, it might lose what it still carried (protocol.md, Session).
+        self.leave_sequence = self.send(LEAVE)
+        try:
+            self.wait_until(lambda: self.leave_answered, "the answer to the leave")
+        except Timeout as error:
+            log("warning: %s; closing anyway" % error)
 
     def close(self, linger_ms):
         """Closes the socket, giving queued messages (the leave) up to linger_ms to go out."""

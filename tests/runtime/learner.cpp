@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <thread>
 #include <vector>
 
 #include <diloco/diloco.hpp>
@@ -57,6 +58,29 @@ struct fixture {
   }
 
   void send(message m) { BOOST_TEST_REQUIRE(!syncer_end.try_send(0, m)); }
+
+  /// The blocking `finish()` on a thread, with the test answering its leave
+  /// as the syncer does: returns everything the learner sent, in order.
+  std::vector<message> finish_with_the_leave_answered() {
+    std::thread finishing([this] { l.finish(); });
+    std::vector<message> got;
+    // Bounded: the learner stops waiting for answers after answer_timeout.
+    const auto give_up = std::chrono::steady_clock::now() + 30s;
+    while (got.empty() || got.back().header.kind != message_kind::leave) {
+      if (std::chrono::steady_clock::now() > give_up) break;
+      if (auto e = syncer_end.receive_for(100ms)) got.push_back(std::move(e->msg));
+    }
+    if (!got.empty() && got.back().header.kind == message_kind::leave) {
+      message ack;
+      ack.header.kind = message_kind::ack;
+      ack.header.learner = 0;
+      ack.header.incarnation = 1;
+      ack.header.answers = got.back().header.sequence;
+      send(std::move(ack));
+    }
+    finishing.join();
+    return got;
+  }
 
   message welcome(std::uint32_t fragments, std::uint32_t period, std::uint32_t overlap, double mixing = 0.0,
                   bool lock_step = false) {
@@ -510,9 +534,9 @@ BOOST_FIXTURE_TEST_CASE(finish_waits_for_the_answer_in_flight_then_sends_the_res
   // A non-blocking finish now would have to leave step 5 behind; the
   // blocking one takes the answer (without waiting τ more steps) first.
   send(update(0, 1, std::vector<double>(8, 6.0), sent[0].header.sequence));
-  l.finish();  // on the steady clock, far past this test's clock: it also heartbeats and joins again
+  // On the steady clock, far past this test's clock: it also heartbeats and joins again.
   std::vector<message> rest;
-  for (auto& m : received())
+  for (auto& m : finish_with_the_leave_answered())
     if (m.header.kind == message_kind::contribution || m.header.kind == message_kind::leave) rest.push_back(std::move(m));
   BOOST_TEST_REQUIRE(rest.size() == 2u);
   BOOST_TEST(int(rest[0].header.kind) == int(message_kind::contribution));
@@ -523,6 +547,18 @@ BOOST_FIXTURE_TEST_CASE(finish_waits_for_the_answer_in_flight_then_sends_the_res
   BOOST_TEST(int(rest[1].header.kind) == int(message_kind::leave));
   BOOST_TEST(rest[1].header.steps == 5u);  // the steps this incarnation computed
   BOOST_TEST(l.metrics().steps_unsent == 0u);
+  BOOST_TEST(l.leave_answered());
+}
+
+BOOST_FIXTURE_TEST_CASE(a_blocking_finish_returns_only_once_its_leave_is_answered, fixture) {
+  join(1, 4, 0);
+  step();
+  // Were finish() to return before the answer, nothing would read the ack.
+  const auto sent = finish_with_the_leave_answered();
+  BOOST_TEST_REQUIRE(!sent.empty());
+  BOOST_TEST(int(sent.back().header.kind) == int(message_kind::leave));
+  BOOST_TEST(l.leave_answered());
+  BOOST_TEST(l.metrics().contributions_acked == 0u);  // the leave's ack is not a contribution's
 }
 
 BOOST_FIXTURE_TEST_CASE(a_finish_that_cannot_wait_counts_the_work_it_leaves_behind, fixture) {

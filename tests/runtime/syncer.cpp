@@ -301,6 +301,29 @@ BOOST_FIXTURE_TEST_CASE(the_training_loss_is_the_mean_of_the_live_learners_lates
   BOOST_TEST(*at_updates[0] == 0.75);
 }
 
+BOOST_FIXTURE_TEST_CASE(a_leave_is_answered_so_the_learner_knows_it_was_read, fixture) {
+  test_syncer s(layout, initial, syncer_end, options(1));
+  join_all(s, 2);
+  auto m = leave(1);
+  m.header.sequence = 42;
+  send(1, std::move(m));
+  deliver(s);
+  auto answers = of_kind(inbox(1), message_kind::ack);
+  BOOST_TEST_REQUIRE(answers.size() == 1u);
+  BOOST_TEST(answers[0].header.answers == 42u);
+  BOOST_TEST(s.metrics().leaves == 1u);
+  // A second leave of the same incarnation is refused, and the refusal answers it.
+  auto again = leave(1);
+  again.header.sequence = 43;
+  send(1, std::move(again));
+  deliver(s);
+  auto refusals = of_kind(inbox(1), message_kind::reject);
+  BOOST_TEST_REQUIRE(refusals.size() == 1u);
+  BOOST_TEST(refusals[0].header.answers == 43u);
+  BOOST_TEST(s.metrics().leaves == 1u);
+  BOOST_TEST(of_kind(inbox(0), message_kind::ack).empty());  // the others hear nothing of it
+}
+
 BOOST_FIXTURE_TEST_CASE(compute_efficiency_is_the_merged_share_of_the_steps_the_learners_computed, fixture) {
   test_syncer s(layout, initial, syncer_end, options(1));
   join_all(s, 2);

@@ -214,9 +214,14 @@ class learner {
     message m = make(message_kind::leave);
     m.header.steps = metrics_.steps_computed;
     m.header.tokens = metrics_.tokens;
+    leave_sequence_ = m.header.sequence;
     send(m);
     flush_outbox();
   }
+
+  /// Whether every syncer shard answered the leave (an ack, or a refusal:
+  /// either way it has read everything this learner sent before).
+  bool leave_answered() const noexcept { return leave_sequence_ && leave_answers_ >= shards_; }
 
   /// Training is over: from now on `poll` adopts what arrives at once,
   /// without the τ steps it holds answers in training, so that `drained()`
@@ -258,11 +263,15 @@ class learner {
       if (auto e = transport_.receive_for(wait)) receive(std::move(*e), clock::now());
     }
     finish(clock::now());
-    // The final contributions and the leave may wait in the outbox, beyond
-    // what the transport takes at once (its byte budget): they go out before
-    // this returns, since a process that exits next would lose them and the
-    // syncer would wait for a learner that is gone. Bounded as above.
-    while (!outbox_.empty() && !stop.stop_requested() && clock::now() - started < options_.answer_timeout) {
+    // Returns once the syncer has answered the leave: a process that exits
+    // next closes its connection, and what the connection still carried (or
+    // the outbox still held, beyond the transport's byte budget) would be
+    // lost; the syncer would then wait for a learner that is gone. Bounded
+    // as above, and by `rejoin_after` after the leave.
+    const time_point left = clock::now();
+    while (!leave_answered() && !error_ && !stop.stop_requested()) {
+      const time_point now = clock::now();
+      if (now - started >= options_.answer_timeout || now - left >= options_.rejoin_after) break;
       if (auto e = transport_.receive_for(std::chrono::milliseconds(10))) receive(std::move(*e), clock::now());
       flush_outbox();
     }
@@ -386,6 +395,11 @@ class learner {
     if (e.error != wire_error::none || e.from != syncer_peer || h.learner != options_.id ||
         h.incarnation != options_.incarnation) {
       ++metrics_.updates_ignored;
+      return;
+    }
+    if (leave_sequence_ && h.answers == *leave_sequence_ &&
+        (h.kind == message_kind::ack || h.kind == message_kind::reject)) {
+      ++leave_answers_;
       return;
     }
     switch (h.kind) {
@@ -583,6 +597,7 @@ class learner {
     }
     if (h.flags & state_wanted) return send_state(h.fragment_count);
     config_ = training_config{h.fragment_count, h.sync_period, h.overlap, h.mixing, h.lock_step != 0};
+    shards_ = static_cast<std::uint32_t>(std::clamp<std::uint64_t>(h.steps, 1, max_shards));
     contribution_codec_ = compressed ? h.codec : codec_of<T>;
     block_ = compressed ? h.block : 0;
     config_.codecs.contributions = compressed ? *format_of(h.codec) : codec::format::fp32;
@@ -927,6 +942,10 @@ class learner {
 
   std::uint64_t step_ = 0;
   std::uint64_t next_sequence_ = 1;
+  std::optional<std::uint64_t> leave_sequence_;  ///< the leave's, once sent
+  std::uint32_t leave_answers_ = 0;              ///< shards that answered it
+  std::uint32_t shards_ = 1;                     ///< syncer shards, from the welcome (each answers the leave)
+  static constexpr std::uint64_t max_shards = 1 << 16;
   std::optional<time_point> next_join_;
   std::optional<time_point> unanswered_since_;  ///< oldest contribution still without a verdict
   std::optional<time_point> last_rejoin_;       ///< the last join sent because the syncer did not know us here

@@ -181,6 +181,9 @@ class syncer {
         l.live = false;
         l.gone_since = now;
         ++metrics_.leaves;
+        // Answered, so that the learner closes its connection only once
+        // everything it sent before has been read here.
+        send_ack(l, h);
         for (std::uint32_t p = 0; p < fragments_.size(); ++p) advance_round(p, now);
         break;
     }
