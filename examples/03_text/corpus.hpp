@@ -93,14 +93,27 @@ struct batch {
   std::vector<std::int64_t> tokens;
 };
 
-/// Learner `index`'s windows: uniformly placed in its own contiguous share
-/// of the training text (share i of M), in a seeded order.
+/// How the training text is dealt out to the learners.
+enum class data_split {
+  /// Every learner draws its windows from the whole training text, each in
+  /// its own seeded order: independent, identically distributed samples, as
+  /// a shuffled data loader gives every replica.
+  shuffled,
+  /// Learner i of M draws only from its own contiguous share i of the text
+  /// (the Bible's books in order): each learner sees a different
+  /// distribution, the non-IID case.
+  shares,
+};
+
+/// Learner `index`'s windows: uniformly placed in the whole training text or
+/// in its own share of it (`data_split`), in a seeded order.
 class sampler {
  public:
-  sampler(const corpus& c, std::uint32_t learners, std::uint32_t index, std::uint32_t context, std::uint64_t seed)
+  sampler(const corpus& c, std::uint32_t learners, std::uint32_t index, std::uint32_t context, std::uint64_t seed,
+          data_split split = data_split::shuffled)
       : corpus_(&c), context_(context), rng_(seed * 1'000'003 + index + 29) {
-    const std::size_t share = c.split() / learners;
-    begin_ = share * index;
+    const std::size_t share = split == data_split::shares ? c.split() / learners : c.split();
+    begin_ = split == data_split::shares ? share * index : 0;
     end_ = begin_ + share;
     if (share < std::size_t(context) + 2)
       throw std::invalid_argument("the training text is too short for " + std::to_string(learners) +

@@ -79,6 +79,10 @@ std::optional<int> parse_command_line(int argc, char** argv, command& c) {
   add_number<i64>(app, "--context", s.dimensions.context, {2, 4096}, "characters per window (64)", "T");
   add_number<u32>(app, "--validation-windows", s.validation_windows, {1, 1 << 20},
                   "windows of validation text the final loss is measured on (256)", "N");
+  add_choice(app, "--data", s.data, {{"shuffled", text::data_split::shuffled}, {"shares", text::data_split::shares}},
+             "split",
+             "every learner samples the whole training text (shuffled) or only its own contiguous share of it, "
+             "the non-IID case (shuffled)");
   app.add_option("--text", s.text_path, "train on this text file instead of the King James Bible")->type_name("FILE");
   add_number<int>(app, "--threads", s.threads, {1, 256}, "LibTorch threads per process (1)", "N");
   add_number<u64>(app, "--seed", s.seed, {}, "seed of initialization and sampling (1)", "SEED");
@@ -198,6 +202,7 @@ int main(int argc, char** argv) {
                                                                           : "library"},
                     {"lr", s.lr},
                     {"schedule", s.lr_schedule == text::schedule::cosine ? "cosine" : "constant"},
+                    {"data", s.data == text::data_split::shuffled ? "shuffled" : "shares"},
                     {"seed", s.seed},
                     {"speeds", std::move(speeds)},
                     {"val_loss", six_digits(r.val_loss)},
