@@ -304,20 +304,20 @@ BOOST_FIXTURE_TEST_CASE(the_training_loss_is_the_mean_of_the_live_learners_lates
 BOOST_FIXTURE_TEST_CASE(a_leave_is_answered_so_the_learner_knows_it_was_read, fixture) {
   test_syncer s(layout, initial, syncer_end, options(1));
   join_all(s, 2);
-  auto m = leave(1);
-  m.header.sequence = 42;
-  send(1, std::move(m));
-  deliver(s);
-  auto answers = of_kind(inbox(1), message_kind::ack);
+  // Learner 1 leaves (sequence `sequence`); returns the answers of `kind` it got.
+  auto leave_as = [&](std::uint64_t sequence, message_kind kind) {
+    auto m = leave(1);
+    m.header.sequence = sequence;
+    send(1, std::move(m));
+    deliver(s);
+    return of_kind(inbox(1), kind);
+  };
+  const auto answers = leave_as(42, message_kind::ack);
   BOOST_TEST_REQUIRE(answers.size() == 1u);
   BOOST_TEST(answers[0].header.answers == 42u);
   BOOST_TEST(s.metrics().leaves == 1u);
   // A second leave of the same incarnation is refused, and the refusal answers it.
-  auto again = leave(1);
-  again.header.sequence = 43;
-  send(1, std::move(again));
-  deliver(s);
-  auto refusals = of_kind(inbox(1), message_kind::reject);
+  const auto refusals = leave_as(43, message_kind::reject);
   BOOST_TEST_REQUIRE(refusals.size() == 1u);
   BOOST_TEST(refusals[0].header.answers == 43u);
   BOOST_TEST(s.metrics().leaves == 1u);
