@@ -5,7 +5,8 @@ It joins a diloco syncer over ZeroMQ (a DEALER socket), provides the layout and
 the initial parameters when the syncer asks for them (a `state_wanted`
 welcome), trains a small two-layer MLP on a seeded synthetic problem (Gaussian
 blobs) with plain SGD in numpy, sends one fragment of Delta = base - theta
-every H inner steps on the staggered schedule, adopts the merged updates, sends
+every H inner steps on the staggered schedule, adopts the merged updates (rebasing its own unsent work onto them, or
+--adopt overwrite), sends
 heartbeats (with its mean training loss since the previous one), and finally sends each fragment's unsent work and leaves.
 
 Contributions travel in the codec the syncer's welcome names: f32, or
@@ -596,7 +597,8 @@ class Learner:
         self.residual = {}               # fragment -> error feedback residual e_p (--error-feedback)
         self.base = {}                   # fragment -> Theta_p (float32 array)
         self.base_revision = {}          # fragment -> revision of the base
-        self.counters = {}               # fragment -> [tokens, steps] since the base
+        self.counters = {}               # fragment -> [tokens, steps] not yet sent
+        self.last_send_step = {}         # fragment -> the step of its latest contribution
         self.last_sent_base = {}         # fragment -> base revision of the last contribution
         self.outstanding = {}            # sequence -> {fragment, step, sent_at, final}
         self.pending = {}                # fragment -> [update header, values] in arrival order
@@ -839,6 +841,10 @@ class Learner:
                 if answered is not None and not at_end and self.step < answered["step"] + self.config["tau"]:
                     keep.append((header, values))
                     continue
+                if (answered is None and self.rebases() and not at_end and p in self.last_send_step
+                        and self.step < self.last_send_step[p] + self.config["tau"]):
+                    keep.append((header, values))  # rebase: a foreign revision waits like the answer
+                    continue
                 if answered is not None:
                     del self.outstanding[header["answers"]]
                 self.adopt(p, header, values)
@@ -850,15 +856,24 @@ class Learner:
             self.stats["updates_ignored"] += 1
             return
         indices = self.plan[p]
-        if p in self.base and header["status"] == STATUS_MERGED:
-            alpha = self.config["alpha"]
-            self.model.theta[indices] = alpha * self.model.theta[indices] + (1.0 - alpha) * values
+        alpha = self.config["alpha"]
+        if p in self.base and self.rebases():
+            # Rebase: the local progress since the base moves onto the new
+            # revision; the work not yet sent stays counted.
+            self.model.theta[indices] += (1.0 - alpha) * (values - self.base[p])
         else:
-            self.model.theta[indices] = values
+            if p in self.base and header["status"] == STATUS_MERGED:
+                self.model.theta[indices] = alpha * self.model.theta[indices] + (1.0 - alpha) * values
+            else:
+                self.model.theta[indices] = values
+            self.counters[p] = [0, 0]  # overwrite (and the first state): the work since the last send is gone
         self.base[p] = values.copy()
         self.base_revision[p] = revision
-        self.counters[p] = [0, 0]
         self.stats["updates_adopted"] += 1
+
+    def rebases(self):
+        """The rebase rule: asked for, and the run is not lock-step (which always overwrites)."""
+        return self.args.adopt == "rebase" and not (self.config or {}).get("lock_step", False)
 
     def answer_pending(self, sequence):
         """Whether the update answering contribution `sequence` has arrived (or it was rejected)."""
@@ -916,6 +931,11 @@ class Learner:
         self.outstanding[sequence] = {"fragment": p, "step": self.step, "sent_at": time.monotonic(),
                                       "final": final, "acked": False, "sequence": sequence}
         self.last_sent_base[p] = self.base_revision[p]
+        self.last_send_step[p] = self.step
+        if self.rebases():
+            # What was sent leaves the account: the base moves to theta_p, the counters restart.
+            self.base[p] = self.model.theta[indices].astype(self.base[p].dtype)
+            self.counters[p] = [0, 0]
         self.stats["contributions"] += 1
         if final:
             self.stats["final_contributions"] += 1
@@ -1032,6 +1052,8 @@ def main():
     parser.add_argument("--progress", type=int, default=0, help="log every N steps (0: never)")
     parser.add_argument("--evaluate", metavar="FILE",
                         help="only evaluate the raw little-endian f32 parameters in FILE (diloco_syncer --save) and exit")
+    parser.add_argument("--adopt", choices=("rebase", "overwrite"), default="rebase",
+                        help="adoption rule (protocol.md, Session step 5): rebase keeps every step (rebase)")
     parser.add_argument("--error-feedback", action="store_true",
                         help="carry what the contribution codec rounds away into the fragment's next send")
     parser.add_argument("--verbose", action="store_true", help="log every message")

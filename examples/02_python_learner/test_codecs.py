@@ -347,6 +347,7 @@ class Header(unittest.TestCase):
 
 
 class FakeArgs:
+    adopt = "rebase"
     error_feedback = False
     timeout = 1.0
     verbose = False
@@ -364,7 +365,7 @@ def bare_learner(codec=None, block=0, error_feedback=False, fragments=2):
     learner.config, learner.welcomed, learner.plan = None, False, None
     learner.codec, learner.block, learner.residual = codec, block, {}
     learner.step, learner.step_time_ns, learner.transfer_ns = 5, 0, 0
-    learner.outstanding, learner.pending, learner.last_sent_base = {}, {}, {}
+    learner.outstanding, learner.pending, learner.last_sent_base, learner.last_send_step = {}, {}, {}, {}
     learner.stats = {"contributions": 0, "final_contributions": 0, "updates_received": 0, "updates_ignored": 0,
                      "ignored_messages": 0, "invalid_updates": 0, "contribution_bytes": 0, "update_bytes": 0,
                      "contributions_by_fragment": {}, "updates_by_fragment": {}, "update_codecs": {}}
@@ -432,6 +433,32 @@ class LearnerUse(unittest.TestCase):
                 learner.contribute(1)
             self.assertEqual(len(learner.sent), 1)
             self.assertEqual(learner.stats["contributions"], 1)
+
+    def test_rebase_keeps_the_work_since_the_send(self):
+        # protocol.md, Session step 5: a send sets base <- theta; an update then takes
+        # theta <- theta + (Theta - base), base <- Theta; the next contribution is the work since the send.
+        learner = bare_learner()
+        learner.config = {"alpha": 0.0, "lock_step": False, "tau": 0}
+        learner.stats["updates_adopted"] = 0
+        indices = learner.plan[0]
+        learner.model.theta[indices] = learner.base[0] - np.float32(0.25)  # 0.25 of work, sent
+        learner.contribute(0)
+        sent_theta = learner.model.theta[indices].copy()
+        np.testing.assert_array_equal(learner.base[0], sent_theta)
+        learner.model.theta[indices] -= np.float32(0.125)  # 0.125 more, not sent
+        foreign = sent_theta + np.float32(1.0)  # another learner's round moved the fragment by +1
+        learner.adopt(0, {"revision": 1, "status": L.STATUS_MERGED}, foreign)
+        np.testing.assert_allclose(learner.model.theta[indices], foreign - 0.125, rtol=0, atol=1e-6)
+        np.testing.assert_array_equal(learner.base[0], foreign)
+        learner.contribute(0)
+        _, payload, _ = learner.sent[-1]
+        np.testing.assert_allclose(L.decode_values(payload, L.CODEC_F32, len(indices), 0), 0.125, rtol=0, atol=1e-6)
+        # The overwrite rule drops that work instead.
+        learner.args = FakeArgs()
+        learner.args.adopt = "overwrite"
+        learner.model.theta[indices] -= np.float32(0.5)
+        learner.adopt(0, {"revision": 2, "status": L.STATUS_MERGED}, foreign + np.float32(1.0))
+        np.testing.assert_array_equal(learner.model.theta[indices], foreign + np.float32(1.0))
 
     def test_error_feedback(self):
         # e_p = (delta_p + e_p) - decode(code): after k sends, the decoded contributions plus the
