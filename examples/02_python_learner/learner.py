@@ -87,7 +87,7 @@ REASONS = ("truncated", "bad_magic", "bad_version", "bad_checksum", "bad_header"
            "unexpected_kind", "unknown_learner", "wrong_peer", "dead_incarnation", "unknown_incarnation",
            "layout_mismatch", "bad_fragment", "bad_size", "bad_codec", "no_work", "future_base", "stale",
            "duplicate", "non_finite", "too_many_learners", "peer_conflict", "unauthorized", "bad_counts",
-           "quarantined")
+           "quarantined", "over_budget")
 MAX_PAYLOAD = 1 << 30  # the documented default limit, 1 GiB
 
 

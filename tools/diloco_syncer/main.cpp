@@ -6,8 +6,10 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <csignal>
+#include <cstdint>
 #include <cstdio>
 #include <ctime>
 #include <fstream>
@@ -227,6 +229,10 @@ std::optional<int> parse(int argc, char** argv, settings& s) {
   app.add_option("--chunk-bytes", s.sockets.chunk_bytes,
                  "send payloads larger than this in parts of this size (docs/protocol.md, \"Framing\"; 0: whole)")
       ->type_name("BYTES")->check(whole)->capture_default_str();
+  app.add_option("--memory-budget", s.sockets.memory_bytes,
+                 "bytes peers can make the endpoint hold, all together: unfinished inbound messages and queued "
+                 "sends (docs/protocol.md, \"Framing\")")
+      ->type_name("BYTES")->check(one_or_more)->capture_default_str();
   app.add_option("--save", s.save_file, "write the final global parameters (raw little-endian f32)")
       ->type_name("FILE");
   app.add_option("--metrics", s.metrics_file, "also write the final counters (the JSON line) to FILE")
@@ -698,6 +704,16 @@ int main(int argc, char** argv) {
       log("stopped before any learner provided the model");
       status = 0;
     } else {
+      // Honest learners sending a fragment each at once must fit the memory
+      // budget; past it the transport refuses some of them (`over_budget`).
+      const auto plan = diloco::fragment_plan::balanced(from->layout, s.options.training.fragments);
+      std::size_t largest = 0;
+      for (const auto& f : plan.fragments()) largest = std::max(largest, f.size());
+      const std::uint64_t fragment_bytes = std::uint64_t{largest} * sizeof(float);
+      if (4 * fragment_bytes > s.sockets.memory_bytes)
+        log("warning: --memory-budget " + std::to_string(s.sockets.memory_bytes) + " bytes holds fewer than 4 " +
+            "full-precision fragments of " + std::to_string(fragment_bytes) + " bytes at once: learners sending " +
+            "together will be refused as over_budget; give at least the learners x the fragment size");
       using namespace diloco;
       auto* st = store ? &*store : nullptr;
       merge::average average;

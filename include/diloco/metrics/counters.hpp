@@ -47,6 +47,7 @@ enum class reject_reason : std::uint8_t {
   unauthorized = 22,         ///< the sender's authenticated key does not own the learner id it names
   bad_counts = 23,           ///< tokens or steps a contribution cannot have (see `syncer_options`)
   quarantined = 24,          ///< from a learner refused until it rejoins (repeatedly clipped or refused)
+  over_budget = 25,          ///< wire: unfinished when the transport's memory budget was spent, and stalled longest
   count_,
   /// Not a refusal: the reason carried by a verdict that accepts. Never on
   /// the wire (a reject's reason is below `count_`) and never counted.
@@ -82,6 +83,7 @@ constexpr std::string_view to_string(reject_reason r) noexcept {
     case reject_reason::unauthorized: return "unauthorized";
     case reject_reason::bad_counts: return "bad_counts";
     case reject_reason::quarantined: return "quarantined";
+    case reject_reason::over_budget: return "over_budget";
     case reject_reason::none: return "none";
     case reject_reason::count_: break;
   }

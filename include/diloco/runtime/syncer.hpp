@@ -666,6 +666,7 @@ class syncer {
       case wire_error::bad_header: why = reject_reason::bad_header; break;
       case wire_error::oversized: why = reject_reason::oversized; break;
       case wire_error::unauthorized: why = reject_reason::unauthorized; break;
+      case wire_error::over_budget: why = reject_reason::over_budget; break;
     }
     ++metrics_.rejected[static_cast<std::size_t>(why)];
     log(static_cast<std::size_t>(why), [&] {

@@ -6,8 +6,10 @@
 // on whatever thread that happens.
 #pragma once
 
+#include <cassert>
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <mutex>
 #include <new>
@@ -120,6 +122,13 @@ class byte_buffer {
   std::span<std::byte> bytes() noexcept { return {block_.data, size_}; }
   std::span<const std::byte> bytes() const noexcept { return {block_.data, size_}; }
 
+  /// Sets the size to `bytes`, at most `capacity()`; the contents stay (the
+  /// bytes past the old size are unspecified). Allocates nothing.
+  void resize(std::size_t bytes) noexcept {
+    assert(bytes <= block_.capacity && "byte_buffer::resize: past the capacity");
+    size_ = bytes;
+  }
+
   /// The payload as `size() / sizeof(T)` elements of `T`.
   template <class T>
   std::span<T> as() noexcept {
@@ -164,31 +173,29 @@ class buffer_pool {
   }
 
   /// A buffer of `bytes` bytes with unspecified contents.
-  byte_buffer acquire(std::size_t bytes) {
+  byte_buffer acquire(std::size_t bytes) { return acquire(bytes, std::numeric_limits<std::size_t>::max()); }
+
+  /// A buffer of `bytes` bytes with unspecified contents, cached only if
+  /// its capacity is at most `max_capacity` (a fresh one otherwise), so that
+  /// a small request does not tie up a large block.
+  byte_buffer acquire(std::size_t bytes, std::size_t max_capacity) {
     if (bytes == 0) return {};
     {
       std::lock_guard lock(state_->mutex);
-      auto& free = state_->free;
-      // A block of the capacity a fresh one would have fits best: stop there
-      // (a pool of a few hundred equal blocks is searched in one step).
-      const std::size_t exact = detail::capacity_for(bytes);
-      std::size_t best = free.size();
-      for (std::size_t i = 0; i < free.size(); ++i) {
-        if (free[i].capacity < bytes || (best != free.size() && free[i].capacity >= free[best].capacity)) continue;
-        best = i;
-        if (free[i].capacity == exact) break;
-      }
-      if (best != free.size()) {
-        const auto b = free[best];
-        free[best] = free.back();
-        free.pop_back();
-        state_->cached_bytes -= b.capacity;
-        ++state_->reuses;
-        return byte_buffer(b, bytes, state_);
-      }
+      if (auto b = take_cached(bytes, max_capacity); b.data()) return b;
       ++state_->allocations;
     }
     return byte_buffer(detail::allocate_block(bytes), bytes, state_);
+  }
+
+  /// A cached buffer of `bytes` bytes whose capacity is at most
+  /// `max_capacity`, or an empty one if none is cached: never allocates (a
+  /// cached block's pages are already resident). Not counted as an
+  /// allocation when empty.
+  byte_buffer acquire_cached(std::size_t bytes, std::size_t max_capacity) {
+    if (bytes == 0 || bytes > max_capacity) return {};
+    std::lock_guard lock(state_->mutex);
+    return take_cached(bytes, max_capacity);
   }
 
   /// Blocks allocated so far, and acquisitions served from the cache.
@@ -202,6 +209,28 @@ class buffer_pool {
   }
 
  private:
+  /// The cached block that fits `bytes` best, if its capacity is at most
+  /// `max_capacity`. Under the pool's mutex.
+  byte_buffer take_cached(std::size_t bytes, std::size_t max_capacity) {
+    auto& free = state_->free;
+    // A block of the capacity a fresh one would have fits best: stop there
+    // (a pool of a few hundred equal blocks is searched in one step).
+    const std::size_t exact = detail::capacity_for(bytes);
+    std::size_t best = free.size();
+    for (std::size_t i = 0; i < free.size(); ++i) {
+      if (free[i].capacity < bytes || (best != free.size() && free[i].capacity >= free[best].capacity)) continue;
+      best = i;
+      if (free[i].capacity == exact) break;
+    }
+    if (best == free.size() || free[best].capacity > max_capacity) return {};
+    const auto b = free[best];
+    free[best] = free.back();
+    free.pop_back();
+    state_->cached_bytes -= b.capacity;
+    ++state_->reuses;
+    return byte_buffer(b, bytes, state_);
+  }
+
   std::shared_ptr<detail::pool_state> state_;
 };
 

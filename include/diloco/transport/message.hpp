@@ -162,6 +162,10 @@ enum class wire_error : std::uint8_t {
   /// Decoded, but the sender's authenticated identity (a CURVE key) does not
   /// own the learner id the header names; the envelope keeps the header.
   unauthorized,
+  /// Unfinished when the receiver's memory budget was spent, and its parts
+  /// had arrived least recently: freed and dropped (`memory_bytes` of the
+  /// transport's `socket_options`).
+  over_budget,
 };
 
 /// A received message and the peer it came from (as the transport saw it, not

@@ -71,7 +71,8 @@ class client {
 
   /// Queues `m` for the syncer (`to` must be `syncer_peer`, else
   /// `errc::unknown_peer`) without blocking. Fails with `errc::queue_full`
-  /// while disconnected or past `send_queue_bytes`; `m` is intact then.
+  /// while disconnected, past `send_queue_bytes`, or when bytes are queued
+  /// and `memory_bytes` would be passed; `m` is intact then.
   std::error_code try_send(peer_id to, message& m) {
     if (to != syncer_peer) return errc::unknown_peer;
     return core_.try_send(syncer_peer, m, errc::queue_full);

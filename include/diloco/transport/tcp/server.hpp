@@ -7,6 +7,7 @@
 #include <asio/post.hpp>
 #include <asio/steady_timer.hpp>
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -68,7 +69,8 @@ class server {
 
   /// Queues `m` for peer `to` without blocking. Fails with
   /// `errc::unknown_peer` (no such connection, or it closed) or
-  /// `errc::queue_full` (past `send_queue_bytes`); `m` is intact then.
+  /// `errc::queue_full` (past `send_queue_bytes`, or the peer has bytes
+  /// queued and `memory_bytes` would be passed); `m` is intact then.
   std::error_code try_send(peer_id to, message& m) { return core_.try_send(to, m, errc::unknown_peer); }
 
   std::optional<envelope> try_receive() { return core_.try_receive(); }
@@ -86,6 +88,23 @@ class server {
   std::uint64_t receive_queue_bytes() const { return core_.receive_queue_bytes(); }
   /// Where received payloads come from.
   const buffer_pool& pool() const noexcept { return core_.pool(); }
+
+  // The memory budget (`socket_options::memory_bytes`).
+
+  /// Bytes (headers and payloads) queued for all peers together and not
+  /// yet written.
+  std::uint64_t queued_bytes() const noexcept { return core_.memory().outbound.load(std::memory_order_relaxed); }
+  /// Bytes that unfinished inbound messages hold now: what has arrived of
+  /// each (grown at most twofold) and 256 bytes of bookkeeping each.
+  std::uint64_t unfinished_bytes() const noexcept { return core_.memory().inbound.load(std::memory_order_relaxed); }
+  /// Unfinished inbound messages refused as `wire_error::over_budget` (their
+  /// connections closed).
+  std::uint64_t messages_evicted() const noexcept { return core_.memory().evicted.load(std::memory_order_relaxed); }
+  /// `try_send`s refused with `errc::queue_full` because of the budget (not
+  /// of the peer's own `send_queue_bytes`).
+  std::uint64_t sends_over_budget() const noexcept {
+    return core_.memory().sends_refused.load(std::memory_order_relaxed);
+  }
 
  private:
   void accept() {

@@ -39,7 +39,7 @@ class client {
   /// them, and the syncer's ROUTER names the connection itself.
   client(::zmq::context_t& context, const std::string& endpoint, std::uint32_t /*learner*/,
          std::uint32_t /*incarnation*/, socket_options options = {})
-      : options_(options), socket_(context, ::zmq::socket_type::dealer), inbox_(options_) {
+      : options_(options), socket_(context, ::zmq::socket_type::dealer), inbox_(options_, memory_) {
     connect(endpoint, nullptr);
   }
 
@@ -47,14 +47,14 @@ class client {
   /// learner's key pair against the syncer's public key.
   client(::zmq::context_t& context, const std::string& endpoint, std::uint32_t /*learner*/,
          std::uint32_t /*incarnation*/, socket_options options, const client_security& security)
-      : options_(options), socket_(context, ::zmq::socket_type::dealer), inbox_(options_) {
+      : options_(options), socket_(context, ::zmq::socket_type::dealer), inbox_(options_, memory_) {
     connect(endpoint, &security);
   }
 
   /// With CURVE if `security` holds keys.
   client(::zmq::context_t& context, const std::string& endpoint, std::uint32_t /*learner*/,
          std::uint32_t /*incarnation*/, socket_options options, const std::optional<client_security>& security)
-      : options_(options), socket_(context, ::zmq::socket_type::dealer), inbox_(options_) {
+      : options_(options), socket_(context, ::zmq::socket_type::dealer), inbox_(options_, memory_) {
     connect(endpoint, security ? &*security : nullptr);
   }
 
@@ -63,7 +63,7 @@ class client {
   /// Sends to the syncer (`to` must be `syncer_peer`).
   std::error_code try_send(peer_id to, message& m) {
     if (to != syncer_peer) return errc::unknown_peer;
-    return detail::send(socket_, nullptr, m, options_, queued_);
+    return detail::send(socket_, nullptr, m, options_, queued_, memory_);
   }
 
   std::optional<envelope> try_receive() {
@@ -83,8 +83,11 @@ class client {
         });
   }
 
-  /// Payload bytes sent and not yet written to the connection by libzmq.
+  /// Bytes (headers and payloads) sent and not yet written to the
+  /// connection by libzmq.
   std::uint64_t queued_bytes() const noexcept { return queued_->load(std::memory_order_relaxed); }
+  /// Bytes that unfinished inbound messages hold now (see `server`).
+  std::uint64_t unfinished_bytes() const noexcept { return memory_->inbound.load(std::memory_order_relaxed); }
 
  private:
   void connect(const std::string& endpoint, const client_security* security) {
@@ -98,6 +101,7 @@ class client {
   }
 
   socket_options options_;
+  std::shared_ptr<diloco::detail::memory_use> memory_ = std::make_shared<diloco::detail::memory_use>();
   ::zmq::socket_t socket_;
   std::shared_ptr<detail::queued_bytes> queued_ = std::make_shared<detail::queued_bytes>(0);
   detail::inbox inbox_;

@@ -66,7 +66,7 @@ class server {
   /// learner ids.
   server(::zmq::context_t& context, const std::string& endpoint, socket_options options = {},
          std::optional<server_security> security = std::nullopt)
-      : options_(options), socket_(context, ::zmq::socket_type::router), inbox_(options_) {
+      : options_(options), socket_(context, ::zmq::socket_type::router), inbox_(options_, memory_) {
     detail::configure(socket_, options_);
     if (security) {
       zap_ = std::make_unique<zap_handler>(context, security->allowed);
@@ -101,11 +101,13 @@ class server {
   std::uint64_t listener_pauses() const noexcept { return watch_ ? watch_->listener_pauses() : 0; }
 
   /// `errc::queue_full` when `socket_options::queue_bytes` of this peer's
-  /// payloads are still queued (see `detail::send`).
+  /// messages are still queued, or when this peer has bytes queued and the
+  /// message would take what the server holds past `memory_bytes` (see
+  /// `detail::send`).
   std::error_code try_send(peer_id to, message& m) {
     if (to == 0 || to > peers_by_id_.size()) return errc::unknown_peer;
     const auto& p = peers_by_id_[to - 1];
-    return detail::send(socket_, &p.routing_id, m, options_, p.queued);
+    return detail::send(socket_, &p.routing_id, m, options_, p.queued, memory_);
   }
 
   std::optional<envelope> try_receive() {
@@ -117,10 +119,24 @@ class server {
         });
   }
 
-  /// Payload bytes sent to `to` and not yet written to its connection.
+  /// Bytes (headers and payloads) sent to `to` and not yet written to its
+  /// connection.
   std::uint64_t queued_bytes(peer_id to) const noexcept {
     return to == 0 || to > peers_by_id_.size() ? 0 : peers_by_id_[to - 1].queued->load(std::memory_order_relaxed);
   }
+
+  // The memory budget (`socket_options::memory_bytes`).
+
+  /// Bytes sent to all peers together and not yet written.
+  std::uint64_t queued_bytes() const noexcept { return memory_->outbound.load(std::memory_order_relaxed); }
+  /// Bytes that unfinished inbound messages hold now: what has arrived of
+  /// each (grown at most twofold) and 256 bytes of bookkeeping each.
+  std::uint64_t unfinished_bytes() const noexcept { return memory_->inbound.load(std::memory_order_relaxed); }
+  /// Unfinished inbound messages refused as `wire_error::over_budget`.
+  std::uint64_t messages_evicted() const noexcept { return memory_->evicted.load(std::memory_order_relaxed); }
+  /// `try_send`s refused with `errc::queue_full` because of the budget (not
+  /// of the peer's own `queue_bytes`).
+  std::uint64_t sends_over_budget() const noexcept { return memory_->sends_refused.load(std::memory_order_relaxed); }
 
   /// Waits up to `timeout`, rounded up to a whole millisecond, for a
   /// message; returns as soon as one arrives. Reads the listener watch's
@@ -173,6 +189,8 @@ class server {
   };
 
   socket_options options_;
+  /// Shared with libzmq's release of what was sent: outlives the socket.
+  std::shared_ptr<diloco::detail::memory_use> memory_ = std::make_shared<diloco::detail::memory_use>();
   std::unique_ptr<zap_handler> zap_;  ///< before the socket: destroyed after it
   std::vector<learner_ids> learners_;  ///< by allow-list entry
   ::zmq::socket_t socket_;

@@ -17,6 +17,7 @@
 #include <condition_variable>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <deque>
 #include <functional>
 #include <map>
@@ -37,6 +38,7 @@
 
 #include "diloco/error.hpp"
 #include "diloco/transport/buffer.hpp"
+#include "diloco/transport/detail/memory_budget.hpp"
 #include "diloco/transport/message.hpp"
 #include "diloco/transport/tcp/options.hpp"
 #include "diloco/transport/wire.hpp"
@@ -60,7 +62,8 @@ struct connection {
   // I/O thread only.
   std::array<std::byte, wire::header_size> header_in{};
   wire::decoded_header decoded;
-  byte_buffer payload_in;
+  byte_buffer payload_in;      ///< its capacity, not its size, is what fits (the size is set when complete)
+  std::uint64_t received = 0;  ///< payload bytes read into `payload_in`
   std::vector<outgoing> in_flight;
   std::vector<::asio::const_buffer> gather;
   // Guarded by io_core::mutex_.
@@ -74,6 +77,11 @@ using connection_ptr = std::shared_ptr<connection>;
 
 /// Messages gathered into one write (two buffers each).
 inline constexpr std::size_t max_gather = 32;
+
+/// The most payload bytes one read asks for: a payload is read in pieces
+/// into a buffer that grows as they arrive, never allocated whole on the
+/// word of its header.
+inline constexpr std::size_t read_piece_bytes = std::size_t{1} << 20;
 
 /// Payload bytes a header announces (what the receiver will read after it).
 inline std::uint64_t announced_payload(const message_header& h) noexcept {
@@ -183,6 +191,7 @@ class io_core {
       o.payload = std::move(m.payload);
       c->queue.push_back(std::move(o));
       c->queued_bytes += bytes;
+      use_.outbound.fetch_add(bytes, std::memory_order_relaxed);
       start_writing = !c->writing;
       c->writing = true;
     }
@@ -216,6 +225,8 @@ class io_core {
     std::lock_guard lock(mutex_);
     return inbox_bytes_;
   }
+  /// What the memory budget counts (`socket_options::memory_bytes`).
+  const diloco::detail::memory_use& memory() const noexcept { return use_; }
   std::size_t connections() const {
     std::lock_guard lock(mutex_);
     return connections_.size();
@@ -225,12 +236,15 @@ class io_core {
  private:
   static std::uint64_t weight(const envelope& e) noexcept { return wire::header_size + e.msg.payload.size(); }
 
-  /// The connection that may take `bytes` more, or why not. Under `mutex_`.
-  std::pair<connection_ptr, std::error_code> admit(peer_id to, std::uint64_t bytes, errc absent) const {
+  /// The connection that may take `bytes` more, or why not: its own queue
+  /// limit, then the endpoint's memory budget. Under `mutex_`.
+  std::pair<connection_ptr, std::error_code> admit(peer_id to, std::uint64_t bytes, errc absent) {
     const auto it = connections_.find(to);
     if (it == connections_.end() || !it->second->open) return {nullptr, absent};
     const auto& c = it->second;
     if (c->queued_bytes > 0 && c->queued_bytes + bytes > options_.send_queue_bytes) return {nullptr, errc::queue_full};
+    if (!diloco::detail::admit_send(use_, options_.memory_bytes, c->queued_bytes, bytes))
+      return {nullptr, errc::queue_full};
     return {c, {}};
   }
 
@@ -281,10 +295,14 @@ class io_core {
       if (!c->open) return;
       c->open = false;
       dropped.swap(c->queue);
-      for (const auto& o : dropped) c->queued_bytes -= o.size();
+      for (const auto& o : dropped) {
+        c->queued_bytes -= o.size();
+        use_.outbound.fetch_sub(o.size(), std::memory_order_relaxed);
+      }
       if (auto it = connections_.find(c->id); it != connections_.end() && it->second == c) connections_.erase(it);
     }
     written_.notify_all();
+    unfinished_.forget(c->id);  // its buffer is freed when its pending read ends
     std::error_code ignored;
     c->socket.shutdown(::asio::ip::tcp::socket::shutdown_both, ignored);
     c->socket.close(ignored);
@@ -307,10 +325,10 @@ class io_core {
   }
 
   void on_header(const connection_ptr& c, std::error_code ec, std::size_t n) {
-    if (ec) {
+    if (ec || !c->open) {
       // A clean end of stream between two messages is no error; a part of a
       // header is.
-      const bool partial = n > 0 && ec != ::asio::error::operation_aborted;
+      const bool partial = ec && n > 0 && ec != ::asio::error::operation_aborted;
       close(c);
       if (partial) deliver_error(c, wire_error::truncated);
       return;
@@ -322,22 +340,107 @@ class io_core {
       return deliver_error(c, c->decoded.error);
     }
     if (c->decoded.payload_bytes == 0) return finish_message(c);
+    c->received = 0;
     try {
-      c->payload_in = pool_.acquire(static_cast<std::size_t>(c->decoded.payload_bytes));
+      c->payload_in = first_buffer(c->decoded.payload_bytes);
     } catch (const std::bad_alloc&) {
       close(c);
       return deliver_error(c, wire_error::oversized);
     }
-    ::asio::async_read(c->socket, ::asio::buffer(c->payload_in.data(), c->payload_in.size()),
-                       [this, c](std::error_code e, std::size_t) {
-                         if (e) {
-                           c->payload_in = byte_buffer{};
-                           close(c);
-                           if (e != ::asio::error::operation_aborted) deliver_error(c, wire_error::truncated);
-                           return;
-                         }
-                         finish_message(c);
-                       });
+    advanced(c);
+    read_payload(c);
+  }
+
+  /// The buffer of a payload of `total` bytes, nothing of it read yet: a
+  /// pooled one that fits it whole when one is cached and the budget has
+  /// room for it (its pages are resident already: the steady state of
+  /// honest traffic, nothing copied), else one for the first piece
+  /// (`read_piece_bytes`), grown by `read_payload` as bytes arrive.
+  byte_buffer first_buffer(std::uint64_t total) {
+    const std::uint64_t held = use_.held() + diloco::detail::unfinished_entry_bytes;
+    const std::uint64_t limit = options_.memory_bytes;
+    if (held < limit && total <= limit - held) {
+      auto cached = pool_.acquire_cached(static_cast<std::size_t>(total), static_cast<std::size_t>(limit - held));
+      if (cached.data()) return cached;
+    }
+    return fitting(std::min<std::uint64_t>(total, read_piece_bytes));
+  }
+
+  /// A buffer of exactly the capacity a fresh one for `bytes` would have,
+  /// from the pool if it holds one: what a message holds stays what has
+  /// arrived, however large the blocks the pool caches.
+  byte_buffer fitting(std::uint64_t bytes) {
+    const auto n = static_cast<std::size_t>(bytes);
+    return pool_.acquire(n, diloco::detail::capacity_for(n));
+  }
+
+  /// Reads the next piece of `c`'s payload: what is available, up to
+  /// `read_piece_bytes`, into its buffer, first doubling the buffer (at most
+  /// to the payload size; what has arrived is copied) when it is full.
+  /// Doubling copies each byte at most once more on average, and only when
+  /// no pooled buffer fitted the whole payload.
+  void read_payload(const connection_ptr& c) {
+    const std::uint64_t total = c->decoded.payload_bytes;
+    if (c->payload_in.capacity() == c->received) {
+      try {
+        const auto capacity = diloco::detail::grown_capacity(c->received, c->received + 1, total);
+        auto bigger = fitting(capacity);
+        std::memcpy(bigger.data(), c->payload_in.data(), static_cast<std::size_t>(c->received));
+        c->payload_in = std::move(bigger);
+      } catch (const std::bad_alloc&) {
+        c->payload_in = byte_buffer{};
+        close(c);
+        return deliver_error(c, wire_error::oversized);
+      }
+      advanced(c);
+    }
+    const std::size_t room = static_cast<std::size_t>(
+        std::min<std::uint64_t>({c->payload_in.capacity() - c->received, total - c->received, read_piece_bytes}));
+    c->socket.async_read_some(::asio::buffer(c->payload_in.data() + c->received, room),
+                              [this, c](std::error_code e, std::size_t n) { on_payload(c, e, n); });
+  }
+
+  void on_payload(const connection_ptr& c, std::error_code ec, std::size_t n) {
+    if (ec || !c->open) {
+      // Closed meanwhile (evicted for the budget, or shutting down): its
+      // refusal, if any, is delivered already.
+      const bool refused = !c->open || ec == ::asio::error::operation_aborted;
+      c->payload_in = byte_buffer{};
+      close(c);
+      if (!refused) deliver_error(c, wire_error::truncated);
+      return;
+    }
+    c->received += n;
+    if (c->received < c->decoded.payload_bytes) {
+      advanced(c);
+      return read_payload(c);
+    }
+    unfinished_.forget(c->id);
+    c->payload_in.resize(static_cast<std::size_t>(c->received));
+    finish_message(c);
+  }
+
+  /// `c`'s unfinished message advanced: counts what it holds, then closes
+  /// the connections whose messages advanced least recently while the
+  /// endpoint holds more than `memory_bytes`, refusing each message once.
+  void advanced(const connection_ptr& c) {
+    unfinished_.advanced(c->id, c->payload_in.capacity() + diloco::detail::unfinished_entry_bytes);
+    std::vector<peer_id> victims;
+    unfinished_.evict(c->id, [&victims](peer_id victim) -> std::uint64_t {
+      victims.push_back(victim);
+      return 0;
+    });
+    for (const peer_id victim : victims) {
+      connection_ptr v;
+      {
+        std::lock_guard lock(mutex_);
+        if (const auto it = connections_.find(victim); it != connections_.end()) v = it->second;
+      }
+      if (!v) continue;
+      use_.evicted.fetch_add(1, std::memory_order_relaxed);
+      close(v);  // its pending read ends with operation_aborted and frees its buffer
+      deliver_error(v, wire_error::over_budget);
+    }
   }
 
   /// Checks the payload and delivers the message. A payload whose checksum
@@ -388,6 +491,7 @@ class io_core {
     {
       std::lock_guard lock(mutex_);
       c->queued_bytes -= done;
+      use_.outbound.fetch_sub(done, std::memory_order_relaxed);
       if (ec) c->writing = false;
     }
     written_.notify_all();
@@ -401,6 +505,8 @@ class io_core {
   ::asio::executor_work_guard<::asio::io_context::executor_type> work_{io_.get_executor()};
   socket_options options_;
   buffer_pool pool_;
+  diloco::detail::memory_use use_;
+  diloco::detail::unfinished_messages<peer_id> unfinished_{use_, options_.memory_bytes};  ///< I/O thread only
   mutable std::mutex mutex_;
   std::condition_variable arrived_;  ///< a message joined the receive queue
   std::condition_variable written_;  ///< a write finished or a connection closed

@@ -36,6 +36,7 @@
 #include "diloco/error.hpp"
 #include "diloco/transport/buffer.hpp"
 #include "diloco/transport/crc32c.hpp"
+#include "diloco/transport/detail/memory_budget.hpp"
 #include "diloco/transport/message.hpp"
 #include "diloco/transport/wire.hpp"
 #include "diloco/transport/zeromq/detail/socket.hpp"
@@ -78,76 +79,117 @@ inline std::optional<continuation> decode_continuation(std::span<const std::byte
 
 // --- sending --------------------------------------------------------------------
 
-/// Payload bytes of one peer's messages that libzmq holds (queued, or being
-/// written to the connection). libzmq's high-water marks count messages,
-/// whatever their size, so the send budget is kept here, in bytes: the
-/// count goes up when a part is handed over and down, on libzmq's I/O
-/// thread, when libzmq lets go of it (written, or dropped with its
-/// connection).
+/// Bytes of one peer's messages that libzmq holds (queued, or being written
+/// to the connection): headers and payloads. libzmq's high-water marks count
+/// messages, whatever their size, so the send budget is kept here, in
+/// bytes: the count goes up when a frame is handed over and down, on
+/// libzmq's I/O thread, when libzmq lets go of it (written, or dropped with
+/// its connection).
 using queued_bytes = std::atomic<std::uint64_t>;
 
-/// A payload lent to libzmq as parts of `chunk` bytes (the last one
-/// shorter); freed when libzmq and the sender have let go of every part.
-struct lent_payload {
-  byte_buffer buffer;
+/// A message lent to libzmq: its header frame, and its payload as parts of
+/// `chunk` bytes (the last one shorter); freed when libzmq and the sender
+/// have let go of every frame. Each frame is counted in its peer's
+/// `queued` and its endpoint's `memory_use::outbound` until libzmq lets go
+/// of it; the payload buffer's capacity beyond its size (`slack`: whole
+/// pages, or whole 2 MiB huge pages, which a payload just past one fills
+/// with a page of its own) in `outbound` until the message is freed, so
+/// that the budget bounds the memory queued, not only its bytes.
+struct lent_message {
+  std::array<std::byte, wire::header_size> header{};
+  byte_buffer payload;
   std::shared_ptr<queued_bytes> queued;
-  std::size_t chunk;
-  std::atomic<std::size_t> holders{1};  ///< the sender, until every part is handed over
+  std::shared_ptr<diloco::detail::memory_use> use;
+  std::size_t chunk = 0;
+  std::size_t slack = 0;
+  std::atomic<std::size_t> holders{1};  ///< the sender, until every frame is handed over
+
+  ~lent_message() { use->outbound.fetch_sub(slack, std::memory_order_relaxed); }
+
+  /// Counts `bytes` more held by libzmq.
+  void hold(std::size_t bytes) noexcept {
+    holders.fetch_add(1, std::memory_order_relaxed);
+    queued->fetch_add(bytes, std::memory_order_relaxed);
+    use->outbound.fetch_add(bytes, std::memory_order_relaxed);
+  }
 
   void let_go() noexcept {
     if (holders.fetch_sub(1, std::memory_order_acq_rel) == 1) delete this;
   }
 };
 
-/// libzmq's release of one part (zero-copy message free function).
-inline void release_part(void* data, void* hint) noexcept {
-  auto* lent = static_cast<lent_payload*>(hint);
-  const auto offset = static_cast<std::size_t>(static_cast<const std::byte*>(data) - lent->buffer.data());
-  lent->queued->fetch_sub(std::min(lent->chunk, lent->buffer.size() - offset), std::memory_order_relaxed);
+/// libzmq's release of one frame (zero-copy message free function).
+inline void release_frame(void* data, void* hint) noexcept {
+  auto* lent = static_cast<lent_message*>(hint);
+  const auto* at = static_cast<const std::byte*>(data);
+  const std::size_t bytes =
+      at == lent->header.data()
+          ? wire::header_size
+          : std::min(lent->chunk, lent->payload.size() - static_cast<std::size_t>(at - lent->payload.data()));
+  lent->queued->fetch_sub(bytes, std::memory_order_relaxed);
+  lent->use->outbound.fetch_sub(bytes, std::memory_order_relaxed);
   lent->let_go();
 }
 
 /// Sends `prefix` (a routing-id frame, or nothing) and `m` without blocking,
-/// without copying the payload, in parts of at most `o.chunk_bytes`.
+/// without copying the header or the payload, the payload in parts of at
+/// most `o.chunk_bytes`.
 ///
 /// `errc::queue_full`, and `m` kept, when libzmq takes no message now (no
-/// connection yet) or when `queued` (this peer's bytes held by libzmq) is
-/// not zero and would pass `o.queue_bytes`: a message larger than the
-/// budget still goes when nothing else is queued. Once the first part is
-/// taken the message is committed: `m` is emptied, and a later part that
-/// libzmq refuses (its connection went away meanwhile) is lost with the
-/// connection, as queued messages are.
+/// connection yet), or when `queued` (this peer's bytes held by libzmq) is
+/// not zero and the message would take it past `o.queue_bytes` or take
+/// what the endpoint holds (`use`) past `o.memory_bytes`: a peer with
+/// nothing queued always gets its next message, whatever its size. Once the
+/// header is taken the message is committed: `m` is emptied, and a later
+/// part that libzmq refuses (its connection went away meanwhile) is lost
+/// with the connection, as queued messages are.
 inline std::error_code send(::zmq::socket_t& s, const std::string* prefix, message& m, const socket_options& o,
-                            const std::shared_ptr<queued_bytes>& queued) {
+                            const std::shared_ptr<queued_bytes>& queued,
+                            const std::shared_ptr<diloco::detail::memory_use>& use) {
   const std::size_t n = m.payload.size();
-  if (n > 0) {
-    const std::uint64_t held = queued->load(std::memory_order_relaxed);
-    if (held > 0 && held + n > o.queue_bytes) return errc::queue_full;
-  }
-  const auto header = wire::encode_header(m.header, m.payload.bytes());
+  const std::uint64_t bytes = wire::header_size + n;
+  const std::uint64_t held = queued->load(std::memory_order_relaxed);
+  if (held > 0 && held + bytes > o.queue_bytes) return errc::queue_full;
+  if (!diloco::detail::admit_send(*use, o.memory_bytes, held, wire::header_size + std::max(n, m.payload.capacity())))
+    return errc::queue_full;
   const auto more = ::zmq::send_flags::sndmore | ::zmq::send_flags::dontwait;
   try {
     if (prefix && !s.send(::zmq::buffer(*prefix), more)) return errc::queue_full;
-    // After a routing id, libzmq never refuses the rest of the message.
-    if (!s.send(::zmq::buffer(header.data(), header.size()), n ? more : ::zmq::send_flags::dontwait))
-      return errc::queue_full;
   } catch (const ::zmq::error_t& e) {
     return from_errno(e.num());
   }
-  if (n == 0) {
-    m = message{};
-    return {};
+  // After a routing id, libzmq never refuses the rest of the message.
+  const std::size_t chunk = o.chunk_bytes == 0 || n == 0 ? n : static_cast<std::size_t>(std::min<std::uint64_t>(o.chunk_bytes, n));
+  auto* lent = new lent_message{};
+  wire::encode_header(m.header, m.payload.bytes(), lent->header);
+  lent->payload = std::move(m.payload);
+  lent->queued = queued;
+  lent->use = use;
+  lent->chunk = chunk;
+  bool taken = false;
+  try {
+    lent->hold(wire::header_size);
+    ::zmq::message_t header(lent->header.data(), lent->header.size(), release_frame, lent);  // released if not sent
+    taken = s.send(header, n ? more : ::zmq::send_flags::dontwait).has_value();
+  } catch (const ::zmq::error_t& e) {
+    m.payload = std::move(lent->payload);
+    lent->let_go();
+    return from_errno(e.num());
   }
-  const std::size_t chunk = o.chunk_bytes == 0 ? n : static_cast<std::size_t>(std::min<std::uint64_t>(o.chunk_bytes, n));
-  auto* lent = new lent_payload{std::move(m.payload), queued, chunk};
+  if (!taken) {
+    m.payload = std::move(lent->payload);
+    lent->let_go();
+    return errc::queue_full;
+  }
   m = message{};
+  lent->slack = lent->payload.capacity() - n;
+  use->outbound.fetch_add(lent->slack, std::memory_order_relaxed);
   try {
     std::uint32_t index = 0;
     for (std::size_t offset = 0; offset < n; offset += chunk, ++index) {
       const std::size_t part = std::min(chunk, n - offset);
-      lent->holders.fetch_add(1, std::memory_order_relaxed);
-      queued->fetch_add(part, std::memory_order_relaxed);
-      ::zmq::message_t frame(lent->buffer.data() + offset, part, release_part, lent);  // released if not sent
+      lent->hold(part);
+      ::zmq::message_t frame(lent->payload.data() + offset, part, release_frame, lent);  // released if not sent
       if (index > 0) {
         const auto c = encode_continuation({index, offset});
         if (prefix && !s.send(::zmq::buffer(*prefix), more)) break;
@@ -221,11 +263,34 @@ inline std::uint32_t copy_and_checksum(std::byte* to, std::span<const std::byte>
 /// — once per message, however many parts it had. Never trusts a size or an
 /// offset a peer sends: a part must continue the payload exactly where the
 /// previous one ended and not pass the size the header announced.
+///
+/// Memory: an unfinished message holds what has arrived of it, never what
+/// its header announces. Its buffer is a pooled one that fits the whole
+/// payload when one is cached and the budget has room for it (its pages are
+/// resident already: the steady state of honest traffic, nothing copied);
+/// otherwise one that fits the first part, doubled (at most to the payload
+/// size) whenever a part does not fit, so that it holds at most twice what
+/// has arrived and each byte is copied at most once more on average. What
+/// every unfinished message holds counts against `memory_bytes` with what
+/// the endpoint's sends hold (`memory_use`); past it the messages that
+/// advanced least recently are refused as `wire_error::over_budget` and
+/// freed, never the one whose part just arrived, and their remaining parts
+/// are dropped.
+///
+/// libzmq reports no closed connection by routing id (its monitor names a
+/// file descriptor, which the next connection may reuse), so a message whose
+/// sender went away is freed by the budget or after `partial_timeout`.
 class inbox {
  public:
   using clock = std::chrono::steady_clock;
 
-  explicit inbox(const socket_options& o) : max_payload_(o.max_payload_bytes), stall_(o.partial_timeout) {}
+  /// `use`: what the endpoint holds, shared with its sends (nullptr: this
+  /// inbox's own count).
+  explicit inbox(const socket_options& o, std::shared_ptr<diloco::detail::memory_use> use = nullptr)
+      : max_payload_(o.max_payload_bytes),
+        stall_(o.partial_timeout),
+        use_(use ? std::move(use) : std::make_shared<diloco::detail::memory_use>()),
+        held_(*use_, o.memory_bytes) {}
 
   /// Takes one ZeroMQ message (its frames after the routing id) from `from`.
   /// `owned`: the learner ids the sender's CURVE key may speak for (nullptr:
@@ -237,7 +302,7 @@ class inbox {
       // A new message while one is unfinished: the rest of that one is not
       // coming (a peer that reconnects, or one that breaks the protocol).
       if (!it->second.discard) refuse(from, wire_error::truncated);
-      partial_.erase(it);
+      drop(it);
     }
     const auto d = wire::decode_header(bytes_of(frames[0]), max_payload_);
     if (d.error != wire_error::none) return refuse(from, d.error);
@@ -253,12 +318,15 @@ class inbox {
       // Checked before any payload byte is copied; the rest is dropped unread.
       refuse(from, wire_error::unauthorized, &d.header);
       p.discard = true;
+    } else if (p.total > first.size()) {
+      p.payload = first_buffer(p.total, first.size());
     } else if (p.total > 0) {
-      p.payload = pool_.acquire(p.total);
+      p.payload = pool_.acquire(static_cast<std::size_t>(p.total));  // whole: it has all arrived
     }
     append(p, first);
     if (p.received == p.total) return finish(from, p);
-    partial_.insert_or_assign(from, std::move(p));
+    auto& kept = partial_.insert_or_assign(from, std::move(p)).first->second;
+    advanced(from, kept);
   }
 
   /// The next complete or refused message, if any.
@@ -272,20 +340,22 @@ class inbox {
   /// Refuses (as `truncated`) every message whose parts have not advanced
   /// for `partial_timeout`; its sender is gone or stuck. Call when the
   /// socket has nothing left to read, so that a receiver that was busy
-  /// does not blame parts still waiting in libzmq's queue.
+  /// does not blame parts still waiting in libzmq's queue. Costs one step
+  /// per message refused, and one more.
   void expire(clock::time_point now) {
-    for (auto it = partial_.begin(); it != partial_.end();) {
-      if (now - it->second.last < stall_) {
-        ++it;
-        continue;
-      }
+    while (const peer_id* oldest = held_.oldest()) {
+      const auto it = partial_.find(*oldest);
+      if (now - it->second.last < stall_) return;
       if (!it->second.discard) refuse(it->first, wire_error::truncated);
-      it = partial_.erase(it);
+      drop(it);
     }
   }
 
   /// Messages in progress (parts received, more expected).
   std::size_t in_progress() const noexcept { return partial_.size(); }
+  /// Bytes the messages in progress hold: their buffers, and 256 bytes of
+  /// bookkeeping each (`detail::unfinished_entry_bytes`).
+  std::uint64_t unfinished_bytes() const noexcept { return held_.bytes(); }
 
  private:
   struct partial {
@@ -297,7 +367,7 @@ class inbox {
     std::uint32_t next_index = 1;
     clock::time_point last{};
     bool discard = false;  ///< refused already: the remaining parts are dropped unread
-    byte_buffer payload;
+    byte_buffer payload;   ///< its capacity, not its size, is what fits (the size is set when complete)
   };
 
   void take_part(continuation c, std::vector<::zmq::message_t>& frames, peer_id from, clock::time_point now) {
@@ -312,19 +382,76 @@ class inbox {
       if (!p.discard) refuse(from, wire_error::truncated);
       p.discard = true;
       p.payload = {};
-      return;
+      return advanced(from, p);
     }
     ++p.next_index;
     append(p, part);
-    if (p.received < p.total) return;
+    if (p.received < p.total) return advanced(from, p);
     auto done = std::move(p);
-    partial_.erase(it);
+    drop(it);
     finish(from, done);
   }
 
-  static void append(partial& p, std::span<const std::byte> part) noexcept {
-    if (!p.discard && !part.empty()) p.crc = copy_and_checksum(p.payload.data() + p.received, part, p.crc);
+  /// The buffer of a message of `total` bytes whose first `first` bytes
+  /// arrived (`first < total`).
+  byte_buffer first_buffer(std::uint64_t total, std::size_t first) {
+    const std::uint64_t held = use_->held() + diloco::detail::unfinished_entry_bytes;
+    const std::uint64_t limit = held_.limit();
+    if (held < limit && total <= limit - held) {
+      auto cached = pool_.acquire_cached(static_cast<std::size_t>(total), static_cast<std::size_t>(limit - held));
+      if (cached.data()) return cached;
+    }
+    return fitting(first);
+  }
+
+  /// A buffer of exactly the capacity a fresh one for `bytes` would have,
+  /// from the pool if it holds one: what a message holds stays what has
+  /// arrived, however large the blocks the pool caches.
+  byte_buffer fitting(std::uint64_t bytes) {
+    const auto n = static_cast<std::size_t>(bytes);
+    return pool_.acquire(n, diloco::detail::capacity_for(n));
+  }
+
+  void append(partial& p, std::span<const std::byte> part) {
+    if (!p.discard && !part.empty()) {
+      if (p.payload.capacity() - p.received < part.size()) grow(p, p.received + part.size());
+      p.crc = copy_and_checksum(p.payload.data() + p.received, part, p.crc);
+    }
     p.received += part.size();
+  }
+
+  /// Moves `p`'s payload into a buffer that fits `needed` bytes: twice the
+  /// capacity, at least `needed`, at most the payload size. Copies what has
+  /// arrived; the old buffer goes back to the pool.
+  void grow(partial& p, std::uint64_t needed) {
+    const auto capacity = diloco::detail::grown_capacity(p.payload.capacity(), needed, p.total);
+    auto bigger = fitting(capacity);
+    if (p.received > 0) std::memcpy(bigger.data(), p.payload.data(), static_cast<std::size_t>(p.received));
+    p.payload = std::move(bigger);
+  }
+
+  /// `from`'s message `p` advanced: counts what it holds, then lets the
+  /// least recently advanced messages go while the endpoint holds more than
+  /// its budget.
+  void advanced(peer_id from, const partial& p) {
+    held_.advanced(from, p.payload.capacity() + diloco::detail::unfinished_entry_bytes);
+    held_.evict(from, [this](peer_id victim) -> std::uint64_t {
+      const auto it = partial_.find(victim);
+      if (it->second.discard) {
+        partial_.erase(it);  // its remaining parts will be refused as parts of no message
+        return 0;
+      }
+      refuse(victim, wire_error::over_budget);
+      use_->evicted.fetch_add(1, std::memory_order_relaxed);
+      it->second.discard = true;
+      it->second.payload = {};
+      return diloco::detail::unfinished_entry_bytes;
+    });
+  }
+
+  void drop(std::unordered_map<peer_id, partial>::iterator it) {
+    held_.forget(it->first);
+    partial_.erase(it);
   }
 
   void finish(peer_id from, partial& p) {
@@ -333,6 +460,7 @@ class inbox {
     envelope e;
     e.from = from;
     e.msg.header = p.header;
+    p.payload.resize(static_cast<std::size_t>(p.total));
     e.msg.payload = std::move(p.payload);
     ready_.push_back(std::move(e));
   }
@@ -349,7 +477,9 @@ class inbox {
 
   std::uint64_t max_payload_;
   clock::duration stall_;
+  std::shared_ptr<diloco::detail::memory_use> use_;
   std::unordered_map<peer_id, partial> partial_;
+  diloco::detail::unfinished_messages<peer_id> held_;  ///< counted in `*use_`
   std::deque<envelope> ready_;
   buffer_pool pool_;
 };
