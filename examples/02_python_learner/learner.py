@@ -586,6 +586,7 @@ class Learner:
         self.loss_sum = 0.0              # training losses since the last heartbeat, which sends their mean
         self.loss_steps = 0
         self.welcomed = False
+        self.last_refusal = None  # the reason of the latest refusal of who this learner is
         self.ended = False  # the syncer said the run is over (an `end` message)
         self.leave_sequence = None  # the leave's sequence, once sent
         self.leave_answered = False
@@ -809,10 +810,12 @@ class Learner:
             self.leave_answered = True  # refused (e.g. already gone): read all the same
             return
         reason = REASONS[header["reason"]] if header["reason"] < len(REASONS) else "reason %d" % header["reason"]
-        if reason in ("unknown_learner", "wrong_peer", "dead_incarnation", "peer_conflict", "quarantined"):
+        if reason in ("unknown_learner", "wrong_peer", "dead_incarnation", "peer_conflict", "quarantined",
+                      "too_many_learners", "unexpected_kind", "unknown_incarnation"):
             # A refusal of who this learner is (protocol.md, "Validation"):
             # act as the table there says.
             self.stats["notices"] = self.stats.get("notices", 0) + 1
+            self.last_refusal = reason
             log("message %d refused: %s" % (header["answers"], reason))
             if reason in ("unknown_learner", "wrong_peer") and self.welcomed:
                 self.send_join()  # forgotten, or our connection changed
@@ -822,6 +825,8 @@ class Learner:
                 self.send_join()
             elif reason in ("dead_incarnation", "quarantined"):
                 raise SystemExit("learner %d: %s by the syncer; stopping" % (self.learner_id, reason))
+            # too_many_learners: the join is retried until a place frees;
+            # unexpected_kind, unknown_incarnation: counted, nothing to do.
             return
         self.stats["rejects"] += 1
         self.stats["reject_reasons"][reason] = self.stats["reject_reasons"].get(reason, 0) + 1
@@ -888,9 +893,11 @@ class Learner:
             now = time.monotonic()
             if now >= deadline:
                 hint = ""
-                if self.stats["state_sent"] and not self.welcomed:
+                if self.last_refusal and not self.welcomed:
+                    hint = "; the syncer refused our join: %s" % self.last_refusal
+                elif self.stats["state_sent"] and not self.welcomed:
                     hint = ("; the syncer asked for our layout and state but did not accept them (it does not answer "
-                            "refusals: its counters say which check failed)")
+                            "refusals of a layout or state: its counters say which check failed)")
                 elif not self.welcomed:
                     hint = "; is a syncer listening there, and does it accept this layout?"
                 raise Timeout("no welcome and initial state from %s within %gs (welcomed: %s, fragments: %d)%s"

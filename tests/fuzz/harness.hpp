@@ -103,6 +103,10 @@ inline parameter_layout make_layout() {
 
 inline constexpr std::uint32_t fragment_count = 2;
 
+/// The end rule the fuzzed syncer runs under: 2^40 tokens merged per
+/// fragment, within reach of forged counts (2^24 tokens per step).
+inline constexpr std::uint64_t max_tokens = std::uint64_t{1} << 40;
+
 /// The syncer's settings for configuration byte `config` (see the format).
 inline syncer_options make_options(std::uint8_t config) {
   syncer_options o;
@@ -119,6 +123,7 @@ inline syncer_options make_options(std::uint8_t config) {
   o.heartbeat_timeout = std::chrono::seconds(10);
   o.max_grace = std::chrono::seconds(1);
   o.grace_factor = 0.5;
+  o.end.max_tokens = max_tokens;
   o.log = [](const std::string&) {};
   return o;
 }
@@ -205,7 +210,12 @@ class harness {
     const bool undecodable = e.error != wire_error::none;
     const auto kind = e.msg.header.kind;
     const auto learner = e.msg.header.learner;
+    const auto claimed_tokens = e.msg.header.tokens, claimed_steps = e.msg.header.steps;
     syncer_.handle(std::move(e), now_);
+    if (syncer_.metrics().contributions_accepted > before.contributions_accepted) {
+      claimed_tokens_ = detail::saturating_add(claimed_tokens_, claimed_tokens);
+      claimed_steps_ = detail::saturating_add(claimed_steps_, claimed_steps);
+    }
     check_refusal(before, undecodable, kind);
     check_binding(before, kind, learner, from);
     (void)syncer_.poll(now_);
@@ -336,6 +346,14 @@ class harness {
     for (std::uint32_t p = 0; p < fragment_count; ++p) revisions += syncer_.revision(p);
     check(revisions == m.outer_updates, "the fragments' revisions do not add up to outer_updates");
     check(events_ == m.outer_updates, "outer_updates differs from the update events reported");
+    // Counts: what is merged is at most what accepted contributions claimed
+    // (the syncer credits no more than a learner claims, and less when its
+    // history does not allow it); an end rule fires only on merged counts.
+    check(m.tokens_merged <= claimed_tokens_, "more tokens merged than accepted contributions claimed");
+    check(m.steps_merged <= claimed_steps_, "more steps merged than accepted contributions claimed");
+    if (const auto& why = syncer_.ended(); why && why->find("max_tokens") != std::string::npos)
+      check(m.tokens_merged / fragment_count >= max_tokens, "the run ended on max_tokens before they were merged");
+    if (const auto loss = syncer_.training_loss()) check(std::isfinite(*loss), "the training loss is not finite");
   }
 
   bool key_binding_;
@@ -347,6 +365,7 @@ class harness {
   buffer_pool pool_;
   std::uint64_t events_ = 0;
   std::uint64_t drops_ = 0;
+  std::uint64_t claimed_tokens_ = 0, claimed_steps_ = 0;  ///< by accepted contributions, saturating
   std::map<std::uint32_t, peer_id> bound_;
   fuzz_syncer syncer_;
   time_point now_ = time_point{} + std::chrono::hours(1);

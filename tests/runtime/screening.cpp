@@ -27,6 +27,9 @@ using syncer_test::values;
 /// by −0.7·(Δ + 0.9·Δ) = −1.33·Δ.
 using nesterov_syncer = syncer<outer::nesterov<double>, merge::average, inproc::endpoint>;
 
+/// Token-weighted merging, outer SGD η = 1: weights are the tokens.
+using weighted_syncer = syncer<outer::sgd<double>, merge::token_weighted, inproc::endpoint>;
+
 std::vector<double> minus(const std::vector<double>& a, double d) {
   std::vector<double> r(a);
   for (auto& v : r) v -= d;
@@ -225,15 +228,156 @@ BOOST_FIXTURE_TEST_CASE(counters_a_learner_cannot_have_are_refused, fixture) {
   BOOST_TEST(s.revision(0) == 1u);
 }
 
+BOOST_FIXTURE_TEST_CASE(a_forged_token_count_weighs_no_more_than_the_honest_learner, fixture) {
+  // Learner 1 contributes first, alone: Δ = 0 with 10 · 2^24 tokens in 10
+  // steps (the most the counts check allows). One weight, no reference: it
+  // is merged (Θ unchanged) and its expected weight is 167 772 160 tokens.
+  // Then learner 0: Δ = 3 with 640 tokens in 10 steps. The weights of the
+  // two learners are 640 and 167 772 160: the reference is the lower, 640,
+  // the bound 8 · 640 = 5120, so absent learner 1 counts 640 and the round's
+  // scale is 640 / (640 + 640) = 1/2: Θ − 1.5. (Trusted, it would be
+  // 640 / 167 772 800 ≈ 3.8e−6: the model would stop.)
+  weighted_syncer s(layout, initial, syncer_end, options(1));
+  join_all(s, 2);
+  auto forged = contribution(1, std::vector<double>(6, 0.0), 0, 1, 1);
+  forged.header.tokens = 10 * (std::uint64_t{1} << 24);
+  send(1, std::move(forged));
+  deliver(s);
+  BOOST_TEST_REQUIRE(s.revision(0) == 1u);
+  send(0, contribution(0, std::vector<double>(6, 3.0), 1, 1, 1));
+  deliver(s);
+  BOOST_TEST_REQUIRE(s.revision(0) == 2u);
+  const auto got = s.parameters();
+  const auto want = minus(initial, 1.5);
+  for (std::size_t i = 0; i < got.size(); ++i) BOOST_TEST(got[i] == want[i], boost::test_tools::tolerance(1e-12));
+  BOOST_TEST(s.metrics().weights_clipped == 1u);
+}
+
+BOOST_FIXTURE_TEST_CASE(forged_counts_cannot_end_the_run, fixture) {
+  // End at 10^8 tokens. Learner 0 reports 1 ms steps and contributes 640
+  // tokens in 10 steps (64 per step). A second later learner 1 claims
+  // 2^39 steps (local step 2^39) and 2^63 tokens — 2^24 per step, within
+  // the counts check. What counts as work: at most H + 8 · 1 s / 1 ms =
+  // 10 + 8000 = 8010 steps (8 = clip_factor, the speed-up allowed over the
+  // typical learner), at most 8 · 64 = 512 tokens per step: 4 101 120
+  // tokens. Merged: 640 + 4 101 120 tokens and 10 + 8010 steps; the run
+  // goes on.
+  auto o = options(1);
+  o.end.max_tokens = 100'000'000;
+  weighted_syncer s(layout, initial, syncer_end, o);
+  join_all(s, 2);
+  send(0, heartbeat(0, 1ms));
+  send(0, contribution(0, std::vector<double>(6, 0.0), 0, 1, 1));
+  deliver(s);
+  now += 1s;
+  auto forged = contribution(1, std::vector<double>(6, 0.0), 1, 1, 1);
+  forged.header.steps = std::uint64_t{1} << 39;
+  forged.header.revision = std::uint64_t{1} << 39;
+  forged.header.tokens = std::uint64_t{1} << 63;
+  send(1, std::move(forged));
+  deliver(s);
+  s.poll(now);
+  BOOST_TEST_REQUIRE(s.revision(0) == 2u);
+  BOOST_TEST(s.metrics().tokens_merged == 640u + 4'101'120u);
+  BOOST_TEST(s.metrics().steps_merged == 10u + 8010u);
+  BOOST_TEST(s.metrics().counts_capped == 1u);
+  BOOST_TEST(!s.ended().has_value());
+  // The honest learner's own claims within its time count in full: 20
+  // steps and 1280 tokens a second after its previous contribution.
+  now += 1s;
+  auto honest = contribution(0, std::vector<double>(6, 0.0), 2, 1, 2);
+  honest.header.steps = 20;
+  honest.header.tokens = 1280;
+  send(0, std::move(honest));
+  deliver(s);
+  BOOST_TEST(s.metrics().tokens_merged == 640u + 4'101'120u + 1280u);
+  BOOST_TEST(s.metrics().counts_capped == 1u);
+}
+
+BOOST_FIXTURE_TEST_CASE(a_contribution_without_a_local_step_is_accepted, fixture) {
+  // `revision` 0 on a contribution: a client that does not report its local
+  // step (as the protocol allowed before it was added) is not refused.
+  test_syncer s(layout, initial, syncer_end, options(1));
+  join_all(s, 1);
+  auto c = contribution(0, std::vector<double>(6, 1.0), 0, 1, 1);
+  c.header.revision = 0;
+  send(0, std::move(c));
+  deliver(s);
+  BOOST_TEST(s.metrics().rejected_total() == 0u);
+  BOOST_TEST(s.revision(0) == 1u);
+}
+
+BOOST_FIXTURE_TEST_CASE(a_pace_ramped_round_after_round_is_clipped_against_the_others, fixture) {
+  // Honest learner 0 sends Δ = 0.001 (pace p) once per round; learner 1
+  // sends three contributions per round, at 1.9^k p in round k = 1, 2, …
+  // Each contribution is merged alone (quorum 1). Learner 1 is judged by
+  // learner 0's paces only (their median, p): its bound stays 8 p, so
+  // rounds 1–3 (1.9, 3.61, 6.86 p) pass and round 4 (13.0 p) is clipped,
+  // all three; the third clip quarantines it, and rounds 5 and 6 are
+  // refused. Learner 0 is never clipped: learner 1's median is at least p.
+  //
+  // Judged by every pace together, its own included (the lower median of all
+  // values), learner 1 would pass round 4: its 9 earlier paces outnumber
+  // learner 0's 7, the lower median of the 17 values is 1.9 p and the bound
+  // 15.2 p.
+  test_syncer s(layout, initial, syncer_end, options(1));
+  join_all(s, 2);
+  std::uint64_t sequence[2] = {0, 0};
+  auto push = [&](std::uint32_t id, double v) {
+    send(id, contribution(id, std::vector<double>(6, v), s.revision(0), 1, ++sequence[id]));
+    deliver(s);
+  };
+  for (int k = 0; k < 3; ++k) push(0, 0.001);
+  for (int k = 1; k <= 6; ++k) {
+    push(0, 0.001);
+    for (int copy = 0; copy < 3; ++copy) push(1, 0.001 * std::pow(1.9, k));
+    if (k == 3) BOOST_TEST(s.metrics().contributions_clipped == 0u);
+  }
+  BOOST_TEST(s.metrics().contributions_clipped == 3u);
+  BOOST_TEST(s.metrics().quarantines == 1u);
+  BOOST_TEST(s.quarantined(1));
+  BOOST_TEST(!s.quarantined(0));
+  BOOST_TEST(s.metrics().rejected_for(reject_reason::quarantined) == 6u);
+}
+
+BOOST_FIXTURE_TEST_CASE(a_peer_with_small_paces_does_not_lower_the_others_bounds, fixture) {
+  // Learners 0 and 1 send Δ = 0.001 (pace p); learner 2 sends Δ = 1e−5
+  // (p/100), three times as often. Each learner counts once, by the median
+  // of its paces, and a learner is judged by the upper median of the others':
+  // learner 0's bound is 8 × the upper of (p, p/100) = 8 p, so its 5 p (a
+  // noisy round) is not clipped. By every value, learner 2's would be the
+  // lower median (it sent most of them) and the bound 0.08 p.
+  test_syncer s(layout, initial, syncer_end, options(1));
+  join_all(s, 3);
+  std::uint64_t sequence[3] = {0, 0, 0};
+  auto push = [&](std::uint32_t id, double v) {
+    send(id, contribution(id, std::vector<double>(6, v), s.revision(0), 1, ++sequence[id]));
+    deliver(s);
+  };
+  for (int k = 0; k < 4; ++k) {
+    push(0, 0.001);
+    push(1, 0.001);
+    for (int copy = 0; copy < 3; ++copy) push(2, 1e-5);
+  }
+  BOOST_TEST_REQUIRE(s.metrics().contributions_clipped == 0u);
+  push(0, 0.005);
+  BOOST_TEST(s.metrics().contributions_clipped == 0u);
+  push(0, 0.009);  // beyond 8 p: clipped
+  BOOST_TEST(s.metrics().contributions_clipped == 1u);
+}
+
 BOOST_FIXTURE_TEST_CASE(learners_that_left_fade_out_of_partial_rounds, fixture) {
   // Four learners with equal weights; 2 and 3 leave. No step time is known,
   // so a period is one heartbeat timeout (10 s) and the half-life one period.
   // One half-life later each counts 1/2: a round of learner 0 brings
   // w / (w + w + w/2 + w/2) = 1/3 of Δ = 3 → Θ − 1. Ten half-lives later they
   // count 1/1024 each: w / (2w + 2w/1024) of Δ = 2.
+  // (Learner 1 stays live without contributing: it does not fade here,
+  // `silent_after` is set beyond the test.)
   auto o = options(1);
   o.heartbeat_timeout = 10s;
   o.membership.absent_half_life = 1.0;
+  o.membership.silent_after = 1e4;
   test_syncer s(layout, initial, syncer_end, o);
   join_all(s, 4);
   contribute_zero_once(s, 4);
@@ -257,6 +401,50 @@ BOOST_FIXTURE_TEST_CASE(learners_that_left_fade_out_of_partial_rounds, fixture) 
   deliver(s);
   got = s.parameters();
   want = minus(initial, 1.0 + 2.0 / (2.0 + 2.0 / 1024.0));
+  for (std::size_t i = 0; i < got.size(); ++i) BOOST_TEST(got[i] == want[i], boost::test_tools::tolerance(1e-12));
+}
+
+BOOST_FIXTURE_TEST_CASE(a_live_learner_that_stops_contributing_fades_out_of_partial_rounds, fixture) {
+  // Two learners with equal weights; both contribute once at t0, then only
+  // learner 0 does. No step time is known: a period is one heartbeat timeout
+  // (10 s). Learner 1 heartbeats (it stays live) and counts fully for
+  // `silent_after` = 4 periods (40 s), then halves every `silent_half_life`
+  // = 2 periods (20 s). At t0 + 30 s a round of learner 0 brings
+  // w / (w + w) = 1/2 of Δ = 2 → Θ − 1; at t0 + 100 s, 60 s past the
+  // patience, learner 1 counts 2^−3: w / (w + w/8) = 8/9 of Δ = 9 → Θ − 8.
+  // A contribution of learner 1 makes it count fully again: at t0 + 101 s
+  // learner 1 contributes Δ = 0 (merged alone: its own round's scale is
+  // w / (w + w) = 1/2 of 0), then learner 0's Δ = 4 → Θ − 2.
+  auto o = options(1);
+  o.heartbeat_timeout = 10s;
+  test_syncer s(layout, initial, syncer_end, o);
+  join_all(s, 2);
+  contribute_zero_once(s, 2);
+  auto beat_and_contribute = [&](std::uint32_t who, double delta, std::uint64_t sequence) {
+    for (std::uint32_t i : {0u, 1u}) send(i, fixture::heartbeat(i));
+    deliver(s);
+    send(who, contribution(who, std::vector<double>(6, delta), s.revision(0), 1, sequence));
+    deliver(s);
+  };
+  now += 30s;
+  beat_and_contribute(0, 2.0, 1);
+  auto want = minus(initial, 1.0);
+  auto got = s.parameters();
+  for (std::size_t i = 0; i < got.size(); ++i) BOOST_TEST(got[i] == want[i], boost::test_tools::tolerance(1e-12));
+  for (int k = 0; k < 7; ++k) {  // heartbeats every 10 s keep learner 1 live
+    now += 10s;
+    for (std::uint32_t i : {0u, 1u}) send(i, fixture::heartbeat(i));
+    deliver(s);
+  }
+  beat_and_contribute(0, 9.0, 2);
+  want = minus(want, 8.0);
+  got = s.parameters();
+  for (std::size_t i = 0; i < got.size(); ++i) BOOST_TEST(got[i] == want[i], boost::test_tools::tolerance(1e-12));
+  now += 1s;
+  beat_and_contribute(1, 0.0, 3);
+  beat_and_contribute(0, 4.0, 4);
+  want = minus(want, 2.0);
+  got = s.parameters();
   for (std::size_t i = 0; i < got.size(); ++i) BOOST_TEST(got[i] == want[i], boost::test_tools::tolerance(1e-12));
 }
 

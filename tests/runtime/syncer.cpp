@@ -227,6 +227,35 @@ BOOST_FIXTURE_TEST_CASE(the_first_contribution_already_sizes_the_grace_window, f
   BOOST_TEST(s.grace().count() == std::chrono::nanoseconds(2s).count());
 }
 
+BOOST_FIXTURE_TEST_CASE(one_learner_lying_about_its_step_time_cannot_stretch_the_grace_window, fixture) {
+  // Step times of 10 ms (learners 0 and 1) and 1000 s (learner 2, a liar):
+  // ξ_step is their lower median, 10 ms, so the window is
+  // γ · τ · ξ_step = 0.5 · 4 · 10 ms = 20 ms, not max_grace (5 s) as a mean
+  // would make it. A liar can pick ξ_step only among values at or below the
+  // honest ones: reporting 1 ns, it makes the window 0.5 · 4 · 10 ms still
+  // (the lower median of 1 ns, 10 ms, 10 ms).
+  auto o = options(1);
+  o.training.overlap = 4;
+  o.grace_factor = 0.5;
+  o.max_grace = 5s;
+  test_syncer s(layout, initial, syncer_end, o);
+  join_all(s, 3);
+  send(0, heartbeat(0, 10ms));
+  send(1, heartbeat(1, 10ms));
+  send(2, heartbeat(2, 1000s));
+  deliver(s);
+  BOOST_TEST(s.grace().count() == std::chrono::nanoseconds(20ms).count());
+  send(2, heartbeat(2, 1ns));
+  deliver(s);
+  BOOST_TEST(s.grace().count() == std::chrono::nanoseconds(20ms).count());
+  // Alone with one honest learner (learner 1 left), the liar's 1000 s give
+  // the lower of the two: 10 ms.
+  send(1, leave(1));
+  send(2, heartbeat(2, 1000s));
+  deliver(s);
+  BOOST_TEST(s.grace().count() == std::chrono::nanoseconds(20ms).count());
+}
+
 BOOST_FIXTURE_TEST_CASE(round_closes_early_once_every_live_learner_is_in, fixture) {
   auto o = options(1);
   o.training.overlap = 4;
@@ -263,7 +292,10 @@ BOOST_FIXTURE_TEST_CASE(silent_learners_are_declared_dead_and_revived, fixture) 
   BOOST_TEST(s.metrics().revived == 1u);
 }
 
-BOOST_FIXTURE_TEST_CASE(the_training_loss_is_the_mean_of_the_live_learners_latest_finite_reports, fixture) {
+// The training loss is a lower median of the live learners' latest finite
+// reports, each weighing the steps of its work merged: a report of a learner
+// that merged nothing has no say beside one that did.
+BOOST_FIXTURE_TEST_CASE(the_training_loss_is_a_median_of_the_live_learners_latest_finite_reports, fixture) {
   auto o = options(1);
   std::vector<std::optional<double>> at_updates;
   o.on_update = [&](const update_event& e) { at_updates.push_back(e.training_loss); };
@@ -279,26 +311,31 @@ BOOST_FIXTURE_TEST_CASE(the_training_loss_is_the_mean_of_the_live_learners_lates
   report(0, 2.5);
   report(1, 1.0);
   report(2, 0.25);
-  BOOST_TEST(*s.training_loss() == 1.25);  // (2.5 + 1 + 0.25) / 3
+  BOOST_TEST(*s.training_loss() == 1.0);  // the middle of 0.25, 1, 2.5
   report(1, std::nan(""));
   report(2, std::numeric_limits<double>::infinity());
   report(0, -std::numeric_limits<double>::infinity());
   BOOST_TEST(s.metrics().losses_ignored == 3u);
-  BOOST_TEST(*s.training_loss() == 1.25);  // the last finite reports stand
-  BOOST_TEST(s.live_learners() == 3u);     // a bad loss costs the report, not the heartbeat
+  BOOST_TEST(*s.training_loss() == 1.0);  // the last finite reports stand
+  BOOST_TEST(s.live_learners() == 3u);    // a bad loss costs the report, not the heartbeat
   BOOST_TEST(s.metrics().rejected_total() == 0u);
   report(0, std::nullopt);  // no step since its last heartbeat: its report stands
-  BOOST_TEST(*s.training_loss() == 1.25);
+  BOOST_TEST(*s.training_loss() == 1.0);
   report(0, 0.5);
-  BOOST_TEST(*s.training_loss() == (0.5 + 1.0 + 0.25) / 3);
+  BOOST_TEST(*s.training_loss() == 0.5);  // the middle of 0.25, 0.5, 1
   send(2, leave(2));
   deliver(s);
-  BOOST_TEST(*s.training_loss() == 0.75);  // (0.5 + 1) / 2: learner 2 left
+  BOOST_TEST(*s.training_loss() == 0.5);  // the lower of 0.5 and 1: learner 2 left
+  report(1, -1e30);
+  BOOST_TEST(*s.training_loss() == -1e30);  // two learners, no work merged: the lower one
+  // Learner 0's work is merged (10 steps): from then on only it has a say.
   send(0, contribution(0, std::vector<double>(6, 0.0), 0, 1, 100));
   deliver(s);
   BOOST_TEST_REQUIRE(at_updates.size() == 1u);
   BOOST_TEST_REQUIRE(at_updates[0].has_value());
-  BOOST_TEST(*at_updates[0] == 0.75);
+  BOOST_TEST(*at_updates[0] == 0.5);
+  report(1, 1.7e308);
+  BOOST_TEST(*s.training_loss() == 0.5);
 }
 
 BOOST_FIXTURE_TEST_CASE(a_leave_is_answered_so_the_learner_knows_it_was_read, fixture) {
@@ -536,14 +573,16 @@ BOOST_FIXTURE_TEST_CASE(every_bad_message_is_refused_for_its_own_reason_and_chan
   expect(reject_reason::no_work, 0, std::move(no_steps));
   expect(reject_reason::future_base, 0, contribution(0, {1, 1, 1, 1, 1, 1}, 3));
   expect(reject_reason::stale, 0, contribution(0, {1, 1, 1, 1, 1, 1}, 0, 1, 50));
-  // Learner 0 was told why each of its messages was refused (the ones above
-  // that claimed to be learner 0 from another endpoint or incarnation were
-  // not answered: they cannot be trusted).
+  // Endpoint 0 was told why each of its messages was refused, an update it
+  // sent and a contribution of an incarnation that never joined included
+  // (the one that claimed to be learner 0 from another endpoint was answered
+  // to that endpoint).
   auto told = inbox(0);
   std::vector<int> reasons;
   for (const auto& m : told)
     if (m.header.kind == message_kind::reject) reasons.push_back(m.header.reason);
-  const std::vector<int> expected_reasons{int(reject_reason::bad_fragment), int(reject_reason::bad_size),
+  const std::vector<int> expected_reasons{int(reject_reason::unexpected_kind), int(reject_reason::unknown_incarnation),
+                                          int(reject_reason::bad_fragment), int(reject_reason::bad_size),
                                           int(reject_reason::bad_size),     int(reject_reason::bad_codec),
                                           int(reject_reason::no_work),      int(reject_reason::future_base),
                                           int(reject_reason::stale)};

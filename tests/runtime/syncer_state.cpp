@@ -231,7 +231,7 @@ BOOST_AUTO_TEST_CASE(counters_round_trip_field_by_field) {
   std::ostringstream out;
   write_syncer_metrics(out, m);
   // Tag, version, two counts and 8 bytes per counter.
-  BOOST_TEST(out.str().size() == 4 + 4 + 4 + 8 * 30 + 4 + 8 * 26);
+  BOOST_TEST(out.str().size() == 4 + 4 + 4 + 8 * 31 + 4 + 8 * 26);
   std::istringstream in(out.str());
   const auto back = read_syncer_metrics(in);
   BOOST_TEST(back.outer_updates == 3u);
@@ -244,9 +244,10 @@ BOOST_AUTO_TEST_CASE(counters_round_trip_field_by_field) {
   BOOST_TEST(back.payload_bytes_received == 84u);
   BOOST_TEST(back.payload_bytes_sent == 87u);  // the 29th
   BOOST_TEST(back.steps_reported_earlier == 90u);  // the 30th
-  BOOST_TEST(back.rejected_for(reject_reason::truncated) == 93u);
-  BOOST_TEST(back.rejected_for(reject_reason::quarantined) == 165u);  // the 25th reason: (30 + 25) × 3
-  BOOST_TEST(back.rejected_for(reject_reason::over_budget) == 168u);  // the 26th
+  BOOST_TEST(back.counts_capped == 93u);  // the 31st
+  BOOST_TEST(back.rejected_for(reject_reason::truncated) == 96u);
+  BOOST_TEST(back.rejected_for(reject_reason::quarantined) == 168u);  // the 25th reason: (31 + 25) × 3
+  BOOST_TEST(back.rejected_for(reject_reason::over_budget) == 171u);  // the 26th
   BOOST_TEST(back.rejected_for(reject_reason::none) == 0u);
 }
 
@@ -279,9 +280,9 @@ BOOST_AUTO_TEST_CASE(counters_of_a_newer_diloco_are_refused_by_name) {
     }
     return false;
   };
-  BOOST_TEST(refused(counters_block(31, 26), "31 counters, this version knows 30"));
-  BOOST_TEST(refused(counters_block(30, 27), "27 refusal reasons, this version knows 26"));
-  BOOST_TEST(refused(counters_block(30, 26).substr(0, 40), "truncated"));
+  BOOST_TEST(refused(counters_block(32, 26), "32 counters, this version knows 31"));
+  BOOST_TEST(refused(counters_block(31, 27), "27 refusal reasons, this version knows 26"));
+  BOOST_TEST(refused(counters_block(31, 26).substr(0, 40), "truncated"));
 }
 
 BOOST_FIXTURE_TEST_CASE(a_version_3_state_with_raw_counters_is_read, bench) {

@@ -88,16 +88,18 @@ inline double cpu_seconds(clockid_t clock) {
 
 inline double seconds_since(steady::time_point t) { return std::chrono::duration<double>(steady::now() - t).count(); }
 
-/// Loss ½·mean((w·x + b − y)²) of `parameters` on 4096 held-out examples.
+/// Loss ½·mean((w·x + b − y)²) of `parameters` on 4096 held-out examples
+/// (fewer for a large model: 2^26 values at most).
 inline double evaluation_loss(std::span<const T> parameters) {
-  model_type model(features, model_seed);
+  const std::size_t n = parameters.size() - 1;  // the weights; then the bias
+  model_type model(n, model_seed);
   std::copy(parameters.begin(), parameters.end(), model.parameters().begin());
-  toy::teacher<T> data(features, eval_seed);
-  return model.compute_gradients(data.next(4096)).loss;
+  toy::teacher<T> data(n, eval_seed);
+  return model.compute_gradients(data.next(std::clamp<std::size_t>((std::size_t{1} << 26) / n, 16, 4096))).loss;
 }
 
-inline std::vector<T> initial_parameters() {
-  model_type model(features, model_seed);
+inline std::vector<T> initial_parameters(std::size_t n = features) {
+  model_type model(n, model_seed);
   return {model.parameters().begin(), model.parameters().end()};
 }
 
@@ -167,10 +169,13 @@ struct peer {
   zeromq::client socket;
   std::map<std::uint32_t, std::uint64_t> sequences;  ///< per learner id
   std::uint64_t revision = 0;                          ///< newest revision of fragment 0 received
+  std::vector<T> fragment, previous;                   ///< fragment 0 at the newest and the revision before
   std::uint64_t welcomes = 0, state_requests = 0, updates = 0, acks = 0;
   std::array<std::uint64_t, reject_reason_count + 1> rejects{};
 
   peer(::zmq::context_t& c, const std::string& endpoint) : socket(c, endpoint, 0, 0, quick_close()) {}
+  peer(::zmq::context_t& c, const std::string& endpoint, const zeromq::socket_options& options)
+      : socket(c, endpoint, 0, 0, options) {}
   peer(::zmq::context_t& c, const std::string& endpoint, const zeromq::client_security& security)
       : socket(c, endpoint, 0, 0, quick_close(), security) {}
 
@@ -178,8 +183,8 @@ struct peer {
     return make(kind, id, incarnation, ++sequences[id]);
   }
 
-  message join(std::uint32_t id, std::uint32_t incarnation) {
-    const model_type model(features, model_seed);
+  message join(std::uint32_t id, std::uint32_t incarnation, std::size_t n = features) {
+    const model_type model(n, model_seed);
     message m = next(message_kind::join, id, incarnation);
     m.header.layout = model.layout().fingerprint();
     m.header.element_count = model.layout().size();
@@ -205,6 +210,11 @@ struct peer {
         case message_kind::welcome: (h.flags & state_wanted) ? ++state_requests : ++welcomes; break;
         case message_kind::update:
           ++updates;
+          if (h.revision > revision && h.codec == codec_id::f32 && e->msg.payload.size() % sizeof(T) == 0) {
+            previous = std::move(fragment);
+            const auto v = e->msg.payload.as<const T>();
+            fragment.assign(v.begin(), v.end());
+          }
           revision = std::max(revision, h.revision);
           break;
         case message_kind::ack: ++acks; break;
@@ -281,6 +291,9 @@ struct run_settings {
   training_config training = config();    ///< lock-step, τ = 0, one fragment unless a case says otherwise
   zeromq::socket_options server_socket = quick_close();  ///< the syncer's socket settings
   std::optional<std::uint64_t> max_tokens = std::nullopt;  ///< the syncer's end rule on merged tokens
+  std::size_t features = adversary::features;  ///< the model: linear regression on this many features
+  std::uint64_t steps = inner_steps;           ///< the honest learner's inner steps
+  std::chrono::nanoseconds max_grace = 100ms;  ///< the syncer's bound on a grace window
 };
 
 struct round_record {
@@ -298,13 +311,17 @@ struct outcome {
   std::vector<round_record> rounds;
   std::vector<std::string> log_lines;
   std::optional<std::string> ended;          ///< why the syncer ended the run, if an end rule did
+  // The syncer's transport: the most it held for its peers (sampled after
+  // each message), and what it refused for its memory budget.
+  std::uint64_t peak_queued_bytes = 0, peak_unfinished_bytes = 0, messages_evicted = 0, sends_over_budget = 0;
   bool bootstrapped = false;
   std::uint64_t bootstrap_refused = 0;
   std::vector<T> bootstrap_initial;
   // The honest learner's side.
   learner_metrics honest;
+  std::uint64_t steps_planned = 0;  ///< the honest learner's inner steps, if it ran to the end
   std::error_code honest_error;
-  std::uint64_t honest_steps = 0;
+  std::uint64_t honest_steps = 0;  ///< inner steps it took (its local step may start later)
   std::uint64_t adopted_at_attack_start = 0, adopted_at_attack_end = 0;
   double attack_s = 0;
   // Costs.
@@ -364,6 +381,7 @@ class harness {
 
   outcome run(const std::function<void(harness&)>& scenario) {
     out_ = outcome{};
+    out_.steps_planned = settings_.steps;
     out_.peak_measured = reset_peak_rss();
     out_.rss_before_kib = status_kib("VmRSS");
     const auto began = steady::now();
@@ -418,11 +436,11 @@ class harness {
     o = o.with(test_timeouts());
     if (settings_.max_tokens) o.end.max_tokens = *settings_.max_tokens;
     o.quorum = settings_.quorum;
-    o.max_grace = 100ms;
+    o.max_grace = settings_.max_grace;
     o.max_learners = settings_.max_learners;
     o.log = [this](const std::string& line) { out_.log_lines.push_back(line); };
     o.on_update = [this](const update_event& e) { out_.rounds.push_back({e.revision, e.contributors, e.scale, e.training_loss}); };
-    const model_type model(features, model_seed);
+    const model_type model(settings_.features, model_seed);
     std::optional<test_syncer> s;
     if (settings_.bootstrap) {
       bootstrap<T, zeromq::server> boot(server, settings_.training, std::nullopt, settings_.bootstrap_patience);
@@ -435,7 +453,7 @@ class harness {
       s.emplace(boot.layout(), boot.initial(), server, o);
       for (auto& join : boot.take_joins()) s->handle(std::move(join), clock::now());
     } else {
-      const auto initial = initial_parameters();
+      const auto initial = initial_parameters(settings_.features);
       s.emplace(model.layout(), std::span<const T>(initial), server, o);
     }
     serving_ = true;
@@ -446,25 +464,29 @@ class harness {
       rejected_ = m.rejected_total();
       declared_dead_ = m.declared_dead;
       quarantines_ = m.quarantines;
+      out_.peak_queued_bytes = std::max(out_.peak_queued_bytes, server.queued_bytes());
+      out_.peak_unfinished_bytes = std::max(out_.peak_unfinished_bytes, server.unfinished_bytes());
       return false;
     });
+    out_.messages_evicted = server.messages_evicted();
+    out_.sends_over_budget = server.sends_over_budget();
     out_.global = s->parameters();
     out_.metrics = s->metrics();
     out_.ended = s->ended();
   }
 
-  /// The honest learner thread: `inner_steps` lock-step inner steps, then
+  /// The honest learner thread: `settings_.steps` inner steps, then
   /// `finish` (final contributions, leave).
   void train(std::stop_token stop) {
-    model_type model(features, model_seed);
-    toy::teacher<T> data(features, data_seed);
+    model_type model(settings_.features, model_seed);
+    toy::teacher<T> data(settings_.features, data_seed);
     std::optional<zeromq::client_security> security;
     if (settings_.curve) security = keys().client(keys().honest);
     zeromq::client socket(*context_, endpoint_, honest_id, honest_incarnation, {}, security);  // lingers: the leave goes out
     auto options = learner_options{.id = honest_id, .incarnation = honest_incarnation}.with(test_timeouts());
     options.join_timeout = 20s;
     honest_learner l(model, socket, options, inner::adamw<T>({.learning_rate = 0.02}));
-    for (std::uint64_t k = 0; k < inner_steps && !stop.stop_requested(); ++k) {
+    for (std::uint64_t k = 0; k < settings_.steps && !stop.stop_requested(); ++k) {
       const auto r = l.step(data.next(batch_size));
       if (!r) {
         out_.honest_error = r.error();
@@ -472,11 +494,11 @@ class harness {
       }
       honest_steps_ = l.local_step();
       honest_adopted_ = l.metrics().updates_adopted;
+      out_.honest_steps = k + 1;
       std::this_thread::sleep_for(settings_.step_pause);
     }
     if (!out_.honest_error && !stop.stop_requested()) l.finish(clock::now());
     out_.honest = l.metrics();
-    out_.honest_steps = l.local_step();
     honest_adopted_ = l.metrics().updates_adopted;
     honest_done_ = true;
   }
@@ -525,7 +547,7 @@ inline void check_costs(const outcome& o) {
 /// revisions while the attack was under way.
 inline void check_served(const outcome& o, std::uint64_t adopted_during_attack) {
   BOOST_TEST(!o.honest_error, o.honest_error.message());
-  BOOST_TEST(o.honest_steps == inner_steps);
+  BOOST_TEST(o.honest_steps == o.steps_planned);
   BOOST_TEST(o.adopted_at_attack_end - o.adopted_at_attack_start >= adopted_during_attack);
 }
 

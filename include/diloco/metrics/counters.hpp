@@ -138,6 +138,9 @@ struct syncer_metrics {
   /// (replaced by a newer one, or forgotten); `syncer::steps_computed` adds
   /// the current ones.
   std::uint64_t steps_reported_earlier = 0;
+  /// Contributions whose reported tokens or steps were more than the
+  /// learner's history allows, credited only up to that bound.
+  std::uint64_t counts_capped = 0;
 
   std::uint64_t rejected_total() const noexcept {
     std::uint64_t n = 0;
@@ -171,6 +174,7 @@ inline constexpr syncer_counter syncer_counter_fields[] = {
     &syncer_metrics::steps_merged,          &syncer_metrics::contributions_replayed,
     &syncer_metrics::losses_ignored,        &syncer_metrics::payload_bytes_received,
     &syncer_metrics::payload_bytes_sent,    &syncer_metrics::steps_reported_earlier,
+    &syncer_metrics::counts_capped,
 };
 inline constexpr std::size_t syncer_counter_count = std::size(syncer_counter_fields);
 static_assert(syncer_counter_count * sizeof(std::uint64_t) + sizeof(syncer_metrics::rejected) == sizeof(syncer_metrics),
@@ -237,6 +241,8 @@ struct learner_metrics {
   std::uint64_t states_sent = 0;             ///< times it gave a model-less syncer its layout and parameters
   std::uint64_t fragments_resumed = 0;       ///< fragments whose loaded work it kept when it joined (`learner::load`)
   std::uint64_t identity_conflicts = 0;      ///< `peer_conflict` rejects: another connection claimed this learner
+  std::uint64_t joins_refused = 0;           ///< `too_many_learners` rejects: the syncer's table was full (the join retry goes on)
+  std::uint64_t messages_refused = 0;        ///< `unexpected_kind` and `unknown_incarnation` rejects
   std::uint64_t incarnations_skipped = 0;    ///< times it took a newer incarnation before starting (its own was over)
   std::uint64_t wait_ns = 0;                 ///< time `poll` kept it from stepping: joining, lock-step waits
   std::uint64_t bytes_sent = 0;              ///< payload bytes of its contributions and states, as sent (compressed)

@@ -88,6 +88,9 @@ inline constexpr syncer_counter_description syncer_counter_descriptions[] = {
      metric_type::counter},
     {&syncer_metrics::steps_reported_earlier, "steps_reported_earlier",
      "Inner steps reported computed by learner incarnations that are over.", metric_type::counter},
+    {&syncer_metrics::counts_capped, "counts_capped",
+     "Contributions whose reported tokens or steps were credited only up to what the learner's history allows.",
+     metric_type::counter},
 };
 
 namespace detail {

@@ -717,6 +717,13 @@ class learner {
       case reject_reason::quarantined:
         error_ = errc::quarantined;
         return;
+      case reject_reason::too_many_learners:
+        ++metrics_.joins_refused;  // the join retry goes on: a place frees when a learner leaves or dies
+        return;
+      case reject_reason::unexpected_kind:
+      case reject_reason::unknown_incarnation:
+        ++metrics_.messages_refused;  // not about a contribution
+        return;
       default: break;
     }
     unanswered_since_.reset();

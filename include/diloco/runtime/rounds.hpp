@@ -92,6 +92,22 @@ double presence(bool live, std::optional<std::chrono::time_point<Clock, Duration
   return std::exp2(-std::max(0.0, gone) / half_life.count());
 }
 
+/// How much a live learner counts at `now`: 1 until `patience` has passed
+/// since its latest accepted contribution (or its join), `worked_at`, then
+/// halving every `half_life`; 1 when `worked_at` is unknown. A live learner
+/// that stopped contributing — stuck, or a peer that contributed once with
+/// forged counts and only heartbeats since — then stops holding the scale
+/// of the others' rounds down.
+template <class Clock, class Duration>
+double activity(std::optional<std::chrono::time_point<Clock, Duration>> worked_at,
+                std::chrono::time_point<Clock, Duration> now, std::chrono::duration<double> patience,
+                std::chrono::duration<double> half_life) noexcept {
+  if (!worked_at) return 1.0;
+  const double idle = std::chrono::duration<double>(now - *worked_at).count() - patience.count();
+  if (idle <= 0.0) return 1.0;
+  return std::exp2(-idle / std::max(half_life.count(), 1e-9));
+}
+
 /// A learner's expected weight on fragment `p` from its per-fragment
 /// expectations (NaN where it has none): the value for `p` if known, else the
 /// mean of the known ones, else 0 (it never contributed).

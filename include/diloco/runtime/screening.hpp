@@ -9,8 +9,10 @@
 #include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <span>
 #include <stdexcept>
+#include <utility>
 #include <vector>
 
 #include "diloco/detail/bad_option.hpp"
@@ -21,7 +23,7 @@ namespace diloco {
 ///
 /// Per contribution, on arrival: the payload must be finite; `tokens ≤ steps ×
 /// max_tokens_per_step` and `steps ≤` the learner's local step (carried in the
-/// contribution) else `bad_counts`.
+/// contribution, unless 0) else `bad_counts`.
 ///
 /// Per round, before merging (norm clipping, after Sun et al. 2019, "Can you
 /// really backdoor federated learning?", arXiv 1911.07963, with a reference
@@ -31,15 +33,24 @@ namespace diloco {
 /// cut short after a few steps by an adoption is not an outlier against full
 /// periods (nor they against it). A contribution whose pace exceeds
 /// `clip_factor ×` the reference pace is an outlier and is scaled down to the
-/// reference pace itself, and a merge weight beyond `clip_factor ×` the
-/// reference weight is cut to the reference weight. The reference pace is the
-/// lower median of the round's paces together with the fragment's last
-/// `history` published (clipped) ones; the reference weight is the lower
-/// median of the live learners' expected weights. With fewer than
-/// `min_reference` values there is no reference and nothing is clipped.
-/// Cutting an outlier to the median rather than to the bound means a learner
-/// that overflows pushes like a typical learner, not like `clip_factor` of
-/// them; no contribution pushes harder than `clip_factor` × the median.
+/// reference pace itself. The reference is taken from the round's paces and
+/// the fragment's last `history` published (clipped) ones, **other learners'
+/// only** (`clip_reference_for`): no learner moves the bound it is held to.
+/// A merge weight beyond `clip_factor ×` the reference weight — the lower
+/// median of the round's contributors' and the live learners' expected
+/// weights, one per learner, from two learners on (`weight_reference`) — is
+/// cut to the reference weight; an absent learner's expected weight is also
+/// held to the round's contributors. With fewer than `min_reference` paces
+/// there is no pace reference and nothing is clipped. Cutting an outlier to
+/// the median rather than to the bound means a learner that overflows pushes
+/// like a typical learner, not like `clip_factor` of them; no contribution
+/// pushes harder than `clip_factor` × the others' median.
+///
+/// What counts as work done (end rules, compute efficiency, a learner's say
+/// in the training loss) is bounded by the learner's history: at most H
+/// steps plus `clip_factor ×` what the other learners' typical step time
+/// allows since its previous contribution to the fragment, at `clip_factor
+/// ×` their typical tokens per step (`credited_steps`, `credited_tokens`).
 ///
 /// Per outer step (the syncer validates what it produces): the step runs
 /// against a copy of the fragment; a result with a NaN or an infinity, or an
@@ -105,6 +116,14 @@ struct membership_options {
   /// 2^−forget_after) is forgotten: its table place is freed. When the table
   /// is full, the longest-gone learner is forgotten at once to make room.
   double forget_after = 10.0;
+  /// A live learner that has not had a contribution accepted for
+  /// `silent_after` periods (since it joined, if it never had) counts with a
+  /// weight that halves every `silent_half_life` periods from then on; its
+  /// next contribution makes it count fully again. Honest learners
+  /// contribute every fragment once per period of their own speed; 4 leaves
+  /// room for one 4 times slower than the typical step time.
+  double silent_after = 4.0;
+  double silent_half_life = 2.0;
 
   void check() const {
     if (!(absent_half_life > 0.0 && absent_half_life <= 1e4))
@@ -112,6 +131,11 @@ struct membership_options {
                          "must be in (0, 10000] periods");
     if (!(forget_after > 0.0 && forget_after <= 64.0))
       detail::bad_option("diloco::membership_options", "forget_after", forget_after, "must be in (0, 64] half-lives");
+    if (!(silent_after >= 0.0 && silent_after <= 1e4))
+      detail::bad_option("diloco::membership_options", "silent_after", silent_after, "must be in [0, 10000] periods");
+    if (!(silent_half_life > 0.0 && silent_half_life <= 1e4))
+      detail::bad_option("diloco::membership_options", "silent_half_life", silent_half_life,
+                         "must be in (0, 10000] periods");
   }
 };
 
@@ -138,27 +162,51 @@ inline double lower_median(std::vector<double>& values) {
   return *mid;
 }
 
-/// The last `capacity` values added, oldest overwritten first.
+/// A value and the learner it came from.
+struct sourced_value {
+  double value;
+  std::uint32_t source;
+};
+
+/// The last `capacity` values added, with their sources, oldest overwritten
+/// first.
 class value_ring {
  public:
   explicit value_ring(std::size_t capacity = 0) : capacity_(capacity) { values_.reserve(capacity); }
 
-  void add(double v) {
+  void add(double v, std::uint32_t source) {
     if (capacity_ == 0) return;
     if (values_.size() < capacity_) {
-      values_.push_back(v);
+      values_.push_back({v, source});
     } else {
-      values_[next_] = v;
+      values_[next_] = {v, source};
       next_ = (next_ + 1) % capacity_;
     }
   }
-  std::span<const double> values() const noexcept { return values_; }
+  std::span<const sourced_value> values() const noexcept { return values_; }
 
  private:
   std::size_t capacity_;
   std::size_t next_ = 0;
-  std::vector<double> values_;
+  std::vector<sourced_value> values_;
 };
+
+/// The lower weighted median of `values` (value, weight ≥ 0): the smallest
+/// value at which the weights of the values up to it reach half of the total;
+/// with every weight 0, the lower median. Reorders them. Nothing when empty.
+inline std::optional<double> weighted_lower_median(std::vector<std::pair<double, double>>& values) {
+  if (values.empty()) return std::nullopt;
+  std::sort(values.begin(), values.end());
+  double total = 0.0;
+  for (const auto& v : values) total += v.second;
+  if (!(total > 0.0)) return values[(values.size() - 1) / 2].first;
+  double so_far = 0.0;
+  for (const auto& v : values) {
+    so_far += v.second;
+    if (so_far >= 0.5 * total) return v.first;
+  }
+  return values.back().first;
+}
 
 }  // namespace detail
 
@@ -186,6 +234,88 @@ inline clip_rule clip_reference(std::vector<double>& values, const screening_opt
   const double median = detail::lower_median(values);
   if (!(median > 0.0)) return {};
   return {median, s.clip_factor * median};
+}
+
+/// The clipping rule a contribution of learner `self` is judged by, from
+/// `history` and `round` (paces, with the learners they came from): each
+/// learner's values are reduced to their lower median, so that a learner
+/// counts once however often it contributes, and the reference is the upper
+/// median of the *other* learners' medians — no learner moves the bound it
+/// is held to (one that raised its pace round after round just under the
+/// bound would otherwise raise the bound with it), and one peer with small
+/// paces among three or more learners does not lower anyone's bound. With
+/// fewer than `min_reference` values from other learners (a learner alone in
+/// the run), the reference is the lower median of every value, its own
+/// included. Beside a single other learner, that learner's median is the
+/// reference: with two learners, one of them hostile, nothing tells which
+/// one is typical. `values` and `medians` are scratch space.
+inline clip_rule clip_reference_for(std::uint32_t self, std::span<const detail::sourced_value> history,
+                                    std::span<const detail::sourced_value> round, const screening_options& s,
+                                    std::vector<detail::sourced_value>& values, std::vector<double>& medians) {
+  values.assign(history.begin(), history.end());
+  values.insert(values.end(), round.begin(), round.end());
+  const auto own = static_cast<std::size_t>(
+      std::count_if(values.begin(), values.end(), [self](const auto& v) { return v.source == self; }));
+  medians.clear();
+  if (values.size() - own < s.min_reference) {
+    for (const auto& v : values) medians.push_back(v.value);
+    return clip_reference(medians, s);
+  }
+  if (s.clip_factor == 0.0) return {};
+  // Per other learner: the lower median of its values (sorted by source, then value).
+  std::sort(values.begin(), values.end(), [](const auto& x, const auto& y) {
+    return x.source != y.source ? x.source < y.source : x.value < y.value;
+  });
+  for (std::size_t begin = 0; begin < values.size();) {
+    std::size_t end = begin;
+    while (end < values.size() && values[end].source == values[begin].source) ++end;
+    if (values[begin].source != self) medians.push_back(values[begin + (end - begin - 1) / 2].value);
+    begin = end;
+  }
+  std::sort(medians.begin(), medians.end());
+  const double reference = medians[medians.size() / 2];  // the upper median
+  if (!(reference > 0.0)) return {};
+  return {reference, s.clip_factor * reference};
+}
+
+/// The reference for merge weights: the lower median of `weights`, one per
+/// learner (a contributor's period weight, a live learner's expected
+/// weight), and `clip_factor ×` it as the outlier bound — from two learners
+/// on, so that even a round of one honest learner and one with forged counts
+/// has a reference: the lower of the two. None with clipping off or fewer
+/// than two values. Reorders `weights`.
+inline clip_rule weight_reference(std::vector<double>& weights, const screening_options& s) {
+  screening_options two = s;
+  two.min_reference = 2;
+  return clip_reference(weights, two);
+}
+
+/// The inner steps of a contribution that count as work done (for the end
+/// rules and the counters): the `steps` it reports, at most one period H
+/// plus what `factor` × the typical speed allows in the time since the
+/// learner's previous contribution to that fragment (or since it joined):
+/// `H + factor · elapsed / step_ns`. All of them without a bound: no time
+/// (`elapsed` unknown, e.g. the learner was restored from a checkpoint), no
+/// step time of other learners (`step_ns`), or `factor` 0.
+inline std::uint64_t credited_steps(std::uint64_t steps, std::uint32_t sync_period, std::optional<double> elapsed_ns,
+                                    std::optional<double> step_ns, double factor) noexcept {
+  if (!elapsed_ns || !step_ns || !(*step_ns > 0.0) || !(factor > 0.0)) return steps;
+  const double bound = double(sync_period) + std::ceil(factor * std::max(0.0, *elapsed_ns) / *step_ns);
+  return bound >= double(steps) ? steps : static_cast<std::uint64_t>(bound);
+}
+
+/// The tokens of `steps` credited steps of a contribution that reports
+/// `tokens` in `reported_steps` (≥ 1): its tokens per step, at most `factor`
+/// × the typical tokens per step of other learners (`typical`, when known
+/// and `factor` > 0). Saturates at 2^64 − 1.
+inline std::uint64_t credited_tokens(std::uint64_t tokens, std::uint64_t reported_steps, std::uint64_t steps,
+                                     std::optional<double> typical, double factor) noexcept {
+  const bool capped = typical && *typical > 0.0 && factor > 0.0 &&
+                      double(tokens) > factor * *typical * double(reported_steps);
+  if (!capped && steps == reported_steps) return tokens;
+  const double per_step = capped ? factor * *typical : double(tokens) / double(reported_steps);
+  const double t = per_step * double(steps);
+  return t >= 0x1p64 ? std::numeric_limits<std::uint64_t>::max() : static_cast<std::uint64_t>(t);
 }
 
 /// Whether an outer step from `before` to `after` (same size n) moves

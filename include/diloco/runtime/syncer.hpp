@@ -81,9 +81,7 @@ class syncer {
         options_(std::move(options)),
         outer_(std::move(outer)),
         merge_(std::move(merge)),
-        step_time_(options_.ema_decay),
         quorum_time_(options_.ema_decay),
-        transfer_time_(options_.ema_decay),
         log_limit_(log_categories) {
     const auto& c = options_.training;
     if (initial.size() != layout.size())
@@ -147,7 +145,7 @@ class syncer {
     auto& h = e.msg.header;
     if (h.kind == message_kind::join) return on_join(e.from, h, now);
     if (h.kind != message_kind::contribution && h.kind != message_kind::heartbeat && h.kind != message_kind::leave)
-      return reject(reject_reason::unexpected_kind, h);
+      return reject_sender(reject_reason::unexpected_kind, e.from, h);
     auto it = learners_.find(h.learner);
     // Identity refusals are answered to the sending connection, which need
     // not be the learner's: a reject changes nothing, and tells a learner that
@@ -158,7 +156,7 @@ class syncer {
     // old connection, and "dead incarnation" says more than "wrong peer".
     if (h.incarnation < l.incarnation || (h.incarnation == l.incarnation && l.left))
       return reject_sender(reject_reason::dead_incarnation, e.from, h, l.incarnation);
-    if (h.incarnation > l.incarnation) return reject(reject_reason::unknown_incarnation, h);
+    if (h.incarnation > l.incarnation) return reject_sender(reject_reason::unknown_incarnation, e.from, h);
     if (!l.bound) {
       // Restored from a checkpoint: the learner's connection is new.
       l.peer = e.from;
@@ -395,11 +393,9 @@ class syncer {
     if (options_.world.size > 0 && !in_world(h.learner)) return false;
     auto& f = fragments_[h.fragment];
     double squared = 0.0;
-    const auto max_tokens = options_.screening.max_tokens_per_step;
     if (h.element_count != f.global.size() || m.payload.size() != payload::size(h.codec, f.global.size(), h.block) ||
-        h.steps == 0 ||
-        h.steps > h.revision || h.tokens / h.steps > max_tokens ||
-        (h.tokens / h.steps == max_tokens && h.tokens % h.steps != 0) || h.base_revision > f.revision || f.revision - h.base_revision > options_.max_staleness ||
+        h.steps == 0 || impossible_counts(h) || h.base_revision > f.revision ||
+        f.revision - h.base_revision > options_.max_staleness ||
         f.seen.contains({h.learner, h.incarnation, h.base_revision}) || !payload_norm(m, squared))
       return false;
     auto it = learners_.find(h.learner);
@@ -455,21 +451,26 @@ class syncer {
                                                   [](const auto& kv) { return kv.second.live; }));
   }
 
-  /// The training loss now: the mean, one vote per learner, of the latest
-  /// loss each live learner reported in its heartbeats (a learner's report
-  /// leaves the mean when it leaves or is declared dead). Nothing while no
-  /// live learner has reported one. NaN and infinite reports are ignored
-  /// (`losses_ignored`). Cost: one pass over the learner table.
-  std::optional<double> training_loss() const noexcept {
-    double sum = 0.0;
-    std::size_t n = 0;
+  /// The training loss now: the weighted lower median of the latest loss
+  /// each live learner reported in its heartbeats, each weighing the inner
+  /// steps of its work merged into the global model (credited, this
+  /// incarnation): once a live learner has work merged, reports of learners
+  /// without any have no say (none while no learner with work has reported
+  /// yet); before, the plain lower median of every report. A
+  /// report leaves it when its learner leaves or is declared dead. NaN and
+  /// infinite reports are ignored (`losses_ignored`); a finite lie moves the
+  /// result only as far as its learner's share of the merged work: it cannot
+  /// pass the honest reports while honest learners merged more than half the
+  /// work, and a learner that merged nothing has no say beside one that
+  /// did. Cost: one pass over the learner table and a sort of the reports.
+  std::optional<double> training_loss() const {
+    const bool any_work = std::any_of(learners_.begin(), learners_.end(),
+                                      [](const auto& kv) { return kv.second.live && kv.second.steps_merged > 0; });
+    loss_scratch_.clear();
     for (const auto& [id, l] : learners_)
-      if (l.live && l.loss) {
-        sum += *l.loss;
-        ++n;
-      }
-    if (n == 0) return std::nullopt;
-    return sum / double(n);
+      if (l.live && l.loss && (l.steps_merged > 0 || !any_work))
+        loss_scratch_.emplace_back(*l.loss, double(l.steps_merged));
+    return detail::weighted_lower_median(loss_scratch_);
   }
 
   /// Inner steps the learners computed, as they reported them: every
@@ -503,12 +504,12 @@ class syncer {
   }
 
   /// The grace window a round reaching quorum now would get.
-  std::chrono::nanoseconds grace() const noexcept {
+  std::chrono::nanoseconds grace() const {
     return rounds::grace_window({.overlap = options_.training.overlap,
                                  .grace_factor = options_.grace_factor,
                                  .step_ns = step_time(),
                                  .quorum_ns = quorum_time_.value(),
-                                 .transfer_ns = transfer_time_.value(),
+                                 .transfer_ns = transfer_time(),
                                  .max_grace = options_.max_grace});
   }
 
@@ -522,6 +523,19 @@ class syncer {
     std::optional<time_point> gone_since;  ///< when it left or was declared dead
     std::optional<time_point> unreachable_since;  ///< a send to its connection failed (a claim is pending)
     std::optional<double> loss;  ///< the latest finite training loss it reported
+    // What it reports of its timing, each the latest (0: none): the syncer
+    // takes the lower median over learners, so that one liar cannot stretch
+    // the grace window or the periods.
+    double step_ns = 0.0;
+    double transfer_ns = 0.0;
+    double tokens_per_step = 0.0;  ///< of its latest accepted contribution (0: none)
+    std::uint64_t steps_merged = 0;  ///< credited steps of its merged work, this incarnation: its say in the loss
+    /// When its latest contribution was accepted, or it first joined: a live
+    /// learner that stops contributing stops weighing on rounds.
+    std::optional<time_point> worked_at;
+    /// Per fragment: when its previous contribution to it was accepted, or
+    /// its incarnation joined; what its claimed steps are bounded by.
+    std::vector<std::optional<time_point>> last_work;
   };
 
   struct contribution_entry {
@@ -536,6 +550,8 @@ class syncer {
     bool final;
     std::uint64_t tokens;  ///< of the work behind it, as the learner reported
     std::uint64_t steps;
+    std::uint64_t credited_tokens;  ///< what of it counts as work done (`credit_of`)
+    std::uint64_t credited_steps;
     time_point arrived;
     /// Δ as it arrived: `T`s at full precision, else the encoded bytes
     /// (`codec`, `block`), decoded when the round is merged.
@@ -556,9 +572,26 @@ class syncer {
     detail::value_ring paces;  ///< recent published (clipped) paces: outer-gradient norms per step^(3/4)
   };
 
-  /// ξ_step, once a learner has reported a step time.
-  std::optional<double> step_time() const noexcept {
-    return step_time_.known() ? std::optional<double>(step_time_.value()) : std::nullopt;
+  /// ξ_step: the lower median of the live learners' latest reports of their
+  /// step time (of every learner's in the table while none is live); none
+  /// before any report. One liar among honest learners can only pick a
+  /// value at or below the honest median.
+  std::optional<double> step_time() const { return reported(&learner_entry::step_ns); }
+
+  /// ξ_sync, the same way from the learners' transfer times; 0 before any report.
+  double transfer_time() const { return reported(&learner_entry::transfer_ns).value_or(0.0); }
+
+  /// The lower median of the positive `field`s of the live learners, else of
+  /// every learner's, other than `except`; none if there is none.
+  std::optional<double> reported(double learner_entry::*field,
+                                 std::optional<std::uint32_t> except = std::nullopt) const {
+    for (const bool live_only : {true, false}) {
+      report_scratch_.clear();
+      for (const auto& [id, l] : learners_)
+        if ((l.live || !live_only) && l.*field > 0.0 && id != except) report_scratch_.push_back(l.*field);
+      if (!report_scratch_.empty()) return detail::lower_median(report_scratch_);
+    }
+    return std::nullopt;
   }
 
   /// How long a learner's connection must stay unreachable before a second
@@ -679,8 +712,8 @@ class syncer {
   /// from the first rounds on.
   void accept_from(const message_header& h, learner_entry& l, time_point now) {
     heard_from(h.learner, l, now);
-    if (h.step_time_ns > 0) step_time_.add(double(h.step_time_ns));
-    if (h.transfer_ns > 0) transfer_time_.add(double(h.transfer_ns));
+    if (h.step_time_ns > 0) l.step_ns = double(h.step_time_ns);
+    if (h.transfer_ns > 0) l.transfer_ns = double(h.transfer_ns);
   }
 
   /// An incarnation is over (replaced, or its learner forgotten): its last
@@ -766,12 +799,16 @@ class syncer {
         l.strikes = 0;
         retire_report(l);
         l.steps_reported = 0;
+        l.steps_merged = 0;
+        l.last_work.assign(fragments_.size(), now);  // a new process: its steps start now
       }
     } else {
       if (learners_.size() >= options_.max_learners && !make_room(now))
-        return reject(reject_reason::too_many_learners, h);
+        return reject_sender(reject_reason::too_many_learners, from, h);
       it = learners_.try_emplace(h.learner).first;
       it->second.expected_weight.assign(fragments_.size(), std::nan(""));
+      it->second.last_work.assign(fragments_.size(), now);
+      it->second.worked_at = now;
       ++metrics_.joins;
     }
     auto& l = it->second;
@@ -783,6 +820,7 @@ class syncer {
     l.live = true;
     l.gone_since.reset();
     l.last_seen = now;
+    if (!l.worked_at) l.worked_at = now;  // restored from a checkpoint: silent from now on
     if (joined_.size() < options_.end.expected_learners) joined_.insert(h.learner);
     if (!started_) return start_if_complete(now);  // welcomed with everyone else at the rendezvous
     welcome(h.learner, l);
@@ -978,6 +1016,17 @@ class syncer {
     strike(h.learner, l);
   }
 
+  /// Counters a learner cannot have (`steps` ≥ 1): more steps than its
+  /// local step, carried in `revision` (0: not reported, as by clients of
+  /// the protocol before it was), or more tokens than its steps could
+  /// process. An overflowing counter would otherwise outweigh every other
+  /// learner.
+  bool impossible_counts(const message_header& h) const noexcept {
+    const auto max_tokens = options_.screening.max_tokens_per_step;
+    return (h.revision != 0 && h.steps > h.revision) || h.tokens / h.steps > max_tokens ||
+           (h.tokens / h.steps == max_tokens && h.tokens % h.steps != 0);
+  }
+
   void on_contribution(std::uint32_t id, message&& m, time_point now) {
     const auto& h = m.header;
     auto& l = learners_.at(id);
@@ -989,13 +1038,7 @@ class syncer {
     if (h.element_count != f.global.size() || m.payload.size() != payload::size(h.codec, f.global.size(), h.block))
       return reject_content(reject_reason::bad_size, h, l);
     if (h.steps == 0) return reject(reject_reason::no_work, h, &l);
-    // Counters a learner cannot have: more steps than its local step (carried
-    // in `revision`), or more tokens than its steps could process. An
-    // overflowing counter would otherwise outweigh every other learner.
-    const auto max_tokens = options_.screening.max_tokens_per_step;
-    if (h.steps > h.revision || h.tokens / h.steps > max_tokens ||
-        (h.tokens / h.steps == max_tokens && h.tokens % h.steps != 0))
-      return reject_content(reject_reason::bad_counts, h, l);
+    if (impossible_counts(h)) return reject_content(reject_reason::bad_counts, h, l);
     // A NaN or an infinity would poison the global model and every learner
     // that adopts it, for good. (Before the idempotency key is recorded.)
     double squared = 0.0;
@@ -1029,7 +1072,8 @@ class syncer {
                                                   reject_reason::none});
     send_ack(l, h);
     metrics_.payload_bytes_received += m.payload.size();
-    add_to_round(f, h, std::move(m.payload), squared, now);
+    const auto credit = credit_of(h, l, now);
+    add_to_round(f, h, std::move(m.payload), squared, now, credit);
     advance_round(h.fragment, now);
   }
 
@@ -1079,10 +1123,43 @@ class syncer {
     return scratch;
   }
 
+  /// The tokens and steps of accepted contribution `h` of learner `l` that
+  /// count as work done — towards the end rules, the compute efficiency and
+  /// the learner's say in the training loss: what it reports, within what
+  /// its history allows (`credited_steps`, `credited_tokens`, with the
+  /// typical step time and tokens per step of the other learners and
+  /// `clip_factor` as the speed-up allowed). Counted (`counts_capped`) when
+  /// cut. Records the contribution in the learner's history.
+  std::pair<std::uint64_t, std::uint64_t> credit_of(const message_header& h, learner_entry& l, time_point now) {
+    const double factor = options_.screening.clip_factor;
+    std::optional<double> elapsed;
+    if (h.fragment < l.last_work.size() && l.last_work[h.fragment])
+      elapsed = double((now - *l.last_work[h.fragment]).count());
+    const auto steps = credited_steps(h.steps, options_.training.sync_period, elapsed,
+                                      reported(&learner_entry::step_ns, h.learner), factor);
+    const auto tokens =
+        credited_tokens(h.tokens, h.steps, steps, reported(&learner_entry::tokens_per_step, h.learner), factor);
+    if (steps < h.steps || tokens < h.tokens) {
+      ++metrics_.counts_capped;
+      log(log_category::rounds, [&] {
+        return "learner " + std::to_string(h.learner) + " reported " + std::to_string(h.tokens) + " tokens in " +
+               std::to_string(h.steps) + " steps to fragment " + std::to_string(h.fragment) + "; credited " +
+               std::to_string(tokens) + " in " + std::to_string(steps);
+      });
+    }
+    if (h.fragment < l.last_work.size()) l.last_work[h.fragment] = now;
+    l.worked_at = now;
+    l.tokens_per_step = double(h.tokens) / double(h.steps);
+    return {tokens, steps};
+  }
+
   /// Puts an accepted contribution into fragment f's open round, with its
   /// merge weights and norm (`squared`: ‖payload‖², checked finite).
+  /// `credit`: the tokens and steps of it that count as work done (as
+  /// reported, unless `credit_of` bounded them).
   void add_to_round(fragment_state& f, const message_header& h, byte_buffer&& payload, double squared,
-                    time_point now) {
+                    time_point now, std::pair<std::uint64_t, std::uint64_t> credit = {}) {
+    if (credit.second == 0) credit = {h.tokens, h.steps};
     // tokens ≤ steps · 2^64 and steps ≥ 1: both weights are finite in double.
     const double weight = merge_.weight(h.tokens, h.steps);
     const double period_weight = merge_.weight(rounds::period_tokens(h.tokens, h.steps, options_.training.sync_period),
@@ -1092,8 +1169,8 @@ class syncer {
     if (f.round.empty()) f.opened = now;
     f.round.push_back(contribution_entry{h.learner, h.incarnation, h.sequence, h.base_revision, weight, period_weight,
                                          norm, pace(norm, h.steps, options_.training.sync_period),
-                                         (h.flags & final_contribution) != 0, h.tokens, h.steps, now,
-                                         std::move(payload), h.codec, h.block});
+                                         (h.flags & final_contribution) != 0, h.tokens, h.steps, credit.first,
+                                         credit.second, now, std::move(payload), h.codec, h.block});
   }
 
   /// Distinct learners in fragment p's open round.
@@ -1150,11 +1227,32 @@ class syncer {
   }
 
   /// The scale of fragment p's closing round, whose contributors brought
-  /// the (capped) period weights `present`.
-  double round_scale(std::uint32_t p, const std::map<std::uint32_t, double>& present, double cap,
+  /// the (capped) period weights `present`. An absent learner counts with its
+  /// expected weight — cut to the reference when beyond the outlier bound of
+  /// `weights` or of the contributors' own weights, as a contribution's
+  /// would be (`weights_clipped`) — times
+  /// its presence: a departed one fades (`membership.absent_half_life`), and
+  /// so does a live one that stopped contributing (`membership.silent_after`).
+  double round_scale(std::uint32_t p, const std::map<std::uint32_t, double>& present, const clip_rule& weights,
                      time_point now) {
     if (options_.scaling == partial_rounds::full_step) return 1.0;
     const auto half = half_life();
+    const auto period = rounds::absent_half_life(step_time(), options_.training.sync_period,
+                                                 options_.heartbeat_timeout, 1.0);
+    const auto patience = period * options_.membership.silent_after;
+    const auto silent_half = period * options_.membership.silent_half_life;
+    // Absent learners are held to the learners doing the work now: one that
+    // claimed a large weight once and fell silent cannot outweigh them, even
+    // when several such ids outnumber the contributors.
+    scratch_.clear();
+    for (const auto& [id, w] : present) scratch_.push_back(w);
+    clip_rule working = scratch_.empty() ? clip_rule{} : [&] {
+      const double median = detail::lower_median(scratch_);
+      return median > 0.0 && options_.screening.clip_factor > 0.0
+                 ? clip_rule{median, options_.screening.clip_factor * median}
+                 : clip_rule{};
+    }();
+    if (weights.outlier < working.outlier) working = weights;
     members_.clear();
     for (const auto& [id, l] : learners_) {
       const auto here = present.find(id);
@@ -1162,12 +1260,20 @@ class syncer {
         members_.push_back({.in_round = true, .weight = here->second, .live = l.live, .quarantined = l.quarantined});
         continue;
       }
+      double weight = rounds::expected_weight(l.expected_weight, p);
+      if (weight > working.outlier) {
+        weight = working.reference;
+        ++metrics_.weights_clipped;
+      }
+      const double presence = l.live ? rounds::activity(l.worked_at, now, patience, silent_half)
+                                     : rounds::presence(l.live, l.gone_since, now, half);
       members_.push_back({.in_round = false,
-                          .weight = rounds::expected_weight(l.expected_weight, p),
+                          .weight = weight,
                           .live = l.live,
                           .quarantined = l.quarantined,
-                          .presence = rounds::presence(l.live, l.gone_since, now, half)});
+                          .presence = presence});
     }
+    const double cap = std::isfinite(weights.outlier) ? weights.outlier : weights.reference;
     return rounds::partial_round_scale(options_.scaling, members_, cap);
   }
 
@@ -1179,22 +1285,22 @@ class syncer {
       return std::tie(a.learner, a.sequence) < std::tie(b.learner, b.sequence);
     });
 
-    // References for clipping: the lower medians of the round's paces with
-    // the fragment's recent ones, and of the live learners' expected weights.
+    // References for clipping: the lower median of the paces of the round
+    // and of the fragment's recent ones — for each contribution, other
+    // learners' paces only (`clip_reference_for`) — and of the weights, one
+    // per learner: the contributors' and the live learners' expected ones.
     // An outlier (beyond clip_factor × the median) is cut to the median
     // itself, not to the outlier bound: a learner that overflows then weighs
     // like a typical one, and nothing pushes harder than clip_factor × it.
-    scratch_.assign(f.paces.values().begin(), f.paces.values().end());
-    for (const auto& c : f.round) scratch_.push_back(c.pace);
-    const clip_rule paces = clip_reference(scratch_, options_.screening);
+    round_paces_.clear();
+    for (const auto& c : f.round) round_paces_.push_back({c.pace, c.learner});
     scratch_.clear();
     for (const auto& [id, l] : learners_) {
       if (contributed(f, id)) continue;
       if (l.live && !std::isnan(l.expected_weight[p])) scratch_.push_back(l.expected_weight[p]);
     }
     for (const auto& c : f.round) scratch_.push_back(c.period_weight);
-    const clip_rule weights = clip_reference(scratch_, options_.screening);
-    const double weight_cap = std::isfinite(weights.outlier) ? weights.outlier : weights.reference;
+    const clip_rule weights = weight_reference(scratch_, options_.screening);
 
     // The contributors' (capped) period weights; a regular (not final)
     // contribution also updates the learner's expected weight.
@@ -1207,6 +1313,8 @@ class syncer {
       auto& l = learners_.at(c.learner);
       bool clipped = false;
       double pace = c.pace;
+      const clip_rule paces =
+          clip_reference_for(c.learner, f.paces.values(), round_paces_, options_.screening, pace_scratch_, scratch_);
       if (c.pace > paces.outlier) {
         const T factor = T(paces.reference / c.pace);
         if (c.compressed())
@@ -1226,7 +1334,7 @@ class syncer {
         ++metrics_.weights_clipped;
         any_clipped = true;
       }
-      clipped_paces_.push_back(pace);
+      clipped_paces_.push_back({pace, c.learner});
       present[c.learner] = c.period_weight;
       if (!c.final) l.expected_weight[p] = c.period_weight;
       if (clipped) {
@@ -1238,14 +1346,14 @@ class syncer {
     }
     if (any_clipped)
       log(log_category::rounds, [&] { return "clipped contributions to fragment " + std::to_string(p) + describe_round(f); });
-    const double scale = round_scale(p, present, weight_cap, now);
+    const double scale = round_scale(p, present, weights, now);
 
     std::uint64_t max_staleness = 0;
     for (const auto& c : f.round) max_staleness = std::max(max_staleness, f.revision - c.base_revision);
     const std::span<T> delta(delta_.data(), f.global.size());
     merge_round(p, scale, delta);
     if (auto why = apply_outer_step(p, delta)) return drop_round(p, *why, now);
-    for (const double pace : clipped_paces_) f.paces.add(pace);  // only what was published
+    for (const auto& pace : clipped_paces_) f.paces.add(pace.value, pace.source);  // only what was published
 
     ++f.revision;
     ++metrics_.outer_updates;
@@ -1254,8 +1362,10 @@ class syncer {
     metrics_.staleness_max = std::max(metrics_.staleness_max, max_staleness);
     for (const auto& c : f.round) {
       metrics_.staleness_sum += f.revision - 1 - c.base_revision;
-      metrics_.tokens_merged += c.tokens;
-      metrics_.steps_merged += c.steps;
+      metrics_.tokens_merged = detail::saturating_add(metrics_.tokens_merged, c.credited_tokens);
+      metrics_.steps_merged = detail::saturating_add(metrics_.steps_merged, c.credited_steps);
+      if (auto it = learners_.find(c.learner); it != learners_.end() && it->second.incarnation == c.incarnation)
+        it->second.steps_merged = detail::saturating_add(it->second.steps_merged, c.credited_steps);
     }
 
     if (contributors(f) < whole_round()) ++metrics_.partial_rounds;
@@ -1399,8 +1509,8 @@ class syncer {
   }
 
   /// A heartbeat's loss becomes the learner's latest unless it is NaN or
-  /// infinite (counted): one bad report must not poison the mean. A finite
-  /// value can still be a lie; it weighs one vote, as every learner's does.
+  /// infinite (counted). A finite value can still be a lie: `training_loss`
+  /// bounds what it can do.
   void note_loss(const message_header& h, learner_entry& l) {
     if (!h.loss) return;
     if (!std::isfinite(*h.loss)) {
@@ -1441,7 +1551,11 @@ class syncer {
   codec_id update_codec_ = codec_id_of<T>(options_.training.codecs.updates);
   std::vector<T> backup_;         ///< a fragment's values before its outer step
   std::vector<double> scratch_;   ///< medians
-  std::vector<double> clipped_paces_;  ///< a closing round's paces after clipping
+  mutable std::vector<double> report_scratch_;  ///< medians of the learners' reports
+  mutable std::vector<std::pair<double, double>> loss_scratch_;  ///< (loss, merged steps) per learner
+  std::vector<detail::sourced_value> round_paces_;    ///< a closing round's paces as they arrived
+  std::vector<detail::sourced_value> pace_scratch_;   ///< medians of paces per learner
+  std::vector<detail::sourced_value> clipped_paces_;  ///< a closing round's paces after clipping
   std::vector<T> clip_factors_;        ///< a closing round's clipping factors of compressed contributions (1: none)
   std::deque<std::vector<T>> decoded_;  ///< a closing round's compressed contributions, decoded for a non-linear merge
   std::vector<rounds::round_member> members_;  ///< the learner table as a closing round's scale sees it
@@ -1449,9 +1563,7 @@ class syncer {
   std::vector<std::uint64_t> revisions_;       ///< each fragment's revision for `on_evaluate`
   std::map<std::uint32_t, learner_entry> learners_;
   buffer_pool pool_;
-  detail::ema step_time_;
   detail::ema quorum_time_;
-  detail::ema transfer_time_;
   detail::log_limiter log_limit_;
   syncer_metrics metrics_;
   bool started_ = true;                     ///< past the rendezvous (always, without a world size)
