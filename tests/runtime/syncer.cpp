@@ -22,6 +22,15 @@ using syncer_test::fixture;
 using syncer_test::test_syncer;
 using syncer_test::values;
 
+/// K = 1, τ = 4, γ = 0.5, max_grace 5 s: the grace window tests' settings.
+syncer_options grace_options() {
+  auto o = syncer_test::fixture::options(1);
+  o.training.overlap = 4;
+  o.grace_factor = 0.5;
+  o.max_grace = 5s;
+  return o;
+}
+
 }  // namespace
 
 BOOST_AUTO_TEST_SUITE(runtime_syncer)
@@ -178,11 +187,7 @@ BOOST_FIXTURE_TEST_CASE(new_revisions_go_to_every_live_learner_or_only_to_contri
 
 BOOST_FIXTURE_TEST_CASE(grace_window_collects_a_late_contribution, fixture) {
   // τ = 4 steps of 1 s, nothing else known: slack = 4 s, γ = 0.5 → 2 s.
-  auto o = options(1);
-  o.training.overlap = 4;
-  o.grace_factor = 0.5;
-  o.max_grace = 5s;
-  test_syncer s(layout, initial, syncer_end, o);
+  test_syncer s(layout, initial, syncer_end, grace_options());
   join_all(s, 3);
   contribute_zero_once(s, 3);
   for (std::uint32_t i = 0; i < 3; ++i) send(i, heartbeat(i, 1s));
@@ -212,11 +217,7 @@ BOOST_FIXTURE_TEST_CASE(the_first_contribution_already_sizes_the_grace_window, f
   // No heartbeat yet: the contribution's own step time (1 s) gives
   // γ · τ · ξ_step = 0.5 · 4 · 1 s = 2 s, so a burst of contributions is merged
   // as one round rather than as stale single ones.
-  auto o = options(1);
-  o.training.overlap = 4;
-  o.grace_factor = 0.5;
-  o.max_grace = 5s;
-  test_syncer s(layout, initial, syncer_end, o);
+  test_syncer s(layout, initial, syncer_end, grace_options());
   join_all(s, 3);
   BOOST_TEST(s.grace().count() == 0);
   auto c = contribution(0, {2, 2, 2, 2, 2, 2});
@@ -234,11 +235,7 @@ BOOST_FIXTURE_TEST_CASE(one_learner_lying_about_its_step_time_cannot_stretch_the
   // would make it. A liar can pick ξ_step only among values at or below the
   // honest ones: reporting 1 ns, it makes the window 0.5 · 4 · 10 ms still
   // (the lower median of 1 ns, 10 ms, 10 ms).
-  auto o = options(1);
-  o.training.overlap = 4;
-  o.grace_factor = 0.5;
-  o.max_grace = 5s;
-  test_syncer s(layout, initial, syncer_end, o);
+  test_syncer s(layout, initial, syncer_end, grace_options());
   join_all(s, 3);
   send(0, heartbeat(0, 10ms));
   send(1, heartbeat(1, 10ms));

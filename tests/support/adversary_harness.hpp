@@ -33,6 +33,7 @@
 #include <diloco/runtime/bootstrap.hpp>
 #include <diloco/transport/zeromq.hpp>
 
+#include "support/process_memory.hpp"
 #include "support/toy_model.hpp"
 
 namespace adversary {
@@ -45,6 +46,8 @@ using model_type = toy::linear_regression<T>;
 using honest_learner = learner<model_type, inner::adamw<T>, zeromq::client>;
 using test_syncer = syncer<outer::nesterov<T>, merge::token_weighted, zeromq::server>;
 using steady = std::chrono::steady_clock;
+using process_memory::reset_peak_rss;
+using process_memory::status_kib;
 
 constexpr std::size_t features = 8;
 constexpr std::uint64_t model_seed = 1, data_seed = 11, eval_seed = 999;
@@ -63,22 +66,6 @@ inline training_config config() {
 inline timeouts test_timeouts() { return {100ms, 100ms, 1s, 3s, 5s}; }
 
 // --- measurements --------------------------------------------------------
-
-/// A line of /proc/self/status in KiB ("VmRSS", "VmHWM"), 0 if unreadable.
-inline long status_kib(const std::string& field) {
-  std::ifstream in("/proc/self/status");
-  for (std::string line; std::getline(in, line);)
-    if (line.rfind(field + ":", 0) == 0) return std::stol(line.substr(field.size() + 1));
-  return 0;
-}
-
-/// Resets VmHWM to the current RSS (Linux ≥ 4.0); false where refused.
-inline bool reset_peak_rss() {
-  std::ofstream out("/proc/self/clear_refs");
-  out << "5";
-  out.flush();
-  return bool(out);
-}
 
 inline double cpu_seconds(clockid_t clock) {
   timespec ts{};

@@ -8,9 +8,6 @@
 // byte and close, and three learners that never read. Every wait is bounded.
 #include <boost/test/unit_test.hpp>
 
-#if defined(__GLIBC__)
-#include <malloc.h>
-#endif
 
 #include <algorithm>
 #include <atomic>
@@ -18,11 +15,8 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
-#include <fstream>
-#include <functional>
 #include <memory>
 #include <mutex>
-#include <random>
 #include <span>
 #include <string>
 #include <system_error>
@@ -32,6 +26,7 @@
 #include <diloco/transport/zeromq.hpp>
 
 #include "support/messages.hpp"
+#include "support/process_memory.hpp"
 
 namespace {
 
@@ -39,35 +34,15 @@ using namespace std::chrono_literals;
 using namespace diloco;
 using transport_test::join_of;
 using transport_test::send_within;
+using transport_test::random_bytes;
+using transport_test::layout_of;
+using transport_test::same_bytes;
+using namespace process_memory;
 using zeromq::detail::encode_continuation;
 using zeromq::detail::inbox;
 using steady = std::chrono::steady_clock;
 
 constexpr std::uint64_t entry = diloco::detail::unfinished_entry_bytes;  // 256
-
-std::vector<std::byte> random_bytes(std::size_t n, unsigned seed) {
-  std::mt19937 rng(seed);
-  std::vector<std::byte> out(n);
-  for (auto& b : out) b = static_cast<std::byte>(rng() & 0xff);
-  return out;
-}
-
-/// A layout message (codec `bytes`) from `learner` carrying `payload`.
-message layout_of(std::span<const std::byte> payload, std::uint32_t learner = 3) {
-  message m;
-  m.header.kind = message_kind::layout;
-  m.header.codec = codec_id::bytes;
-  m.header.learner = learner;
-  m.header.incarnation = 1;
-  m.header.element_count = payload.size();
-  m.payload = byte_buffer(payload.size());
-  if (!payload.empty()) std::memcpy(m.payload.data(), payload.data(), payload.size());
-  return m;
-}
-
-bool same_bytes(const byte_buffer& got, std::span<const std::byte> want) {
-  return got.size() == want.size() && (want.empty() || std::memcmp(got.data(), want.data(), want.size()) == 0);
-}
 
 /// ZeroMQ frames: the header of a `total`-byte payload with its first part
 /// `first`, or the continuation `index` at `offset` carrying `part`.
@@ -110,45 +85,6 @@ std::vector<std::pair<peer_id, int>> refusals(const std::vector<envelope>& got) 
   std::vector<std::pair<peer_id, int>> out;
   for (const auto& e : got) out.emplace_back(e.from, int(e.error));
   return out;
-}
-
-// --- process memory --------------------------------------------------------
-
-/// A line of /proc/self/status in KiB ("VmRSS", "VmHWM"), 0 if unreadable.
-long status_kib(const std::string& field) {
-  std::ifstream in("/proc/self/status");
-  for (std::string line; std::getline(in, line);)
-    if (line.rfind(field + ":", 0) == 0) return std::stol(line.substr(field.size() + 1));
-  return 0;
-}
-
-/// Resets VmHWM to the current RSS (Linux ≥ 4.0); false where refused.
-bool reset_peak_rss() {
-  std::ofstream out("/proc/self/clear_refs");
-  out << "5";
-  out.flush();
-  return bool(out);
-}
-
-/// VmRSS once malloc has given its free pages back (glibc): memory in use,
-/// not what malloc keeps of connections that came and went.
-long resident_kib() {
-#if defined(__GLIBC__)
-  (void)malloc_trim(0);
-#endif
-  return status_kib("VmRSS");
-}
-
-constexpr double mib(long kib) { return double(kib) / 1024.0; }
-
-/// Waits up to `limit` for `done`, checking every 2 ms.
-bool wait_for(const std::function<bool()>& done, std::chrono::milliseconds limit) {
-  const auto end = steady::now() + limit;
-  while (!done()) {
-    if (steady::now() >= end) return false;
-    std::this_thread::sleep_for(2ms);
-  }
-  return true;
 }
 
 }  // namespace
@@ -420,30 +356,16 @@ BOOST_AUTO_TEST_CASE(learners_that_never_read_share_one_budget_and_a_reader_gets
   }
   zeromq::client reader(learner_context, server.endpoint(), 3, 1, o);
   send_within(reader, syncer_peer, join_of(3));
-  std::vector<peer_id> sleeping;
-  peer_id reading = 0;
-  for (int i = 0; i < 4; ++i) {
-    auto e = server.receive_for(5s);
-    BOOST_TEST_REQUIRE(e.has_value());
-    if (e->msg.header.learner == 3)
-      reading = e->from;
-    else
-      sleeping.push_back(e->from);
-  }
+  const auto peers = transport_test::peers_of_joins(server, 4, 3);
+  const peer_id reading = peers.first;
+  const std::vector<peer_id>& sleeping = peers.second;
   BOOST_TEST_REQUIRE(sleeping.size() == 3u);
   BOOST_TEST_REQUIRE(reading != 0u);
 
-  // The reader checks every message on its own thread.
   constexpr int honest_messages = 64;
-  std::atomic<int> intact{0}, damaged{0};
-  std::jthread reader_thread([&](std::stop_token stop) {
-    while (!stop.stop_requested() && intact + damaged < honest_messages) {
-      auto e = reader.receive_for(10ms);
-      if (!e) continue;
-      const auto want = random_bytes(size, 1000 + unsigned(intact + damaged));
-      ++(e->error == wire_error::none && same_bytes(e->msg.payload, want) ? intact : damaged);
-    }
-  });
+  transport_test::payload_checker checker(reader, honest_messages, size, 1000);  // on a thread of its own
+  auto& intact = checker.intact;
+  auto& damaged = checker.damaged;
 
   const long rss_before = resident_kib();
   const auto filled = [&](unsigned seed) {
@@ -467,22 +389,11 @@ BOOST_AUTO_TEST_CASE(learners_that_never_read_share_one_budget_and_a_reader_gets
       }
     }
   };
-  feed_sleepers();
-  std::uint64_t most_queued = server.queued_bytes();
-  for (int i = 0; i < honest_messages; ++i) {
-    const auto payload = random_bytes(size, 1000 + unsigned(i));
-    auto m = layout_of(payload, 3);
-    const auto end = steady::now() + 10s;
-    std::error_code ec;
-    while ((ec = server.try_send(reading, m)) && steady::now() < end) std::this_thread::sleep_for(1ms);
-    BOOST_TEST_REQUIRE(!ec, "honest message " << i << ": " << ec.message());
-    most_queued = std::max(most_queued, server.queued_bytes());
-    if (i % 16 == 0) feed_sleepers();
-    most_queued = std::max(most_queued, server.queued_bytes());
-  }
+  const std::uint64_t most_queued =
+      transport_test::send_honest(server, reading, honest_messages, size, 1000, feed_sleepers);
   BOOST_TEST(wait_for([&] { return intact + damaged == honest_messages; }, 20s));
-  reader_thread.request_stop();
-  reader_thread.join();
+  checker.thread.request_stop();
+  checker.thread.join();
   const long rss_after = resident_kib();
 
   BOOST_TEST(intact.load() == honest_messages);

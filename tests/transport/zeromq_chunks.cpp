@@ -17,7 +17,6 @@
 #include <cstdint>
 #include <cstring>
 #include <functional>
-#include <random>
 #include <span>
 #include <thread>
 #include <vector>
@@ -32,30 +31,12 @@ using namespace std::chrono_literals;
 using namespace diloco;
 using transport_test::join_of;
 using transport_test::send_within;
+using transport_test::random_bytes;
+using transport_test::layout_of;
+using transport_test::same_bytes;
 using zeromq::detail::continuation;
 using zeromq::detail::encode_continuation;
 using zeromq::detail::inbox;
-
-/// `n` bytes from a fixed seed: the reference a received payload must equal.
-std::vector<std::byte> random_bytes(std::size_t n, unsigned seed) {
-  std::mt19937 rng(seed);
-  std::vector<std::byte> out(n);
-  for (auto& b : out) b = static_cast<std::byte>(rng() & 0xff);
-  return out;
-}
-
-/// A layout message carrying `payload` (codec `bytes`, so any length goes).
-message layout_of(std::span<const std::byte> payload, std::uint32_t learner = 3) {
-  message m;
-  m.header.kind = message_kind::layout;
-  m.header.codec = codec_id::bytes;
-  m.header.learner = learner;
-  m.header.incarnation = 1;
-  m.header.element_count = payload.size();
-  m.payload = byte_buffer(payload.size());
-  if (!payload.empty()) std::memcpy(m.payload.data(), payload.data(), payload.size());
-  return m;
-}
 
 /// The frames of a message as a sender splits it at `cuts` (offsets into the
 /// payload, increasing): the header with the first part, then one
@@ -95,10 +76,6 @@ struct inbox_fixture {
     return out;
   }
 };
-
-bool same_bytes(const byte_buffer& got, const std::vector<std::byte>& want) {
-  return got.size() == want.size() && (want.empty() || std::memcmp(got.data(), want.data(), want.size()) == 0);
-}
 
 }  // namespace
 
