@@ -15,6 +15,23 @@
 
 namespace process_memory {
 
+/// Whether this build's resident memory measures what the program holds: not
+/// under AddressSanitizer, whose quarantine keeps freed memory (and whose
+/// shadow grows with what was ever touched), nor ThreadSanitizer. Tests
+/// bound RSS only where it does; the sanitizer builds still check the
+/// byte counts a transport keeps.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+inline constexpr bool rss_measures_the_program = false;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+inline constexpr bool rss_measures_the_program = false;
+#else
+inline constexpr bool rss_measures_the_program = true;
+#endif
+#else
+inline constexpr bool rss_measures_the_program = true;
+#endif
+
 /// A line of /proc/self/status in KiB ("VmRSS", "VmHWM"), 0 if unreadable.
 inline long status_kib(const std::string& field) {
   std::ifstream in("/proc/self/status");

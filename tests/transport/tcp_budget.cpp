@@ -147,7 +147,7 @@ BOOST_AUTO_TEST_CASE(connections_that_announce_a_gigabyte_and_leave_are_freed_wh
   const double growth = mib(rss_after - rss_before);
   BOOST_TEST_MESSAGE("1500 connections in " << seconds << " s: RSS +" << growth << " MiB, " << syncer.over_budget
                                             << " evicted");
-  BOOST_TEST(growth < 64.0);
+  if (rss_measures_the_program) BOOST_TEST(growth < 64.0);
 }
 
 BOOST_AUTO_TEST_CASE(stalled_connections_past_the_budget_are_closed_least_recent_first) {
@@ -197,7 +197,7 @@ BOOST_AUTO_TEST_CASE(stalled_connections_past_the_budget_are_closed_least_recent
   const double growth = mib(rss_stalled - rss_before);
   BOOST_TEST_MESSAGE("1500 stalled connections: RSS +" << growth << " MiB with " << server.messages_evicted()
                                                        << " evicted");
-  BOOST_TEST(growth < 64.0);
+  if (rss_measures_the_program) BOOST_TEST(growth < 64.0);
 }
 
 BOOST_AUTO_TEST_CASE(peers_that_never_read_share_one_budget_and_a_reader_gets_everything) {
@@ -260,7 +260,7 @@ BOOST_AUTO_TEST_CASE(peers_that_never_read_share_one_budget_and_a_reader_gets_ev
                                             << server.queued_bytes() / (1 << 20) << " MiB (most "
                                             << most_queued / (1 << 20) << "); RSS +" << growth << " MiB; "
                                             << server.sends_over_budget() << " sends over budget");
-  BOOST_TEST(growth < mib(long(bound / 1024)) + 64.0);
+  if (rss_measures_the_program) BOOST_TEST(growth < mib(long(bound / 1024)) + 64.0);
   for (const int fd : sleepers) ::close(fd);
 }
 

@@ -272,7 +272,7 @@ BOOST_AUTO_TEST_CASE(connections_that_announce_a_gigabyte_and_leave_hold_a_page_
                                             << " MiB, held " << server.unfinished_bytes() << " bytes");
   // The peak also counts the attackers' own libzmq sockets, in this
   // process: reported, not bounded.
-  BOOST_TEST(growth < 64.0);
+  if (rss_measures_the_program) BOOST_TEST(growth < 64.0);
 }
 
 BOOST_AUTO_TEST_CASE(past_the_budget_stalled_connections_give_way) {
@@ -410,7 +410,7 @@ BOOST_AUTO_TEST_CASE(learners_that_never_read_share_one_budget_and_a_reader_gets
   BOOST_TEST_MESSAGE("three sleepers took " << taken / (1 << 20) << " MiB; queued now " << server.queued_bytes() / (1 << 20)
                                             << " MiB (most " << most_queued / (1 << 20) << "); RSS +" << growth
                                             << " MiB; " << server.sends_over_budget() << " sends over budget");
-  BOOST_TEST(growth < mib(long(bound / 1024)) + 64.0);
+  if (rss_measures_the_program) BOOST_TEST(growth < mib(long(bound / 1024)) + 64.0);
 }
 
 BOOST_AUTO_TEST_SUITE_END()
