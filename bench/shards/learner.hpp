@@ -19,7 +19,7 @@
 
 #include <diloco/diloco.hpp>
 #include <diloco/transport/shards.hpp>
-#include <diloco/transport/wire.hpp>
+#include <diloco/protocol/wire.hpp>
 #include <diloco/transport/zeromq.hpp>
 
 namespace bench {

@@ -15,8 +15,8 @@
 #include <vector>
 
 #include <diloco/error.hpp>
-#include <diloco/transport/buffer.hpp>
-#include <diloco/transport/message.hpp>
+#include <diloco/protocol/buffer.hpp>
+#include <diloco/protocol/message.hpp>
 
 #include "bench.hpp"
 

@@ -20,8 +20,8 @@
 #include <system_error>
 #include <thread>
 
-#include <diloco/transport/buffer.hpp>
-#include <diloco/transport/crc32c.hpp>
+#include <diloco/protocol/buffer.hpp>
+#include <diloco/protocol/crc32c.hpp>
 
 #include "bench.hpp"
 

@@ -17,7 +17,7 @@
 #include <diloco/params/fragments.hpp>
 #include <diloco/params/layout.hpp>
 #include <diloco/runtime/host_memory.hpp>
-#include <diloco/runtime/payload.hpp>
+#include <diloco/protocol/payload.hpp>
 
 /// n values of this space: move-only, as device memory usually is.
 template <class T>

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include <diloco/concepts/merge_policy.hpp>
-#include <diloco/concepts/scalar.hpp>
+#include <diloco/scalar.hpp>
 #include <diloco/merge/weighted_mean.hpp>
 
 /// A Weighting: a contribution weighs the inner steps behind it.

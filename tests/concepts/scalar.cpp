@@ -55,8 +55,8 @@ static_assert(presets_accept<float> && presets_accept<double> && !presets_accept
 
 // `sim::run` drives a syncer and learners whose endpoints tell when their
 // next message arrives; the in-process endpoint does not.
-static_assert(diloco::sim::timed_transport<diloco::sim::endpoint>);
-static_assert(!diloco::sim::timed_transport<diloco::inproc::endpoint>);
+static_assert(diloco::timed_transport<diloco::sim::endpoint>);
+static_assert(!diloco::timed_transport<diloco::inproc::endpoint>);
 using sim_syncer = diloco::syncer<diloco::outer::sgd<float>, diloco::merge::average, diloco::sim::endpoint>;
 using inproc_syncer = diloco::syncer<diloco::outer::sgd<float>, diloco::merge::average, diloco::inproc::endpoint>;
 static_assert(diloco::sim::driven_syncer<sim_syncer> && !diloco::sim::driven_syncer<inproc_syncer>);

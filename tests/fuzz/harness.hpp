@@ -68,10 +68,10 @@
 #include "diloco/params/fragments.hpp"
 #include "diloco/params/layout.hpp"
 #include "diloco/runtime/syncer.hpp"
-#include "diloco/transport/crc32c.hpp"
+#include "diloco/protocol/crc32c.hpp"
 #include "diloco/transport/inproc.hpp"
-#include "diloco/transport/message.hpp"
-#include "diloco/transport/wire.hpp"
+#include "diloco/protocol/message.hpp"
+#include "diloco/protocol/wire.hpp"
 
 namespace diloco::fuzz {
 

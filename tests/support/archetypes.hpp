@@ -41,7 +41,7 @@
 #include <diloco/params/fragments.hpp>
 #include <diloco/params/layout.hpp>
 #include <diloco/serialize.hpp>
-#include <diloco/transport/message.hpp>
+#include <diloco/protocol/message.hpp>
 
 namespace archetypes {
 

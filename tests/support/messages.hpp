@@ -17,7 +17,7 @@
 #include <utility>
 #include <vector>
 
-#include <diloco/transport/message.hpp>
+#include <diloco/protocol/message.hpp>
 
 namespace transport_test {
 

@@ -16,8 +16,8 @@
 
 #include "diloco/concepts/transport.hpp"
 #include "diloco/random.hpp"
-#include "diloco/runtime/config.hpp"
-#include "diloco/transport/message.hpp"
+#include "diloco/clock.hpp"
+#include "diloco/protocol/message.hpp"
 
 namespace diloco::chaos {
 
@@ -95,7 +95,7 @@ class faulty {
 
   /// When the next message becomes available (for the simulator).
   std::optional<time_point> next_arrival() const
-    requires requires(const Inner& i) { i.next_arrival(); }
+    requires requirements::transport::next_arrival<Inner>
   {
     auto t = inner_.next_arrival();
     if (!ready_.empty() && (!t || ready_.front().at < *t)) t = ready_.front().at;

@@ -5,7 +5,7 @@
 #include <span>
 
 #include "diloco/concepts/check.hpp"
-#include "diloco/concepts/scalar.hpp"
+#include "diloco/scalar.hpp"
 
 namespace diloco {
 

@@ -19,7 +19,7 @@
 
 #include "diloco/concepts/check.hpp"
 #include "diloco/params/fragments.hpp"
-#include "diloco/transport/message.hpp"
+#include "diloco/protocol/message.hpp"
 
 namespace diloco {
 

@@ -8,7 +8,7 @@
 
 #include "diloco/concepts/check.hpp"
 #include "diloco/concepts/memory_space.hpp"
-#include "diloco/concepts/scalar.hpp"
+#include "diloco/scalar.hpp"
 #include "diloco/params/layout.hpp"
 
 namespace diloco {

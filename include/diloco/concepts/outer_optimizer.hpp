@@ -7,7 +7,7 @@
 
 #include "diloco/concepts/check.hpp"
 #include "diloco/concepts/checkpointable.hpp"
-#include "diloco/concepts/scalar.hpp"
+#include "diloco/scalar.hpp"
 
 namespace diloco {
 

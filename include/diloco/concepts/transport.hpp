@@ -6,8 +6,9 @@
 #include <optional>
 #include <system_error>
 
+#include "diloco/clock.hpp"
 #include "diloco/concepts/check.hpp"
-#include "diloco/transport/message.hpp"
+#include "diloco/protocol/message.hpp"
 
 namespace diloco {
 
@@ -42,6 +43,14 @@ concept receive_for = requires(T& t, std::chrono::nanoseconds timeout) {
   { t.receive_for(timeout) } -> std::same_as<std::optional<envelope>>;
 };
 
+/// 4. (timed transports) `t.next_arrival()` on a `const T` — when the next
+///    message becomes available in virtual time, or nothing while none is
+///    under way.
+template <class T>
+concept next_arrival = requires(const T& t) {
+  { t.next_arrival() } -> std::same_as<std::optional<time_point>>;
+};
+
 }  // namespace requirements::transport
 
 /// Requirements on a Transport endpoint type `T`: requirements 1 and 2 above
@@ -58,6 +67,12 @@ concept transport = requirements::transport::try_send<T> && requirements::transp
 /// by `sim::run` instead, so it does not model this.
 template <class T>
 concept blocking_transport = transport<T> && requirements::transport::receive_for<T>;
+
+/// A Transport that tells when its next message arrives in virtual time:
+/// requirement 4 above as well (`sim::endpoint`, or a wrapper such as
+/// `chaos::faulty` around one). `sim::run` waits on these.
+template <class T>
+concept timed_transport = transport<T> && requirements::transport::next_arrival<T>;
 
 /// Returns true if `T` is a transport; otherwise, with `on_unmet::fail`, stops
 /// compilation naming the first requirement `T` misses.

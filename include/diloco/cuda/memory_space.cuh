@@ -19,7 +19,7 @@
 #include "diloco/cuda/mixing.cuh"
 #include "diloco/params/fragments.hpp"
 #include "diloco/params/mixing.hpp"
-#include "diloco/transport/message.hpp"
+#include "diloco/protocol/message.hpp"
 
 namespace diloco::cuda {
 

@@ -15,13 +15,13 @@
 #include <vector>
 
 #include "diloco/concepts/check.hpp"
-#include "diloco/concepts/scalar.hpp"
+#include "diloco/scalar.hpp"
 #include "diloco/concepts/transport.hpp"
 #include "diloco/params/fragments.hpp"
 #include "diloco/params/layout.hpp"
 #include "diloco/runtime/config.hpp"
-#include "diloco/transport/message.hpp"
-#include "diloco/transport/wire.hpp"
+#include "diloco/protocol/message.hpp"
+#include "diloco/protocol/wire.hpp"
 
 namespace diloco {
 

@@ -22,7 +22,7 @@
 #include <system_error>
 #include <vector>
 
-#include "diloco/transport/crc32c.hpp"
+#include "diloco/protocol/crc32c.hpp"
 
 namespace diloco {
 

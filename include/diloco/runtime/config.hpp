@@ -8,14 +8,12 @@
 #include <string_view>
 #include <utility>
 
+#include "diloco/clock.hpp"
 #include "diloco/codec/blocks.hpp"
 #include "diloco/detail/bad_option.hpp"
-#include "diloco/transport/message.hpp"
+#include "diloco/protocol/message.hpp"
 
 namespace diloco {
-
-using clock = std::chrono::steady_clock;
-using time_point = clock::time_point;
 
 /// How fragments travel (docs/protocol.md, "Codecs"; docs/design.md,
 /// "Compression"). `fp32` is full precision: the model's own scalar type.

@@ -15,10 +15,10 @@
 #include "diloco/codec/blocks.hpp"
 #include "diloco/codec/kernels.hpp"
 #include "diloco/concepts/memory_space.hpp"
-#include "diloco/concepts/scalar.hpp"
+#include "diloco/scalar.hpp"
 #include "diloco/params/fragments.hpp"
 #include "diloco/params/mixing.hpp"
-#include "diloco/runtime/payload.hpp"
+#include "diloco/protocol/payload.hpp"
 
 namespace diloco {
 

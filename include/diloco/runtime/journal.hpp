@@ -19,9 +19,9 @@
 #include <vector>
 
 #include "diloco/runtime/checkpoint.hpp"
-#include "diloco/transport/buffer.hpp"
-#include "diloco/transport/message.hpp"
-#include "diloco/transport/wire.hpp"
+#include "diloco/protocol/buffer.hpp"
+#include "diloco/protocol/message.hpp"
+#include "diloco/protocol/wire.hpp"
 
 namespace diloco {
 

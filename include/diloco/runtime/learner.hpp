@@ -25,7 +25,7 @@
 #include "diloco/concepts/checkpointable.hpp"
 #include "diloco/concepts/inner_step.hpp"
 #include "diloco/concepts/model.hpp"
-#include "diloco/concepts/scalar.hpp"
+#include "diloco/scalar.hpp"
 #include "diloco/concepts/transport.hpp"
 #include "diloco/detail/ema.hpp"
 #include "diloco/error.hpp"
@@ -36,10 +36,10 @@
 #include "diloco/runtime/host_memory.hpp"
 #include "diloco/runtime/learner_options.hpp"
 #include "diloco/runtime/learner_state.hpp"
-#include "diloco/runtime/payload.hpp"
-#include "diloco/transport/buffer.hpp"
-#include "diloco/transport/message.hpp"
-#include "diloco/transport/wire.hpp"
+#include "diloco/protocol/payload.hpp"
+#include "diloco/protocol/buffer.hpp"
+#include "diloco/protocol/message.hpp"
+#include "diloco/protocol/wire.hpp"
 
 namespace diloco {
 

@@ -23,7 +23,7 @@
 #include "diloco/params/layout.hpp"
 #include "diloco/runtime/config.hpp"
 #include "diloco/serialize.hpp"
-#include "diloco/transport/crc32c.hpp"
+#include "diloco/protocol/crc32c.hpp"
 
 namespace diloco {
 

@@ -7,12 +7,15 @@
 #pragma once
 
 #include <algorithm>
+#include <concepts>
 #include <cstdint>
 #include <optional>
 #include <span>
 #include <utility>
 
-#include "diloco/concepts/scalar.hpp"
+#include "diloco/concepts/inner_step.hpp"
+#include "diloco/concepts/merge_policy.hpp"
+#include "diloco/concepts/outer_optimizer.hpp"
 #include "diloco/inner/adamw.hpp"
 #include "diloco/inner/sgd.hpp"
 #include "diloco/merge/weighted_mean.hpp"
@@ -27,8 +30,17 @@ namespace diloco::presets {
 /// so it is what a syncer takes and its fields read as before) and the
 /// policies of both ends. Change a policy's settings by assigning the member
 /// (`config.inner = inner::adamw<float>({.learning_rate = 0.05})`).
+///
+/// The parts must satisfy their concepts (a missing member is named at
+/// compile time, as for `learner` and `syncer`) and agree on the scalar type.
 template <class InnerStep, class OuterOptimizer, class MergePolicy>
+  requires(check_inner_step<InnerStep>() && inner_step<InnerStep> && check_outer_optimizer<OuterOptimizer>() &&
+           outer_optimizer<OuterOptimizer> &&
+           check_merge_policy<MergePolicy, typename OuterOptimizer::scalar_type>() &&
+           merge_policy<MergePolicy, typename OuterOptimizer::scalar_type>)
 struct setup : syncer_options {
+  static_assert(std::same_as<typename InnerStep::scalar_type, typename OuterOptimizer::scalar_type>,
+                "diloco::presets::setup: the inner step and the outer optimizer must have the same scalar_type");
   using scalar_type = typename OuterOptimizer::scalar_type;
   using inner_step_type = InnerStep;
   using outer_optimizer_type = OuterOptimizer;

@@ -34,14 +34,14 @@
 #include "diloco/params/fragments.hpp"
 #include "diloco/params/layout.hpp"
 #include "diloco/runtime/config.hpp"
-#include "diloco/runtime/payload.hpp"
+#include "diloco/protocol/payload.hpp"
 #include "diloco/runtime/rounds.hpp"
 #include "diloco/runtime/screening.hpp"
 #include "diloco/runtime/syncer_options.hpp"
 #include "diloco/runtime/syncer_state.hpp"
 #include "diloco/serialize.hpp"
-#include "diloco/transport/buffer.hpp"
-#include "diloco/transport/message.hpp"
+#include "diloco/protocol/buffer.hpp"
+#include "diloco/protocol/message.hpp"
 
 namespace diloco {
 

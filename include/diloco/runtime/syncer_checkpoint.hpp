@@ -19,7 +19,7 @@
 #include "diloco/params/layout.hpp"
 #include "diloco/runtime/syncer.hpp"
 #include "diloco/serialize.hpp"
-#include "diloco/transport/wire.hpp"
+#include "diloco/protocol/wire.hpp"
 
 namespace diloco {
 

@@ -17,7 +17,7 @@
 
 #include "diloco/concepts/model.hpp"
 #include "diloco/concepts/transport.hpp"
-#include "diloco/runtime/config.hpp"
+#include "diloco/clock.hpp"
 #include "diloco/sim/network.hpp"
 
 namespace diloco::sim {
@@ -40,14 +40,6 @@ struct learner_plan {
 struct run_options {
   std::chrono::nanoseconds step_time = std::chrono::seconds(1);  ///< virtual duration of a step at speed 1
   std::chrono::nanoseconds limit = std::chrono::hours(24 * 365);  ///< virtual time after which the run stops
-};
-
-/// An endpoint `run` can wait on: a transport that tells when its next
-/// message arrives in virtual time (`sim::endpoint`, or a wrapper such as
-/// `chaos::faulty` around one).
-template <class E>
-concept timed_transport = transport<E> && requires(const E& e) {
-  { e.next_arrival() } -> std::same_as<std::optional<time_point>>;
 };
 
 /// A syncer `run` can drive (`diloco::syncer` on a timed transport):

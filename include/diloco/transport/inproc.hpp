@@ -15,7 +15,7 @@
 
 #include "diloco/concepts/transport.hpp"
 #include "diloco/error.hpp"
-#include "diloco/transport/message.hpp"
+#include "diloco/protocol/message.hpp"
 
 namespace diloco::inproc {
 

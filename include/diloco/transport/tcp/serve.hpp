@@ -14,7 +14,7 @@
 #include <type_traits>
 #include <utility>
 
-#include "diloco/runtime/config.hpp"
+#include "diloco/clock.hpp"
 #include "diloco/transport/tcp/server.hpp"
 
 namespace diloco::tcp {

@@ -19,8 +19,8 @@
 
 #include "diloco/concepts/transport.hpp"
 #include "diloco/error.hpp"
-#include "diloco/transport/buffer.hpp"
-#include "diloco/transport/message.hpp"
+#include "diloco/protocol/buffer.hpp"
+#include "diloco/protocol/message.hpp"
 #include "diloco/transport/tcp/detail/io_core.hpp"
 #include "diloco/transport/tcp/options.hpp"
 

@@ -37,11 +37,11 @@
 #endif
 
 #include "diloco/error.hpp"
-#include "diloco/transport/buffer.hpp"
+#include "diloco/protocol/buffer.hpp"
 #include "diloco/transport/detail/memory_budget.hpp"
-#include "diloco/transport/message.hpp"
+#include "diloco/protocol/message.hpp"
 #include "diloco/transport/tcp/options.hpp"
-#include "diloco/transport/wire.hpp"
+#include "diloco/protocol/wire.hpp"
 
 namespace diloco::tcp::detail {
 

@@ -34,11 +34,11 @@
 #include <vector>
 
 #include "diloco/error.hpp"
-#include "diloco/transport/buffer.hpp"
-#include "diloco/transport/crc32c.hpp"
+#include "diloco/protocol/buffer.hpp"
+#include "diloco/protocol/crc32c.hpp"
 #include "diloco/transport/detail/memory_budget.hpp"
-#include "diloco/transport/message.hpp"
-#include "diloco/transport/wire.hpp"
+#include "diloco/protocol/message.hpp"
+#include "diloco/protocol/wire.hpp"
 #include "diloco/transport/zeromq/detail/socket.hpp"
 #include "diloco/transport/zeromq/learner_ids.hpp"
 #include "diloco/transport/zeromq/options.hpp"

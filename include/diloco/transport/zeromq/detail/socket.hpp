@@ -11,7 +11,7 @@
 #include <system_error>
 
 #include "diloco/error.hpp"
-#include "diloco/transport/wire.hpp"
+#include "diloco/protocol/wire.hpp"
 #include "diloco/transport/zeromq/options.hpp"
 
 namespace diloco::zeromq::detail {

@@ -10,9 +10,9 @@
 #include <span>
 
 #include "diloco/codec/blocks.hpp"
-#include "diloco/concepts/scalar.hpp"
-#include "diloco/transport/message.hpp"
-#include "diloco/transport/wire.hpp"
+#include "diloco/scalar.hpp"
+#include "diloco/protocol/message.hpp"
+#include "diloco/protocol/wire.hpp"
 
 namespace diloco::payload {
 

@@ -1,5 +1,5 @@
 // ctest-labels: unit threads
-#include "diloco/transport/buffer.hpp"
+#include "diloco/protocol/buffer.hpp"
 
 #include <cstddef>
 #include <cstdint>
@@ -41,7 +41,7 @@ const std::size_t sizes[] = {1, 63, 64, 65, 100, 4095, 4096, 5000, mib2 - 1, mib
 
 }  // namespace
 
-BOOST_AUTO_TEST_SUITE(transport_buffer)
+BOOST_AUTO_TEST_SUITE(protocol_buffer)
 
 BOOST_AUTO_TEST_CASE(unpooled_buffers_are_aligned) {
   for (std::size_t bytes : sizes) {

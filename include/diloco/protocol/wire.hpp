@@ -15,10 +15,10 @@
 #include <string>
 #include <vector>
 
-#include "diloco/metrics/counters.hpp"
+#include "diloco/protocol/reject_reason.hpp"
 #include "diloco/params/layout.hpp"
-#include "diloco/transport/crc32c.hpp"
-#include "diloco/transport/message.hpp"
+#include "diloco/protocol/crc32c.hpp"
+#include "diloco/protocol/message.hpp"
 
 namespace diloco::wire {
 

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include <diloco/random.hpp>
-#include <diloco/transport/crc32c.hpp>
+#include <diloco/protocol/crc32c.hpp>
 
 namespace {
 
@@ -25,7 +25,7 @@ std::uint32_t bitwise(std::span<const std::byte> data) {
 
 }  // namespace
 
-BOOST_AUTO_TEST_SUITE(transport_crc32c)
+BOOST_AUTO_TEST_SUITE(protocol_crc32c)
 
 BOOST_AUTO_TEST_CASE(check_value) {
   // RFC 3720 B.4 / the CRC catalogue: CRC-32C("123456789") = 0xE3069283.

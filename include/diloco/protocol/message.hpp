@@ -13,8 +13,8 @@
 #include <type_traits>
 
 #include "diloco/codec/blocks.hpp"
-#include "diloco/concepts/scalar.hpp"
-#include "diloco/transport/buffer.hpp"
+#include "diloco/scalar.hpp"
+#include "diloco/protocol/buffer.hpp"
 
 namespace diloco {
 

@@ -7,7 +7,7 @@
 #include <limits>
 #include <vector>
 
-#include <diloco/transport/wire.hpp>
+#include <diloco/protocol/wire.hpp>
 
 namespace {
 
@@ -62,7 +62,7 @@ constexpr std::uint64_t limit = 1 << 20;
 
 }  // namespace
 
-BOOST_AUTO_TEST_SUITE(transport_wire)
+BOOST_AUTO_TEST_SUITE(protocol_wire)
 
 BOOST_AUTO_TEST_CASE(every_kind_round_trips) {
   const auto payload = payload_of({1.5f, -2.0f, 3.25f});
