@@ -23,7 +23,7 @@
 #include <diloco/error.hpp>
 #include <diloco/runtime/checkpoint.hpp>
 #include <diloco/runtime/learner.hpp>
-#include <diloco/runtime/learner_checkpoint.hpp>
+#include <diloco/runtime/learner/checkpoint.hpp>
 
 #include "batch.hpp"
 

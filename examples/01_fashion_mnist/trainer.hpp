@@ -21,7 +21,7 @@
 
 #include <diloco/diloco.hpp>
 #include <diloco/metrics/trace.hpp>
-#include <diloco/runtime/learner_checkpoint.hpp>
+#include <diloco/runtime/learner/checkpoint.hpp>
 #include <diloco/transport/shards.hpp>
 #include <diloco/transport/zeromq.hpp>
 #include <diloco_tools/trainer/outcome.hpp>

@@ -1,5 +1,5 @@
 // Checkpoint files: atomic, checksummed, the newest intact one wins; and a
-// syncer checkpoint's body (runtime/syncer_checkpoint.hpp): the model's layout
+// syncer checkpoint's body (runtime/syncer/checkpoint.hpp): the model's layout
 // and the syncer's state, enough to restart a syncer that knows no model.
 #include <boost/test/unit_test.hpp>
 
@@ -14,7 +14,7 @@
 
 #include <diloco/diloco.hpp>
 #include <diloco/runtime/checkpoint.hpp>
-#include <diloco/runtime/syncer_checkpoint.hpp>
+#include <diloco/runtime/syncer/checkpoint.hpp>
 
 namespace {
 

@@ -1,4 +1,4 @@
-// Learner checkpoints (runtime/learner_state.hpp, runtime/learner_checkpoint.hpp
+// Learner checkpoints (runtime/learner/state.hpp, runtime/learner/checkpoint.hpp
 // and learner::save/load): a learner trained against a real syncer on the
 // in-process transport, saved, and a new learner with a new incarnation
 // restored from it — its AdamW moments bit for bit, fragments resumed or
@@ -20,7 +20,7 @@
 #include <vector>
 
 #include <diloco/diloco.hpp>
-#include <diloco/runtime/learner_checkpoint.hpp>
+#include <diloco/runtime/learner/checkpoint.hpp>
 
 #include "support/toy_model.hpp"
 

@@ -10,7 +10,7 @@
 #include <optional>
 #include <vector>
 
-#include <diloco/runtime/rounds.hpp>
+#include <diloco/runtime/syncer/rounds.hpp>
 
 namespace {
 

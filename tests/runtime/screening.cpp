@@ -1,4 +1,4 @@
-// The syncer's screening (runtime/screening.hpp): what it refuses to publish,
+// The syncer's screening (runtime/syncer/screening.hpp): what it refuses to publish,
 // what it clips, whom it quarantines, and how learners that left, died or
 // never spoke count in partial rounds. Expected values are worked out by hand
 // in the comments.

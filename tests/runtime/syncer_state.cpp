@@ -1,4 +1,4 @@
-// The syncer's saved state (runtime/syncer_state.hpp, metrics/counters.hpp): a
+// The syncer's saved state (runtime/syncer/state.hpp, metrics/counters.hpp): a
 // restored syncer continues exactly as the original would, a truncated or
 // foreign state changes nothing, and states written by an older diloco (fewer
 // counters, the version-3 format) are read or refused with a reason.

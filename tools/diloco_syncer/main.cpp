@@ -26,7 +26,7 @@
 #include <diloco/metrics/trace.hpp>
 #include <diloco/runtime/checkpoint.hpp>
 #include <diloco/runtime/journal.hpp>
-#include <diloco/runtime/syncer_checkpoint.hpp>
+#include <diloco/runtime/syncer/checkpoint.hpp>
 #include <diloco/transport/zeromq.hpp>
 #include <diloco_tools/cli.hpp>
 #include <diloco_tools/json.hpp>

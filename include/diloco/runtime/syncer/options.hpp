@@ -1,5 +1,5 @@
-// What a syncer is told: its settings, the hooks it reports through and the
-// sink its log lines go to.
+// What a syncer is told: its settings and their checks, the hooks it reports
+// through and the sink its log lines go to.
 #pragma once
 
 #include <cassert>
@@ -10,15 +10,15 @@
 #include <span>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <variant>
 #include <vector>
 
 #include "diloco/detail/bad_option.hpp"
-
 #include "diloco/metrics/events.hpp"
 #include "diloco/runtime/config.hpp"
-#include "diloco/runtime/rounds.hpp"
-#include "diloco/runtime/screening.hpp"
+#include "diloco/runtime/syncer/rounds.hpp"
+#include "diloco/runtime/syncer/screening.hpp"
 
 namespace diloco {
 
@@ -225,5 +225,39 @@ struct syncer_options {
   /// outer updates should copy the parameters and evaluate elsewhere.
   std::function<void(const evaluation_context&)> on_evaluate{};
 };
+
+namespace detail {
+
+/// Throws `std::invalid_argument` naming the first bad setting of `o`, as
+/// the syncer's constructor does (which then checks `o.shard` against the
+/// fragments).
+inline void check_syncer_options(const syncer_options& o) {
+  const auto& c = o.training;
+  constexpr std::string_view self = "diloco::syncer";
+  if (c.sync_period == 0) detail::bad_option(self, "sync period H", c.sync_period, "must be at least 1");
+  if (c.overlap >= c.sync_period)
+    detail::bad_option(self, "overlap tau", c.overlap,
+                       "must be smaller than the sync period H = " + std::to_string(c.sync_period));
+  if (!(c.mixing >= 0.0 && c.mixing < 1.0)) detail::bad_option(self, "mixing alpha", c.mixing, "must be in [0, 1)");
+  if (o.quorum == 0) detail::bad_option(self, "quorum K", o.quorum, "must be at least 1");
+  if (!(o.grace_factor >= 0.0 && o.grace_factor < 1.0))
+    detail::bad_option(self, "grace factor gamma", o.grace_factor, "must be in [0, 1)");
+  if (o.heartbeat_timeout <= std::chrono::nanoseconds::zero())
+    detail::bad_option(self, "heartbeat_timeout", o.heartbeat_timeout, "must be positive");
+  if (o.max_grace >= o.heartbeat_timeout)
+    detail::bad_option(self, "max_grace", o.max_grace,
+                       "must be shorter than the heartbeat timeout (" + detail::show_option(o.heartbeat_timeout) + ")");
+  if (o.max_learners == 0) detail::bad_option(self, "max_learners", o.max_learners, "must be at least 1");
+  c.codecs.check();
+  o.world.check();
+  o.end.check();
+  if (o.world.size > o.max_learners)
+    throw std::invalid_argument("diloco::syncer: world size M (" + std::to_string(o.world.size) +
+                                ") exceeds max_learners (" + std::to_string(o.max_learners) + ")");
+  o.screening.check();
+  o.membership.check();
+}
+
+}  // namespace detail
 
 }  // namespace diloco
