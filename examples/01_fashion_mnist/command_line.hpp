@@ -12,7 +12,7 @@
 
 #include <CLI/CLI.hpp>
 #include <diloco_tools/cli.hpp>
-#include <diloco_tools/trainer/command_line.hpp>
+#include <example_trainer/command_line.hpp>
 
 #include "trainer.hpp"
 
@@ -21,7 +21,7 @@ namespace fashion {
 /// What `fashion_mnist` was asked to do.
 struct command {
   settings run;
-  diloco_tools::trainer::parsed_run parsed;  ///< `--role all`, `--fragments`
+  example_trainer::parsed_run parsed;  ///< `--role all`, `--fragments`
   std::vector<std::string> evaluate_files;  ///< `--evaluate FILE...`: only evaluate the parameters in each FILE
 };
 
@@ -37,7 +37,7 @@ using diloco_tools::split_list;
 inline void check(command& c, std::optional<std::uint64_t> checkpoint_every) {
   settings& s = c.run;
   auto refuse = [](const std::string& why) { throw CLI::ValidationError(why); };
-  diloco_tools::trainer::check_run_settings(s, c.parsed);
+  example_trainer::check_run_settings(s, c.parsed);
   if (s.stall && s.stall->learner >= s.learners) refuse("--stall names a learner that does not exist");
   if (s.leave && s.leave->count >= s.learners) refuse("--leave needs fewer leavers than learners");
   if (s.screening.clip_factor != 0.0 && s.screening.clip_factor < 1.0) refuse("--clip must be 0 (off) or at least 1");
@@ -84,7 +84,7 @@ inline std::optional<int> parse_command_line(int argc, char** argv, command& c) 
   using u64 = std::uint64_t;
   constexpr double real_max = std::numeric_limits<double>::max();
 
-  diloco_tools::trainer::add_run_shape(app, s, c.parsed);
+  example_trainer::add_run_shape(app, s, c.parsed);
   add_number<u32>(app, "--gpu-learners", s.gpu_learners, {0, 1024},
                   "learners 0..N-1 train on the GPU, the others on the CPU (0; needs a build with CUDA and a device)",
                   "N");
@@ -108,7 +108,7 @@ inline std::optional<int> parse_command_line(int argc, char** argv, command& c) 
          },
          "the last N learners leave for good after AFTER (>= 1) of their steps")
       ->type_name("N:AFTER");
-  diloco_tools::trainer::add_transport(app, s);
+  example_trainer::add_transport(app, s);
   add_number<double>(app, "--sim-latency", s.sim_latency_ms, {0.0, 60e3},
                      "simulator: one-way delay of every link, in ms (1)", "MS");
   add_number<double>(app, "--sim-bandwidth", s.sim_bandwidth_mbit, {1e-3, 1e6},
@@ -130,18 +130,18 @@ inline std::optional<int> parse_command_line(int argc, char** argv, command& c) 
                   "quarantine a learner after N norm-clipped or refused contributions in a row (" +
                       std::to_string(s.screening.quarantine_after) + "; 0: never)",
                   "N");
-  diloco_tools::trainer::add_partial_rounds(app, s);
-  diloco_tools::trainer::add_codecs(app, s);
+  example_trainer::add_partial_rounds(app, s);
+  example_trainer::add_codecs(app, s);
   add_number<double>(app, "--lr", s.lr, {0.0, real_max}, "AdamW learning rate (1e-3)", "LR");
   add_number<double>(app, "--weight-decay", s.weight_decay, {0.0, real_max}, "AdamW weight decay (0.01)", "WD");
-  diloco_tools::trainer::add_outer(app, s);
+  example_trainer::add_outer(app, s);
   add_number<u64>(app, "--seed", s.seed, {}, "seed of initialization, sharding and sampling (1)", "SEED");
   app.add_option("--data-dir", s.data_dir, "Fashion-MNIST files (" + s.data_dir + ")")->type_name("DIR");
-  diloco_tools::trainer::add_processes(app, s, c.parsed,
+  example_trainer::add_processes(app, s, c.parsed,
                                        "the syncer's ZeroMQ endpoint, e.g. tcp://127.0.0.1:5555 (all: a free loopback "
                                        "port); role learner of a sharded syncer: every shard's, comma-separated",
                                        "URL[,URL...]");
-  diloco_tools::trainer::add_progress(app, s);
+  example_trainer::add_progress(app, s);
   add_number<u64>(app, "--eval-every", s.eval_every, {0},
                   "print the test accuracy of the global model on stderr every N outer updates, 0 for never (" +
                       std::to_string(s.eval_every) + ")",
@@ -172,7 +172,7 @@ inline std::optional<int> parse_command_line(int argc, char** argv, command& c) 
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
 
   app.final_callback([&] {
-    diloco_tools::trainer::refuse_extras(app);
+    example_trainer::refuse_extras(app);
     check(c, checkpoint_every);
   });
   return diloco_tools::parse(app, argc, argv);

@@ -14,8 +14,8 @@
 #include <vector>
 
 #include <diloco_tools/json.hpp>
-#include <diloco_tools/launch/this_program.hpp>
-#include <diloco_tools/trainer/outcome.hpp>
+#include <example_trainer/this_program.hpp>
+#include <example_trainer/outcome.hpp>
 #include <nlohmann/json.hpp>
 
 #include "command_line.hpp"
@@ -25,7 +25,7 @@ namespace {
 
 using json = nlohmann::ordered_json;  // keeps the fields in the order written
 using diloco_tools::six_digits;
-using diloco_tools::trainer::name;
+using example_trainer::name;
 
 /// `--evaluate`: the test accuracy and loss of the parameters in each of
 /// `paths`, one JSON line each.
@@ -52,7 +52,7 @@ int evaluate_saved(const fashion::settings& s, const std::vector<std::string>& p
 
 /// The syncer options of a mode, with the command line's overrides.
 diloco::syncer_options syncer_options_for(const fashion::settings& s) {
-  diloco::syncer_options o = diloco_tools::trainer::syncer_options_for(s);
+  diloco::syncer_options o = example_trainer::syncer_options_for(s);
   o.screening = s.screening;
   return o;
 }
@@ -66,7 +66,7 @@ fashion::outcome with_policies(const fashion::settings& s, Go&& go) {
     return go(presets::data_parallel_inner<float>(presets::data_parallel_inner_options()),
               presets::data_parallel_outer<float>(adamw), merge::average{});
   const inner::adamw<float> inner_step(adamw);
-  const auto outer_step = diloco_tools::trainer::nesterov_of(s);
+  const auto outer_step = example_trainer::nesterov_of(s);
   switch (s.merge) {
     case fashion::merge_rule::average: return go(inner_step, outer_step, merge::average{});
     case fashion::merge_rule::radial_directional: return go(inner_step, outer_step, merge::radial_directional<>{});
@@ -102,7 +102,7 @@ json result_line(const fashion::settings& s, const diloco::syncer_options& optio
   json speeds = json::array();
   for (std::uint32_t i = 0; i < s.learners; ++i) speeds.push_back(six_digits(s.speed_of(i)));
   return {{"mode", name(s.run_mode)},
-          {"transport", diloco_tools::trainer::transport_name(s)},
+          {"transport", example_trainer::transport_name(s)},
           {"learners", s.learners},
           {"steps", s.steps},
           {"batch", s.batch},
@@ -148,7 +148,7 @@ int main(int argc, char** argv) {
   const fashion::settings& s = c.run;
   try {
     if (c.parsed.launch_all)
-      return diloco_tools::launch::run_this_program(argc, argv, "fashion_mnist", s.learners, s.endpoint);
+      return example_trainer::run_this_program(argc, argv, "fashion_mnist", s.learners, s.endpoint);
     if (!c.evaluate_files.empty()) return evaluate_saved(s, c.evaluate_files);
     const auto options = syncer_options_for(s);  // validated again by the syncer
     if (s.progress_seconds > 0 && s.part != fashion::role::learner)
@@ -156,19 +156,19 @@ int main(int argc, char** argv) {
                    name(s.run_mode), s.learners, static_cast<unsigned long long>(s.steps), s.batch,
                    options.training.sync_period, options.training.fragments, options.quorum, options.training.overlap,
                    options.training.mixing,
-                   diloco_tools::trainer::run_description(s));
+                   example_trainer::run_description(s));
     const auto r = run(s);
     if (!r.error.empty()) {
       std::fprintf(stderr, "fashion_mnist: error: %s\n", r.error.c_str());
       return 1;
     }
     if (s.part == fashion::role::learner) {
-      std::printf("%s\n", diloco_tools::trainer::learner_line(s, r).dump().c_str());
+      std::printf("%s\n", example_trainer::learner_line(s, r).dump().c_str());
       return 0;
     }
     auto line = result_line(s, options, r);
-    diloco_tools::trainer::add_outer_fields(line, s);
-    diloco_tools::trainer::add_work_fields(line, r);
+    example_trainer::add_outer_fields(line, s);
+    example_trainer::add_work_fields(line, r);
     if (s.gpu_learners > 0) line["gpu_learners"] = s.gpu_learners;  // absent from CPU-only runs, as before
     std::printf("%s\n", line.dump().c_str());
     return r.completed ? 0 : 1;

@@ -217,7 +217,7 @@ fashion::outcome run(fashion::transport via, std::uint32_t gpu, std::uint64_t st
   s.eval_every = 0;
   diloco::syncer_options options = diloco::presets::decoupled_diloco(s.sync_period, s.fragments, 1, s.sync_period / 10);
   return fashion::train(s, train, test, diloco::inner::adamw<float>(fashion::adamw_options_of(s)),
-                        diloco_tools::trainer::nesterov_of(s),
+                        example_trainer::nesterov_of(s),
                         diloco::merge::token_weighted{}, options);
 }
 

@@ -24,11 +24,11 @@
 #include <diloco/runtime/learner/checkpoint.hpp>
 #include <diloco/transport/shards.hpp>
 #include <diloco/transport/zeromq.hpp>
-#include <diloco_tools/trainer/outcome.hpp>
-#include <diloco_tools/trainer/processes.hpp>
-#include <diloco_tools/trainer/progress.hpp>
-#include <diloco_tools/trainer/settings.hpp>
-#include <diloco_tools/trainer/threads.hpp>
+#include <example_trainer/outcome.hpp>
+#include <example_trainer/processes.hpp>
+#include <example_trainer/progress.hpp>
+#include <example_trainer/settings.hpp>
+#include <example_trainer/threads.hpp>
 
 #include "gpu.hpp"
 #include "idx.hpp"
@@ -37,9 +37,9 @@
 
 namespace fashion {
 
-using diloco_tools::trainer::mode;
-using diloco_tools::trainer::role;
-using diloco_tools::trainer::transport;
+using example_trainer::mode;
+using example_trainer::role;
+using example_trainer::transport;
 enum class merge_rule { token_weighted, average, radial_directional, trimmed_mean, coordinate_median };
 
 /// Learner `learner` freezes after its step `after` for as long as `steps` of
@@ -59,7 +59,7 @@ struct leave_plan {
 
 /// The run (mode, learners, steps, H, P, K, τ, α, speeds, codecs,
 /// processes: diloco_tools/trainer/settings.hpp) and this trainer's own.
-struct settings : diloco_tools::trainer::run_settings {
+struct settings : example_trainer::run_settings {
   /// DiLoCo's outer step (η = 0.7, μ = 0.9) in every mode: on this task
   /// Decoupled DiLoCo ended 0.5 points better with it than with the
   /// decoupled preset's (1, 0.5) (87.96 against 87.45 %, the quality run's
@@ -88,7 +88,7 @@ struct settings : diloco_tools::trainer::run_settings {
 
 /// The run's counters (diloco_tools/trainer/outcome.hpp) and this
 /// trainer's own figures.
-struct outcome : diloco_tools::trainer::run_outcome {
+struct outcome : example_trainer::run_outcome {
   double test_accuracy = 0.0;
   double test_loss = 0.0;
   std::uint64_t clipped = 0;         ///< outer gradients and weights the syncer clipped
@@ -242,7 +242,7 @@ inline void evaluate_during_training(diloco::syncer_options& options, const sett
   };
 }
 
-using diloco_tools::trainer::progress;
+using example_trainer::progress;
 
 /// The inner steps learner `i` takes: `s.steps`, or fewer if it leaves early.
 inline std::uint64_t steps_of(const settings& s, std::uint32_t i) {
@@ -317,7 +317,7 @@ outcome train(const settings& s, const split& train_set, const split& test_set, 
     std::vector<std::unique_ptr<fashion::learner_unit<sim::endpoint>>> learners;
     std::vector<sim::learner_plan> plans;
     for (std::uint32_t i = 0; i < s.learners; ++i) {
-      learners.push_back(make_learner(s, i, net.attach(i), diloco_tools::trainer::learner_options_for(s, i), inner));
+      learners.push_back(make_learner(s, i, net.attach(i), example_trainer::learner_options_for(s, i), inner));
       sim::learner_plan plan{speeds[i], steps_of(s, i), {}};
       if (s.stall && s.stall->learner == i) {
         const auto step = std::chrono::duration_cast<std::chrono::nanoseconds>(s.sim_step_time) / speeds[i];
@@ -349,9 +349,9 @@ outcome train(const settings& s, const split& train_set, const split& test_set, 
     out.imbalance = sync.plan().imbalance();
     std::vector<std::unique_ptr<fashion::learner_unit<inproc::endpoint>>> learners;
     for (std::uint32_t i = 0; i < s.learners; ++i)
-      learners.push_back(make_learner(s, i, hub.attach(i), diloco_tools::trainer::learner_options_for(s, i), inner));
+      learners.push_back(make_learner(s, i, hub.attach(i), example_trainer::learner_options_for(s, i), inner));
 
-    out.error = diloco_tools::trainer::run_on_threads(
+    out.error = example_trainer::run_on_threads(
         sync, s.learners, [&](std::uint32_t i) { return drive(*learners[i], samplers[i], speeds[i], i, s, report); },
         report);
     out.completed = out.error.empty();
@@ -405,7 +405,7 @@ outcome serve(const settings& s, const split& test_set, Outer outer, Merge merge
                  std::chrono::duration<double>(now - started).count(), static_cast<unsigned long long>(updates),
                  static_cast<unsigned long long>(merged), e.fragment, static_cast<unsigned long long>(e.revision));
   };
-  const auto security = diloco_tools::trainer::server_security_for(s, "fashion_mnist");
+  const auto security = example_trainer::server_security_for(s, "fashion_mnist");
   zeromq::keep_large_blocks();  // large fragments arrive without page faults (process-wide)
   ::zmq::context_t context;
   zeromq::server server(context, s.endpoint, {}, security);
@@ -446,7 +446,7 @@ inline std::vector<std::string> split_endpoints(const std::string& list) {
 template <class Inner>
 outcome learn(const settings& s, const split& train_set, Inner inner) {
   using namespace diloco;
-  const auto security = diloco_tools::trainer::client_security_for(s);
+  const auto security = example_trainer::client_security_for(s);
   zeromq::keep_large_blocks();  // large fragments arrive without page faults (process-wide)
   ::zmq::context_t context;
   // One connection per syncer shard (`--endpoint` lists them, comma-separated;
@@ -464,13 +464,12 @@ outcome learn(const settings& s, const split& train_set, Inner inner) {
   mlp model({784, 256, 256, 10}, s.seed);
   shard_sampler sampler(train_set, s.learners, s.learner_id, s.seed);
   progress report(s.learners, s.steps, 0);  // counts only: the syncer prints the run's progress
-  auto options = diloco_tools::trainer::learner_options_for(s, s.learner_id);
+  auto options = example_trainer::learner_options_for(s, s.learner_id);
   std::optional<trace_writer> trace;
   if (!s.trace_file.empty()) {
     trace.emplace(s.trace_file);
     options.on_event = [&trace, &s](const learner_event& e) { trace->learner(s.learner_id, s.incarnation, e); };
-    const auto pid = std::string(",\"pid\":").append(std::to_string(::getpid()));
-    trace->learner_line(s.learner_id, s.incarnation, "start", pid);
+    trace->learner_line(s.learner_id, s.incarnation, "start", json_fields().add("pid", ::getpid()));
   }
   const auto unit = make_learner(s, s.learner_id, client, options, inner);
   learner_unit<sharded<zeromq::client>>& l = *unit;
@@ -511,13 +510,10 @@ outcome learn(const settings& s, const split& train_set, Inner inner) {
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   if (trace) {
     const auto& m = l.metrics();
-    std::string fields = ",\"steps\":";
-    fields.append(std::to_string(m.steps)).append(",\"wait_us\":").append(std::to_string(m.wait_ns / 1000));
-    fields.append(",\"steps_computed\":").append(std::to_string(m.steps_computed));
-    fields.append(",\"steps_sent\":").append(std::to_string(m.steps_sent));
-    fields.append(",\"steps_overwritten\":").append(std::to_string(m.steps_overwritten));
-    fields.append(",\"steps_refused\":").append(std::to_string(m.steps_refused));
-    fields.append(",\"steps_unsent\":").append(std::to_string(m.steps_unsent));
+    json_fields fields;
+    fields.add("steps", m.steps).add("wait_us", m.wait_ns / 1000).add("steps_computed", m.steps_computed);
+    fields.add("steps_sent", m.steps_sent).add("steps_overwritten", m.steps_overwritten);
+    fields.add("steps_refused", m.steps_refused).add("steps_unsent", m.steps_unsent);
     trace->learner_line(s.learner_id, s.incarnation, "stop", fields);
   }
   return out;

@@ -18,9 +18,9 @@
 #include <CLI/CLI.hpp>
 #include <diloco_tools/cli.hpp>
 #include <diloco_tools/json.hpp>
-#include <diloco_tools/trainer/command_line.hpp>
-#include <diloco_tools/launch/this_program.hpp>
-#include <diloco_tools/trainer/outcome.hpp>
+#include <example_trainer/command_line.hpp>
+#include <example_trainer/this_program.hpp>
+#include <example_trainer/outcome.hpp>
 #include <nlohmann/json.hpp>
 
 #include "trainer.hpp"
@@ -32,12 +32,12 @@ using diloco_tools::add_choice;
 using diloco_tools::add_number;
 using diloco_tools::parse_number;
 using diloco_tools::six_digits;
-using diloco_tools::trainer::name;
-using diloco_tools::trainer::syncer_options_for;
+using example_trainer::name;
+using example_trainer::syncer_options_for;
 
 struct command {
   text::settings run;
-  diloco_tools::trainer::parsed_run parsed;  ///< `--role all`, `--fragments`
+  example_trainer::parsed_run parsed;  ///< `--role all`, `--fragments`
 };
 
 /// Reads the command line into `c`; nothing to go on, or the exit status.
@@ -54,9 +54,9 @@ std::optional<int> parse_command_line(int argc, char** argv, command& c) {
   using i64 = std::int64_t;
   constexpr double real_max = std::numeric_limits<double>::max();
 
-  diloco_tools::trainer::add_run_shape(app, s, c.parsed);
+  example_trainer::add_run_shape(app, s, c.parsed);
   add_number<u32>(app, "--batch", s.batch, {1, 1 << 16}, "windows per inner step (16)", "B");
-  diloco_tools::trainer::add_transport(app, s);
+  example_trainer::add_transport(app, s);
   add_choice(app, "--merge", s.merge,
              {{"tokens", text::merge_rule::token_weighted},
               {"average", text::merge_rule::average},
@@ -65,14 +65,14 @@ std::optional<int> parse_command_line(int argc, char** argv, command& c) {
   add_choice(app, "--inner", s.inner, {{"torch", text::inner_optimizer::torch}, {"library", text::inner_optimizer::library}},
              "inner optimizer",
              "DiLoCo's inner AdamW: LibTorch's torch::optim::AdamW, or diloco::inner::adamw (torch)");
-  diloco_tools::trainer::add_codecs(app, s);
-  diloco_tools::trainer::add_partial_rounds(app, s);
+  example_trainer::add_codecs(app, s);
+  example_trainer::add_partial_rounds(app, s);
   add_number<double>(app, "--lr", s.lr, {0.0, real_max}, "AdamW learning rate, the peak of the schedule (3e-3)", "LR");
   add_choice(app, "--schedule", s.lr_schedule, {{"cosine", text::schedule::cosine}, {"constant", text::schedule::constant}},
              "schedule",
              "learning rate over the steps: warm-up over 5 %, then cosine decay to lr/10 (cosine), or constant");
   add_number<double>(app, "--weight-decay", s.weight_decay, {0.0, real_max}, "AdamW weight decay (0.01)", "WD");
-  diloco_tools::trainer::add_outer(app, s);
+  example_trainer::add_outer(app, s);
   add_number<i64>(app, "--width", s.dimensions.width, {8, 4096}, "transformer width, d_model (128)", "D");
   add_number<i64>(app, "--layers", s.dimensions.layers, {1, 64}, "transformer blocks (2)", "L");
   add_number<i64>(app, "--heads", s.dimensions.heads, {1, 64}, "attention heads, dividing the width (4)", "H");
@@ -86,13 +86,13 @@ std::optional<int> parse_command_line(int argc, char** argv, command& c) {
   app.add_option("--text", s.text_path, "train on this text file instead of the King James Bible")->type_name("FILE");
   add_number<int>(app, "--threads", s.threads, {1, 256}, "LibTorch threads per process (1)", "N");
   add_number<u64>(app, "--seed", s.seed, {}, "seed of initialization and sampling (1)", "SEED");
-  diloco_tools::trainer::add_processes(app, s, c.parsed);
-  diloco_tools::trainer::add_progress(app, s);
+  example_trainer::add_processes(app, s, c.parsed);
+  example_trainer::add_progress(app, s);
   add_number<u64>(app, "--eval-every", s.eval_every, {0},
                   "print the validation loss of the global model every N outer updates, 0 for never (0)", "N");
   app.final_callback([&] {
-    diloco_tools::trainer::refuse_extras(app);
-    diloco_tools::trainer::check_run_settings(s, c.parsed);
+    example_trainer::refuse_extras(app);
+    example_trainer::check_run_settings(s, c.parsed);
     if (s.dimensions.width % s.dimensions.heads != 0)
       throw CLI::ValidationError("--width must be a multiple of --heads");
   });
@@ -117,7 +117,7 @@ text::outcome with_policies(const text::settings& s, Go&& go) {
   if (s.run_mode == text::mode::data_parallel)
     return go([](text::lm_model&) { return presets::data_parallel_inner<float>(presets::data_parallel_inner_options()); },
               presets::data_parallel_outer<float>(adamw), merge::average{});
-  const auto outer_step = diloco_tools::trainer::nesterov_of(s);
+  const auto outer_step = example_trainer::nesterov_of(s);
   auto with_merge = [&](auto make_inner) {
     switch (s.merge) {
       case text::merge_rule::average: return go(make_inner, outer_step, merge::average{});
@@ -161,7 +161,7 @@ int main(int argc, char** argv) {
   const text::settings& s = c.run;
   ::torch::set_num_threads(s.threads);
   try {
-    if (c.parsed.launch_all) return diloco_tools::launch::run_this_program(argc, argv, "char_lm", s.learners, s.endpoint);
+    if (c.parsed.launch_all) return example_trainer::run_this_program(argc, argv, "char_lm", s.learners, s.endpoint);
     const auto options = syncer_options_for(s);
     if (s.progress_seconds > 0 && s.part != text::role::learner)
       std::fprintf(stderr, "char_lm: %s, %u learners x %llu steps of %u x %lld characters, H=%u, P=%u, K=%u, tau=%u, "
@@ -169,20 +169,20 @@ int main(int argc, char** argv) {
                    name(s.run_mode), s.learners, static_cast<unsigned long long>(s.steps), s.batch,
                    static_cast<long long>(s.dimensions.context), options.training.sync_period,
                    options.training.fragments, options.quorum, options.training.overlap, options.training.mixing,
-                   diloco_tools::trainer::run_description(s));
+                   example_trainer::run_description(s));
     const auto r = run(s);
     if (!r.error.empty()) {
       std::fprintf(stderr, "char_lm: error: %s\n", r.error.c_str());
       return 1;
     }
     if (s.part == text::role::learner) {
-      std::printf("%s\n", diloco_tools::trainer::learner_line(s, r).dump().c_str());
+      std::printf("%s\n", example_trainer::learner_line(s, r).dump().c_str());
       return 0;
     }
     json speeds = json::array();
     for (std::uint32_t i = 0; i < s.learners; ++i) speeds.push_back(six_digits(s.speed_of(i)));
     json line{{"mode", name(s.run_mode)},
-                    {"transport", diloco_tools::trainer::transport_name(s)},
+                    {"transport", example_trainer::transport_name(s)},
                     {"learners", s.learners},
                     {"steps", s.steps},
                     {"batch", s.batch},
@@ -219,8 +219,8 @@ int main(int argc, char** argv) {
                     {"completed", r.completed},
                     {"seconds", six_digits(r.seconds)},
                     {"virtual_seconds", six_digits(r.virtual_seconds)}};
-    diloco_tools::trainer::add_outer_fields(line, s);
-    diloco_tools::trainer::add_work_fields(line, r);
+    example_trainer::add_outer_fields(line, s);
+    example_trainer::add_work_fields(line, r);
     std::printf("%s\n", line.dump().c_str());
     return r.completed ? 0 : 1;
   } catch (const text::corpus_error& e) {

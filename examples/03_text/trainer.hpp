@@ -22,20 +22,20 @@
 #include <diloco/adapters/torch.hpp>
 #include <diloco/diloco.hpp>
 #include <diloco/transport/zeromq.hpp>
-#include <diloco_tools/trainer/outcome.hpp>
-#include <diloco_tools/trainer/processes.hpp>
-#include <diloco_tools/trainer/progress.hpp>
-#include <diloco_tools/trainer/settings.hpp>
-#include <diloco_tools/trainer/threads.hpp>
+#include <example_trainer/outcome.hpp>
+#include <example_trainer/processes.hpp>
+#include <example_trainer/progress.hpp>
+#include <example_trainer/settings.hpp>
+#include <example_trainer/threads.hpp>
 
 #include "corpus.hpp"
 #include "transformer.hpp"
 
 namespace text {
 
-using diloco_tools::trainer::mode;
-using diloco_tools::trainer::role;
-using diloco_tools::trainer::transport;
+using example_trainer::mode;
+using example_trainer::role;
+using example_trainer::transport;
 enum class merge_rule { token_weighted, average, radial_directional };
 /// DiLoCo's inner AdamW: LibTorch's `torch::optim::AdamW` through the
 /// adapter, or the library's `inner::adamw` on the flat buffer.
@@ -46,7 +46,7 @@ enum class schedule { constant, cosine };
 
 /// The run (mode, learners, steps, H, P, K, τ, α, speeds, codecs,
 /// processes: diloco_tools/trainer/settings.hpp) and this trainer's own.
-struct settings : diloco_tools::trainer::run_settings {
+struct settings : example_trainer::run_settings {
   // H = 20: at 1500 steps with uneven speeds 0.4 % behind data parallel,
   // where H = 50 is 2.7 % behind (docs/text.md, Quality).
   settings() {
@@ -71,7 +71,7 @@ struct settings : diloco_tools::trainer::run_settings {
 
 /// The run's counters (diloco_tools/trainer/outcome.hpp) and this
 /// trainer's own figures.
-struct outcome : diloco_tools::trainer::run_outcome {
+struct outcome : example_trainer::run_outcome {
   std::uint64_t parameters = 0;  ///< the model's trainable parameters
   double val_loss = 0.0;
 };
@@ -143,7 +143,7 @@ inline double validation_loss(std::span<const float> params, const shape& s, con
   return sum / windows.rows;
 }
 
-using diloco_tools::trainer::progress;
+using example_trainer::progress;
 
 /// Prints the validation loss of the global model every `eval_every` outer
 /// updates (the syncer's evaluation hook, on its thread).
@@ -204,7 +204,7 @@ outcome train(const settings& s, const corpus& text, MakeInner make_inner, Outer
   std::vector<std::unique_ptr<lm_model>> models;
   for (std::uint32_t i = 0; i < s.learners; ++i)
     models.push_back(std::make_unique<lm_model>(s.dimensions, s.seed + 1000 + i));  // overwritten on join
-  const auto options_of = [&](std::uint32_t i) { return diloco_tools::trainer::learner_options_for(s, i); };
+  const auto options_of = [&](std::uint32_t i) { return example_trainer::learner_options_for(s, i); };
 
   const auto started = std::chrono::steady_clock::now();
   std::vector<float> final_params;
@@ -247,7 +247,7 @@ outcome train(const settings& s, const corpus& text, MakeInner make_inner, Outer
     for (std::uint32_t i = 0; i < s.learners; ++i)
       learners.push_back(std::make_unique<learner<lm_model, inner_type, inproc::endpoint>>(
           *models[i], hub.attach(i), options_of(i), make_inner(*models[i])));
-    out.error = diloco_tools::trainer::run_on_threads(
+    out.error = example_trainer::run_on_threads(
         sync, s.learners,
         [&](std::uint32_t i) { return drive(*learners[i], *models[i], samplers[i], s.speed_of(i), i, s, report); },
         report);
@@ -292,7 +292,7 @@ outcome serve(const settings& s, const corpus& text, Outer outer, Merge merge, d
                  std::chrono::duration<double>(now - started).count(), static_cast<unsigned long long>(updates),
                  e.training_loss.value_or(std::nan("")));
   };
-  const auto security = diloco_tools::trainer::server_security_for(s, "char_lm");
+  const auto security = example_trainer::server_security_for(s, "char_lm");
   zeromq::keep_large_blocks();
   ::zmq::context_t context;
   zeromq::server server(context, s.endpoint, {}, security);
@@ -320,11 +320,11 @@ outcome learn(const settings& s, const corpus& text, MakeInner make_inner) {
   zeromq::keep_large_blocks();
   ::zmq::context_t context;
   zeromq::client client(context, s.endpoint, s.learner_id, s.incarnation, zeromq::socket_options{},
-                        diloco_tools::trainer::client_security_for(s));
+                        example_trainer::client_security_for(s));
   lm_model model(s.dimensions, s.seed + 1000 + s.learner_id);
   sampler data(text, s.learners, s.learner_id, std::uint32_t(s.dimensions.context), s.seed, s.data);
   learner<lm_model, inner_type, zeromq::client> l(
-      model, client, diloco_tools::trainer::learner_options_for(s, s.learner_id), make_inner(model));
+      model, client, example_trainer::learner_options_for(s, s.learner_id), make_inner(model));
   progress report(s.learners, s.steps, 0);  // counts only: the syncer prints the run's progress
   const double speed = s.speed_of(s.learner_id);
   const auto started = std::chrono::steady_clock::now();

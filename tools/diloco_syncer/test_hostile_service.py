@@ -44,7 +44,7 @@ import tempfile
 import termios
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support", "python"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "diloco_tools", "python"))
 from diloco_processes import die_with_parent, free_port  # noqa: E402
 
 FLOOD_PER_KIND = 10000

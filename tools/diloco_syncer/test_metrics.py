@@ -29,7 +29,7 @@ import time
 import urllib.error
 import urllib.request
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "support", "python"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "diloco_tools", "python"))
 from diloco_processes import die_with_parent, free_port, python_with_pyzmq  # noqa: E402
 
 SAMPLE = re.compile(r'^[a-zA-Z_:][a-zA-Z0-9_:]*(\{[a-zA-Z_][a-zA-Z0-9_]*="[^"]*"\})? (NaN|[+-]Inf|-?[0-9.]+([eE][+-]?[0-9]+)?)$')

@@ -9,10 +9,12 @@
 
 #include <diloco/diloco.hpp>
 #include <diloco_tools/json.hpp>
-#include <diloco_tools/trainer/settings.hpp>
+#include <example_trainer/settings.hpp>
 #include <nlohmann/json.hpp>
 
-namespace diloco_tools::trainer {
+namespace example_trainer {
+
+using diloco_tools::six_digits;
 
 struct run_outcome {
   std::optional<double> train_loss;  ///< the learners' training loss as of the last outer update (heartbeats)
@@ -130,4 +132,4 @@ inline nlohmann::ordered_json learner_line(const run_settings& s, const run_outc
           {"seconds", six_digits(r.seconds)}};
 }
 
-}  // namespace diloco_tools::trainer
+}  // namespace example_trainer

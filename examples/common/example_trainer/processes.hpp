@@ -9,9 +9,9 @@
 #include <string>
 
 #include <diloco/transport/zeromq.hpp>
-#include <diloco_tools/trainer/settings.hpp>
+#include <example_trainer/settings.hpp>
 
-namespace diloco_tools::trainer {
+namespace example_trainer {
 
 /// The syncer's security: CURVE with `--curve-secret` (its key pair) and
 /// `--curve-peer` (the learners' public keys); none on a loopback or ipc
@@ -40,4 +40,4 @@ inline std::optional<diloco::zeromq::client_security> client_security_for(const 
                                          diloco::zeromq::load_public_key(s.curve_peer)};
 }
 
-}  // namespace diloco_tools::trainer
+}  // namespace example_trainer

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-namespace diloco_tools::trainer {
+namespace example_trainer {
 
 class progress {
  public:
@@ -69,4 +69,4 @@ class progress {
   std::chrono::steady_clock::time_point last_{};
 };
 
-}  // namespace diloco_tools::trainer
+}  // namespace example_trainer

@@ -24,7 +24,7 @@
 #include <diloco_tools/launch/supervisor.hpp>
 #include <diloco_tools/loopback.hpp>
 
-namespace diloco_tools::launch {
+namespace example_trainer {
 
 /// Runs this program (`argv`, minus the options each process gets its own
 /// value of) as 1 syncer and `learners` learners on `endpoint` (empty: a
@@ -32,6 +32,8 @@ namespace diloco_tools::launch {
 /// status.
 inline int run_this_program(int argc, char** argv, const std::string& program, std::uint32_t learners,
                             const std::string& endpoint) {
+  using namespace diloco_tools::launch;
+  using diloco_tools::free_loopback_port;
   launch_plan plan;
   plan.endpoint = endpoint.empty() ? "tcp://127.0.0.1:" + std::to_string(free_loopback_port()) : endpoint;
   plan.learners = learners;
@@ -104,4 +106,4 @@ inline int run_this_program(int argc, char** argv, const std::string& program, s
   return status;
 }
 
-}  // namespace diloco_tools::launch
+}  // namespace example_trainer

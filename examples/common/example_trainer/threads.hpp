@@ -12,9 +12,9 @@
 #include <thread>
 #include <vector>
 
-#include <diloco_tools/trainer/progress.hpp>
+#include <example_trainer/progress.hpp>
 
-namespace diloco_tools::trainer {
+namespace example_trainer {
 
 /// Runs `sync` (its `run(std::stop_token)`) on a thread of its own and
 /// `drive(i)` for each learner i < `learners` on one thread each, printing
@@ -56,4 +56,4 @@ std::string run_on_threads(Syncer& sync, std::uint32_t learners, Drive drive, pr
   return error;
 }
 
-}  // namespace diloco_tools::trainer
+}  // namespace example_trainer

@@ -14,9 +14,15 @@
 #include <vector>
 
 #include <diloco_tools/cli.hpp>
-#include <diloco_tools/trainer/settings.hpp>
+#include <example_trainer/settings.hpp>
 
-namespace diloco_tools::trainer {
+namespace example_trainer {
+
+using diloco_tools::add_choice;
+using diloco_tools::add_number;
+using diloco_tools::parse_number;
+using diloco_tools::shown;
+using diloco_tools::split_list;
 
 /// What the options leave for `check_run_settings`: fragments given or not
 /// (their default depends on the mode), and `--role all`.
@@ -190,4 +196,4 @@ inline void check_run_settings(run_settings& s, const parsed_run& p) {
   if (s.curve_secret.empty() != s.curve_peer.empty()) refuse("--curve-secret and --curve-peer go together");
 }
 
-}  // namespace diloco_tools::trainer
+}  // namespace example_trainer

@@ -2,7 +2,7 @@
 // run — data parallel, DiLoCo or Decoupled DiLoCo; in one process, on the
 // simulator or as ZeroMQ processes — and the syncer and learner options it
 // maps to. A trainer's own settings derive from `run_settings` and add its
-// model's and data's. Tool code, not the library: a user's trainer picks
+// model's and data's. Example code, not the library: a user's trainer picks
 // from diloco::presets directly.
 #pragma once
 
@@ -13,7 +13,7 @@
 
 #include <diloco/diloco.hpp>
 
-namespace diloco_tools::trainer {
+namespace example_trainer {
 
 enum class mode { data_parallel, diloco, decoupled };
 enum class transport { threads, simulated };
@@ -132,4 +132,4 @@ inline diloco::outer::nesterov<float> nesterov_of(const run_settings& s) {
   return diloco::outer::nesterov<float>(nesterov_options_of(s));
 }
 
-}  // namespace diloco_tools::trainer
+}  // namespace example_trainer
