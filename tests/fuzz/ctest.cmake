@@ -5,43 +5,51 @@
 # report, leak, timeout or broken invariant fails it; the input is kept in
 # <build>/tests/fuzz/artifacts/. Included from tests/CMakeLists.txt.
 #
-# DILOCO_FUZZ is on by default in a top-level build and then needs clang++
-# with its libFuzzer runtime (Debian: clang-14 and libclang-rt-14-dev);
-# configuration fails if they are missing. -DDILOCO_FUZZ=OFF drops the test.
+# DILOCO_FUZZ (ON, OFF or AUTO, the top-level CMakeLists.txt's diloco_option)
+# needs clang++ with its libFuzzer runtime (Debian: clang-14 and
+# libclang-rt-14-dev). AUTO, the default in a top-level build, adds the test
+# where they are found and otherwise leaves it out with a warning; ON makes
+# their absence a configuration error. DILOCO_FUZZ_CXX names the clang++.
 
-option(DILOCO_FUZZ "Run the decode fuzzer as a CTest test (needs clang++ and libFuzzer)" ${PROJECT_IS_TOP_LEVEL})
+diloco_option(DILOCO_FUZZ "Run the decode fuzzer as the CTest test fuzz_decode (needs clang++ and libFuzzer)"
+              ${diloco_own_programs})
 set(DILOCO_FUZZ_SECONDS 30 CACHE STRING "How long the fuzz_decode test fuzzes, in seconds")
 
+set(fuzz_missing "")
 if(DILOCO_FUZZ)
   # The compiler of this build if it is clang, otherwise a clang++ on the PATH.
   if(NOT DILOCO_FUZZ_CXX AND CMAKE_CXX_COMPILER_ID STREQUAL "Clang")
     set(DILOCO_FUZZ_CXX ${CMAKE_CXX_COMPILER} CACHE FILEPATH "clang++ that builds the decode fuzzer")
   endif()
   find_program(DILOCO_FUZZ_CXX NAMES clang++-14 clang++ DOC "clang++ that builds the decode fuzzer")
-  if(NOT DILOCO_FUZZ_CXX)
-    message(FATAL_ERROR "DILOCO_FUZZ is ON but no clang++ was found. Install clang and its libFuzzer runtime "
-                        "(Debian: apt-get install clang-14 libclang-rt-14-dev), set DILOCO_FUZZ_CXX to a clang++, "
-                        "or configure with -DDILOCO_FUZZ=OFF.")
-  endif()
-
-  # Link a trivial fuzz target once per compiler, so that a missing libFuzzer
-  # or sanitizer runtime fails here rather than in the test.
-  if(NOT DILOCO_FUZZ_CXX_CHECKED STREQUAL DILOCO_FUZZ_CXX)
+  if(NOT DILOCO_FUZZ_CXX OR NOT EXISTS "${DILOCO_FUZZ_CXX}")
+    set(fuzz_missing "clang++ with libFuzzer (Debian: clang-14 libclang-rt-14-dev, or set DILOCO_FUZZ_CXX to a "
+                     "clang++)")
+    if(DILOCO_FUZZ_CXX)
+      list(APPEND fuzz_missing ", not '${DILOCO_FUZZ_CXX}'")
+    endif()
+  elseif(NOT DILOCO_FUZZ_CXX_CHECKED STREQUAL DILOCO_FUZZ_CXX)
+    # Link a trivial fuzz target once per compiler, so that a missing
+    # libFuzzer or sanitizer runtime shows here rather than in the test.
     set(probe_dir ${CMAKE_CURRENT_BINARY_DIR}/fuzz/probe)
     file(WRITE ${probe_dir}/probe.cpp
          "extern \"C\" int LLVMFuzzerTestOneInput(const unsigned char*, unsigned long) { return 0; }\n")
     execute_process(COMMAND ${DILOCO_FUZZ_CXX} -fsanitize=fuzzer,address,undefined probe.cpp -o probe
                     WORKING_DIRECTORY ${probe_dir} RESULT_VARIABLE probe_result OUTPUT_VARIABLE probe_output
                     ERROR_VARIABLE probe_output)
-    if(NOT probe_result EQUAL 0)
-      message(FATAL_ERROR "DILOCO_FUZZ is ON but ${DILOCO_FUZZ_CXX} cannot link a libFuzzer target "
-                          "(-fsanitize=fuzzer,address,undefined). Install its runtime (Debian: libclang-rt-14-dev "
-                          "for clang 14), set DILOCO_FUZZ_CXX to another clang++, or configure with "
-                          "-DDILOCO_FUZZ=OFF.\n${probe_output}")
+    if(probe_result EQUAL 0)
+      set(DILOCO_FUZZ_CXX_CHECKED ${DILOCO_FUZZ_CXX} CACHE INTERNAL "the clang++ whose libFuzzer runtime was checked")
+    else()
+      string(STRIP "${probe_output}" probe_output)
+      set(fuzz_missing "the libFuzzer runtime of ${DILOCO_FUZZ_CXX}, which cannot link "
+                       "-fsanitize=fuzzer,address,undefined (Debian: libclang-rt-14-dev for clang 14): ${probe_output}")
     endif()
-    set(DILOCO_FUZZ_CXX_CHECKED ${DILOCO_FUZZ_CXX} CACHE INTERNAL "the clang++ whose libFuzzer runtime was checked")
   endif()
+  string(JOIN "" fuzz_missing ${fuzz_missing})
+endif()
+diloco_decide(DILOCO_FUZZ "the fuzz test (fuzz_decode)" "${fuzz_missing}")
 
+if(DILOCO_FUZZ)
   add_test(NAME fuzz_decode
            COMMAND ${CMAKE_COMMAND} -DSOURCE_DIR=${CMAKE_CURRENT_LIST_DIR} -DBINARY_DIR=${CMAKE_CURRENT_BINARY_DIR}/fuzz
                    -DCXX_COMPILER=${DILOCO_FUZZ_CXX} -DINCLUDE_DIR=${PROJECT_SOURCE_DIR}/include
