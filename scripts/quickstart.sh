@@ -3,8 +3,11 @@
 # demo or the whole test suite.
 #
 #   bash scripts/quickstart.sh demo   # Decoupled DiLoCo, 4 learners, Fashion-MNIST
-#   bash scripts/quickstart.sh test   # every test, including the slow quality runs, then the
-#                                     # unit tests under ASan+UBSan and TSan (scripts/sanitize.sh)
+#   bash scripts/quickstart.sh test   # every test but the long quality runs (label `quality`), then
+#                                     # the unit tests under ASan+UBSan and TSan (scripts/sanitize.sh)
+#
+# Both install every package of the list below that is missing, LibTorch
+# (libtorch-dev) and clang 14 included; `demo` builds only fashion_mnist.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -16,7 +19,7 @@ fi
 
 packages=(g++ cmake make libeigen3-dev libboost-test-dev zlib1g-dev dataset-fashion-mnist python3 gzip
           libzmq3-dev cppzmq-dev libasio-dev clang-14 libclang-rt-14-dev python3-zmq python3-numpy
-          libcli11-dev nlohmann-json3-dev python3-matplotlib
+          libcli11-dev nlohmann-json3-dev python3-matplotlib time clang-format-14
           iproute2 iptables iputils-ping pkg-config libnetfilter-queue-dev  # these five: bench/wan
           libtorch-dev bible-kjv libopenblas0-pthread)  # the LibTorch adapter, char_lm's text, a BLAS 8x faster than the reference one
 missing=()

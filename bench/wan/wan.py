@@ -7,7 +7,8 @@ link has a rate and a round-trip time, the same in both directions:
 
 - rate: a token bucket (`tc qdisc ... tbf`) on the egress of each veth end,
   burst >= max(128 KiB, 1 ms of the rate), queue limit about one
-  bandwidth-delay product (this kernel has no netem; /work/shared/MACHINE.md);
+  bandwidth-delay product (netem is not used: some kernels, such as the
+  reference machine's, are built without it);
 - delay: `diloco_wan_delay` (wan_delay.cpp) holds every packet arriving on a
   veth for RTT/2, fed by an iptables NFQUEUE rule in the raw table's
   PREROUTING chain of the receiving namespace;

@@ -44,9 +44,8 @@ inline constexpr float e4m3_max = 448.0f;
 // skips; an operation that one range needs and another does not (or that
 // folds to a constant for one of them, such as `x − 0` or `NaN / 448`) is
 // moved into a branch, and the loop then vectorizes only with masked
-// instructions (AVX-512). The earlier forms of these functions did exactly
-// that and ran at a tenth of memory speed with SSE2 or AVX2
-// (bench/codecs/README.md).
+// instructions (AVX-512); with SSE2 or AVX2 such a form runs at a tenth of
+// memory speed (bench/codecs/README.md).
 
 /// The value of E4M3 code `c`, exact; a NaN for the NaN codes. A code of
 /// exponent field `e` and mantissa `m` is the integer significand `8 + m`
