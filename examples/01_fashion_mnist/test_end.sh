@@ -39,7 +39,9 @@ run() {  # name, expected syncer status, syncer args...
     grep -q '"joined"' "$work/$name.learner2.trace" 2>/dev/null && break
     sleep 0.1
   done
-  pkill -KILL -P "${learners[2]}"  # the learner itself, not the `timeout` that bounds it
+  grep -q '"joined"' "$work/$name.learner2.trace" 2>/dev/null || fail "$name: learner 2 did not join within 60 s"
+  # The learner itself, not the `timeout` that bounds it; it has 1000 steps to go.
+  pkill -KILL -P "${learners[2]}" || fail "$name: learner 2 ended before it could be killed"
   local killed_at=$SECONDS
   for p in "${learners[0]}" "${learners[1]}"; do wait "$p" || fail "$name: a surviving learner failed"; done
   wait "${learners[2]}" 2>/dev/null

@@ -21,7 +21,7 @@ pids+=("$first")
 learners=()
 for id in 0 1; do
   timeout 300 "$fashion" --role learner --endpoint "$endpoint" --learners 2 --learner-id "$id" --steps 1500 \
-    > "$work/learner$id.json" 2> "$work/learner$id.log" &
+    --trace "$work/learner$id.trace" > "$work/learner$id.json" 2> "$work/learner$id.log" &
   learners+=($!)
   pids+=($!)
 done
@@ -33,7 +33,19 @@ for _ in $(seq 1 300); do
 done
 kill -9 "$first"
 wait "$first" 2>/dev/null
-sleep 1  # the learners train on, unanswered
+# The learners train on, unanswered: the second syncer starts once each has
+# sent a contribution to the dead one (a "sent" line in its trace), at most
+# 5 s on (a learner whose every fragment awaits an answer sends none).
+sent() {
+  local n
+  n=$(grep -c '"ev":"sent"' "$work/learner$1.trace" 2> /dev/null)
+  echo "${n:-0}"
+}
+at_kill=("$(sent 0)" "$(sent 1)")
+for _ in $(seq 1 50); do
+  (($(sent 0) > at_kill[0] && $(sent 1) > at_kill[1])) && break
+  sleep 0.1
+done
 "$syncer" "${args[@]}" > "$work/second.json" 2> "$work/second.log" &
 second=$!
 pids+=("$second")

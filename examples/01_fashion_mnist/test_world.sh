@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The synchronous modes over ZeroMQ are synchronous: a fashion_mnist syncer
-# process and 4 learner processes started 1 s apart, for --mode dp and
+# process and 4 learner processes started one after the other, for --mode dp and
 # --mode diloco, RUNS times each. Every run must report partial_rounds 0,
 # the outer updates a lock-step run of that length has (dp: one per step;
 # diloco: one per H steps), and the same inner steps on every learner.
@@ -21,8 +21,13 @@ run() {  # mode, run number
   pids+=("$syncer_pid")
   local learners=()
   for id in 0 1 2 3; do
-    ((id > 0)) && sleep 1
-    timeout 300 "$fashion" --role learner "${common[@]}" --learner-id "$id" \
+    # One after the other: learner N starts once learner N-1 has loaded its
+    # data and is joining (a "start" line in its trace), at most 60 s on.
+    for ((i = 0; id > 0 && i < 600; ++i)); do
+      grep -q '"ev":"start"' "$work/$name.learner$((id - 1)).trace" 2> /dev/null && break
+      sleep 0.1
+    done
+    timeout 300 "$fashion" --role learner "${common[@]}" --learner-id "$id" --trace "$work/$name.learner$id.trace" \
       > "$work/$name.learner$id.json" 2> "$work/$name.learner$id.log" &
     learners+=($!)
     pids+=($!)

@@ -7,11 +7,12 @@ usage: run_against_syncer.py PATH/TO/diloco_syncer [--steps N] [--timeout SEC] [
 
 Starts the syncer on a free loopback port (--learners 2 --fragments 3 --H 10
 --quorum 2) and learner 1, which provides the layout and the initial model;
-once the syncer has published a few outer updates, learner 2 joins and must
-receive the model learned so far. Both train concurrently, send their final
-work and leave; the syncer then stops and prints its counters. Every wait is
-bounded, and every process is stopped on every exit path (the children also
-get SIGKILL if this script dies).
+once the syncer has published a few outer updates, learner 2 joins (learner 1
+paused meanwhile) and must receive the model learned so far. Both train
+concurrently, send their final work and leave; the syncer then stops and
+prints its counters. Every wait is for an event and bounded, and every process
+is stopped on every exit path (the children also get SIGKILL if this script
+dies).
 
 Checks: both learners exit 0; the syncer exits 0 with outer_updates > 0,
 contributions_merged == contributions_accepted == contributions sent, an
@@ -43,7 +44,7 @@ import sys
 import tempfile
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools", "support", "python"))
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools", "diloco_tools", "python"))
 from diloco_processes import die_with_parent, free_port, python_with_pyzmq  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -159,12 +160,25 @@ def main():
             learner_command.append("--error-feedback")
         first = start("learner1", learner_command + ["--learner-id", "1", "--incarnation", "1"])
         # Learner 2 joins once the syncer has published a few outer updates, so that it must
-        # receive the model learned so far rather than learner 1's initial one.
+        # receive the model learned so far rather than learner 1's initial one. Learner 1 is
+        # paused (SIGSTOP) from then until learner 2 has joined: however long learner 2 takes to
+        # start, both then train together, learner 1 with most of its steps to go.
         while re.search(r"revision=3\b", read(syncer.err_path)) is None:
             if syncer.poll() is not None or first.poll() is not None or time.monotonic() > started + 20:
                 break
             time.sleep(0.05)
+        paused = first.poll() is None
+        if paused:
+            first.send_signal(signal.SIGSTOP)
         second = start("learner2", learner_command + ["--learner-id", "2", "--incarnation", "1"])
+        try:
+            while paused and "] joined;" not in read(second.err_path):
+                if syncer.poll() is not None or second.poll() is not None or time.monotonic() > deadline:
+                    break
+                time.sleep(0.05)
+        finally:
+            if paused:
+                first.send_signal(signal.SIGCONT)
 
         results = {}
         for learner in (first, second):

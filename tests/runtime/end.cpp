@@ -12,7 +12,7 @@
 #include "support/syncer_fixture.hpp"
 #include "support/toy_model.hpp"
 
-namespace {
+namespace runtime_end_test {
 
 using namespace syncer_test;
 
@@ -31,8 +31,6 @@ bool told_to_end(fixture& f, std::uint32_t id) {
 bool contains(const std::optional<std::string>& text, const std::string& part) {
   return text && text->find(part) != std::string::npos;
 }
-
-}  // namespace
 
 BOOST_AUTO_TEST_SUITE(runtime_end)
 
@@ -245,9 +243,11 @@ BOOST_AUTO_TEST_CASE(bad_end_settings_are_refused) {
 BOOST_AUTO_TEST_CASE(a_blocking_step_returns_when_its_stop_token_is_triggered) {
   // No syncer answers: without the token, step() would wait for its join
   // until join_timeout (here an hour). The token ends the wait, trains
-  // nothing, and the learner stays usable (a second call waits again).
+  // nothing, and the learner stays usable (a second call waits again). Each
+  // call is stopped once a join of its own has reached the syncer's end (the
+  // second call's is the retry, a second later): step() is waiting then.
   inproc::hub hub;
-  hub.attach(syncer_peer);
+  auto& silent_syncer = hub.attach(syncer_peer);
   toy::linear_regression<double> model(4, 1);
   learner<toy::linear_regression<double>, inner::sgd<double>, inproc::endpoint> l(
       model, hub.attach(0), {.id = 0, .join_timeout = std::chrono::hours(1)});
@@ -257,7 +257,11 @@ BOOST_AUTO_TEST_CASE(a_blocking_step_returns_when_its_stop_token_is_triggered) {
   for (int call = 0; call < 2; ++call) {
     std::stop_source stop;
     std::jthread stopper([&] {
-      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+      while (std::chrono::steady_clock::now() < end)
+        if (auto e = silent_syncer.receive_for(std::chrono::milliseconds(100));
+            e && e->msg.header.kind == message_kind::join)
+          break;
       stop.request_stop();
     });
     const auto r = l.step(batch, stop.get_token());
@@ -270,3 +274,5 @@ BOOST_AUTO_TEST_CASE(a_blocking_step_returns_when_its_stop_token_is_triggered) {
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+}  // namespace runtime_end_test

@@ -77,6 +77,25 @@ process_spec sh(const std::string& script, fs::path out = {}, fs::path err = {})
 
 bool reaped(pid_t pid) { return ::waitpid(pid, nullptr, WNOHANG) == -1 && errno == ECHILD; }
 
+/// True once every process of group `group` is stopped or a zombie (state T
+/// or Z in /proc/PID/stat): none of them is inside a write any more.
+bool group_stopped(pid_t group) {
+  bool any = false;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator("/proc", ec)) {
+    const std::string stat = slurp(entry.path() / "stat");
+    const auto paren = stat.rfind(')');
+    if (paren == std::string::npos) continue;  // not a process, or gone
+    std::istringstream fields(stat.substr(paren + 2));
+    char state = 0;
+    long parent = 0, pgrp = 0;
+    if (!(fields >> state >> parent >> pgrp) || pgrp != group) continue;
+    if (state != 'T' && state != 'Z') return false;
+    any = true;
+  }
+  return any;
+}
+
 /// The first line of `path`, once the child has written it.
 pid_t first_pid_in(const fs::path& path) {
   BOOST_TEST_REQUIRE(eventually([&] { return slurp(path).find('\n') != std::string::npos; }));
@@ -131,9 +150,9 @@ BOOST_FIXTURE_TEST_CASE(a_paused_child_stops_writing_and_resumes_after_sigcont, 
   auto child = child_process::spawn(sh("(i=0; while :; do i=$((i+1)); echo $i; sleep 0.01; done) & wait", counter));
   BOOST_TEST_REQUIRE(eventually([&] { return size_of(counter) > 20; }));
   BOOST_TEST(child.signal(SIGSTOP));
-  std::this_thread::sleep_for(50ms);  // lets a write under way finish
+  BOOST_TEST_REQUIRE(eventually([&] { return group_stopped(child.pid()); }));  // a write under way has ended
   const auto paused_at = size_of(counter);
-  std::this_thread::sleep_for(300ms);
+  std::this_thread::sleep_for(300ms);  // a writer not stopped would write 30 lines meanwhile
   BOOST_TEST(size_of(counter) == paused_at);
   BOOST_TEST(!child.poll().has_value());  // paused is not ended
   BOOST_TEST(child.signal(SIGCONT));
@@ -161,9 +180,16 @@ BOOST_FIXTURE_TEST_CASE(killing_the_group_leaves_no_grandchild, scratch) {
 
 BOOST_FIXTURE_TEST_CASE(the_leaders_exit_takes_its_group_with_it, scratch) {
   const auto out = dir / "pid";
-  auto child = child_process::spawn(sh("sleep 30 & echo $!; sleep 0.2; exit 5", out));
+  const auto go = dir / "go";
+  // The leader exits once the grandchild has been seen running (the file
+  // `go`), at most 10 s on.
+  auto child = child_process::spawn(
+      sh("sleep 30 & echo $!; i=0; while [ ! -e '" + go.string() + "' ] && [ $i -lt 1000 ]; do sleep 0.01; "
+         "i=$((i+1)); done; exit 5",
+         out));
   const pid_t grandchild = first_pid_in(out);
   BOOST_TEST_REQUIRE(running(grandchild));
+  { std::ofstream touch(go); }
   const auto status = child.wait_for(3s);
   BOOST_TEST_REQUIRE(status.has_value());
   BOOST_TEST(status->exited);

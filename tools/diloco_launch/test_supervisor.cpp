@@ -68,10 +68,14 @@ bool contains(const std::vector<std::string>& lines, const std::string& line) {
 BOOST_AUTO_TEST_SUITE(launch_supervisor)
 
 BOOST_AUTO_TEST_CASE(hands_out_placeholders_and_environment) {
-  const auto r = run(plan_of("echo syncer $DILOCO_ENDPOINT {learners} ${{DILOCO_LEARNER_ID:-none}}",
-                             "echo {id}/{incarnation} $DILOCO_LEARNER_ID/$DILOCO_INCARNATION/$DILOCO_LEARNERS {port}; "
-                             "printf 'no newline' >&2",
-                             2));
+  auto plan = plan_of("echo syncer $DILOCO_ENDPOINT {learners} ${{DILOCO_LEARNER_ID:-none}}",
+                      "echo {id}/{incarnation} $DILOCO_LEARNER_ID/$DILOCO_INCARNATION/$DILOCO_LEARNERS {port}; "
+                      "printf 'no newline' >&2",
+                      2);
+  // Every process ends by itself: the grace periods only bound the run, so
+  // that whichever side ends first, the others are not terminated meanwhile.
+  plan.learner_grace = plan.syncer_grace = 30s;
+  const auto r = run(plan);
   BOOST_TEST(contains(r.out, "syncer: syncer tcp://127.0.0.1:5555 2 none"));
   BOOST_TEST(contains(r.out, "learner 0.1: 0/1 0/1/2 5555"));
   BOOST_TEST(contains(r.out, "learner 1.1: 1/1 1/1/2 5555"));
@@ -114,7 +118,17 @@ BOOST_AUTO_TEST_CASE(a_learner_that_outlives_the_syncer_is_terminated) {
 }
 
 BOOST_AUTO_TEST_CASE(a_syncer_that_outlives_the_learners_is_terminated_then_killed) {
-  const auto r = run(plan_of("trap '' TERM; sleep 30 & wait; sleep 30", "exit 0", 2));
+  // The learners end once the syncer ignores SIGTERM (the file `ready`), at
+  // most 3 s on: a SIGTERM before its trap would end it by that signal.
+  char dir[] = "/tmp/diloco_launch_test_XXXXXX";
+  BOOST_TEST_REQUIRE(mkdtemp(dir) != nullptr);
+  const std::string ready = std::string(dir) + "/ready";
+  const auto r = run(plan_of("trap '' TERM; touch " + ready + "; sleep 30 & wait; sleep 30",
+                             "i=0; while [ ! -e " + ready + " ] && [ $i -lt 150 ]; do sleep 0.02; i=$((i+1)); done; "
+                             "exit 0",
+                             2));
+  std::remove(ready.c_str());
+  rmdir(dir);
   BOOST_TEST((r.report.syncer == (exit_status{false, 0, SIGKILL})));  // it ignored SIGTERM
   BOOST_TEST(launch::worst_status(r.report) == 128 + SIGKILL);
   BOOST_TEST(r.seconds < 5.0);
