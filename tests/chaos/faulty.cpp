@@ -16,7 +16,7 @@
 
 #include "support/toy_model.hpp"
 
-namespace {
+namespace chaos_faulty_test {
 
 using namespace std::chrono_literals;
 using namespace diloco;
@@ -76,8 +76,6 @@ outcome train(Setup options, chaos::fault_plan plan, std::uint64_t steps) {
   }
   return out;
 }
-
-}  // namespace
 
 BOOST_AUTO_TEST_SUITE(chaos_faulty)
 
@@ -194,3 +192,5 @@ BOOST_AUTO_TEST_CASE(a_decoupled_run_under_every_fault_is_reproducible_and_still
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+}  // namespace chaos_faulty_test

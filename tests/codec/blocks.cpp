@@ -13,7 +13,7 @@
 
 #include <diloco/codec/blocks.hpp>
 
-namespace {
+namespace codec_blocks_test {
 
 using namespace diloco::codec;
 
@@ -77,8 +77,6 @@ std::vector<std::vector<float>> cases_named(std::vector<const char*>& names) {
   add("one value", std::vector<float>{2.5f});
   return cases;
 }
-
-}  // namespace
 
 BOOST_AUTO_TEST_SUITE(codec_blocks)
 
@@ -187,3 +185,5 @@ BOOST_AUTO_TEST_CASE(names_parse_back) {
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+}  // namespace codec_blocks_test

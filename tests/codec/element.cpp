@@ -12,7 +12,7 @@
 
 #include <diloco/codec/element.hpp>
 
-namespace {
+namespace codec_element_test {
 
 using namespace diloco::codec;
 
@@ -60,8 +60,6 @@ unsigned e4m3_reference_code(float x) {
   }
   return best;
 }
-
-}  // namespace
 
 BOOST_AUTO_TEST_SUITE(codec_element)
 
@@ -178,3 +176,5 @@ BOOST_AUTO_TEST_CASE(block_codes_round_half_away_and_clamp) {
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+}  // namespace codec_element_test

@@ -28,7 +28,7 @@
 #include <diloco/codec/kernels.hpp>
 #include <diloco/detail/isa.hpp>
 
-namespace {
+namespace codec_kernels_test {
 
 using namespace diloco::codec;
 
@@ -243,8 +243,6 @@ constexpr std::size_t blocks[] = {256, 64, 32, 7, 1, 1024, 1025};
 /// Large enough that 3 threads each get a share (2^16 values at least).
 constexpr std::size_t threaded_n = 3 * (std::size_t{1} << 16) + 4099;
 
-}  // namespace
-
 BOOST_AUTO_TEST_SUITE(codec_kernels)
 
 BOOST_AUTO_TEST_CASE(encode_delta_writes_the_bytes_of_codec_encode) {
@@ -426,3 +424,5 @@ BOOST_AUTO_TEST_CASE(every_copy_of_the_fused_passes_gives_the_same_bits) {
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+}  // namespace codec_kernels_test

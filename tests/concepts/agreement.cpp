@@ -16,7 +16,7 @@
 
 #include "support/archetypes.hpp"
 
-namespace {
+namespace concepts_agreement_test {
 
 using namespace archetypes;
 namespace req = diloco::requirements;
@@ -324,8 +324,6 @@ static_assert(rm::compute_gradients<model_in_strange_memory> && !rm::memory<mode
               model_refused<model_in_strange_memory>);
 static_assert(!rm::memory<model_with_memory_by_value> && model_refused<model_with_memory_by_value>);
 
-}  // namespace
-
 BOOST_AUTO_TEST_SUITE(concepts_agreement)
 
 // The checkpointable archetype's behaviour, which the docs promise of every
@@ -350,3 +348,5 @@ BOOST_AUTO_TEST_CASE(checkpointable_archetype_round_trips_and_refuses_corrupt_in
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+}  // namespace concepts_agreement_test

@@ -20,6 +20,8 @@
 
 #include "support/archetypes.hpp"
 
+namespace concepts_archetypes_test {
+
 using archetypes::blocking_transport_archetype;
 using archetypes::inner_archetype;
 using archetypes::merge_archetype;
@@ -60,8 +62,6 @@ static_assert(!std::is_same_v<decltype(std::declval<const merge_archetype&>().we
 // requirement of concept X except `r`; `X_lacking<none>` has them all, so each
 // negative assertion below differs from a positive one in exactly one
 // requirement. Declarations suffice: the concepts only look at them.
-
-namespace {
 
 using archetypes::batch;
 using archetypes::inner_lacking;
@@ -133,8 +133,6 @@ static_assert(!diloco::blocking_transport<transport_lacking<transport_req::recei
 // Blocking needs the non-blocking half too.
 static_assert(!diloco::blocking_transport<transport_lacking<transport_req::try_receive>>);
 
-}  // namespace
-
 // ---------------------------------------------------------------------------
 // The library's own types.
 
@@ -166,8 +164,15 @@ static_assert(!diloco::blocking_transport<diloco::sim::endpoint>);
 // which skips the members whose constraints fail, `step` and `run`; clang 14
 // instantiates those too and fails.)
 
-template class diloco::learner<model_archetype, inner_archetype, blocking_transport_archetype>;
-template class diloco::syncer<outer_archetype, merge_archetype, blocking_transport_archetype>;
+}  // namespace concepts_archetypes_test
+
+// An explicit instantiation stands in a namespace that encloses diloco's.
+template class diloco::learner<archetypes::model_archetype, archetypes::inner_archetype,
+                               archetypes::blocking_transport_archetype>;
+template class diloco::syncer<archetypes::outer_archetype, archetypes::merge_archetype,
+                              archetypes::blocking_transport_archetype>;
+
+namespace concepts_archetypes_test {
 
 BOOST_AUTO_TEST_SUITE(concepts_archetypes)
 
@@ -243,3 +248,5 @@ BOOST_AUTO_TEST_CASE(round_with_archetypes) {
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+}  // namespace concepts_archetypes_test

@@ -8,7 +8,7 @@
 
 #include "support/archetypes.hpp"
 
-namespace {
+namespace concepts_scalar_test {
 
 static_assert(diloco::scalar<float> && diloco::scalar<double>);
 static_assert(!diloco::scalar<int> && !diloco::scalar<long double> && !diloco::scalar<const float> &&
@@ -61,8 +61,6 @@ using sim_syncer = diloco::syncer<diloco::outer::sgd<float>, diloco::merge::aver
 using inproc_syncer = diloco::syncer<diloco::outer::sgd<float>, diloco::merge::average, diloco::inproc::endpoint>;
 static_assert(diloco::sim::driven_syncer<sim_syncer> && !diloco::sim::driven_syncer<inproc_syncer>);
 
-}  // namespace
-
 BOOST_AUTO_TEST_SUITE(concepts_scalar)
 
 BOOST_AUTO_TEST_CASE(codecs_of_float_and_double) {
@@ -73,3 +71,5 @@ BOOST_AUTO_TEST_CASE(codecs_of_float_and_double) {
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+}  // namespace concepts_scalar_test

@@ -15,7 +15,7 @@
 
 #include <boost/test/unit_test.hpp>
 
-namespace {
+namespace detail_parallel_test {
 
 using diloco::detail::parallel_for;
 using diloco::detail::threads_for;
@@ -34,8 +34,6 @@ std::vector<call> calls_of(std::size_t chunks, unsigned threads) {
   });
   return calls;
 }
-
-}  // namespace
 
 BOOST_AUTO_TEST_SUITE(detail_parallel)
 
@@ -101,3 +99,5 @@ BOOST_AUTO_TEST_CASE(threads_are_bounded_by_the_work) {
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+}  // namespace detail_parallel_test

@@ -15,7 +15,7 @@
 #include "support/numeric.hpp"
 #include "support/reference_adamw.hpp"
 
-namespace {
+namespace inner_adamw_test {
 
 using diloco::corrupt_state;
 using diloco::inner::adamw;
@@ -68,8 +68,6 @@ adamw<T> trained(adamw_options options, int steps, int salt) {
 }
 
 const adamw_options options_a{0.01, 0.9, 0.999, 1e-8, 0.1};
-
-}  // namespace
 
 BOOST_AUTO_TEST_SUITE(inner_adamw)
 
@@ -229,3 +227,5 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(reset_restarts_bias_correction, T, scalar_types) {
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+}  // namespace inner_adamw_test

@@ -17,7 +17,7 @@
 #include "diloco/inner/adamw.hpp"
 #include "support/numeric.hpp"
 
-namespace {
+namespace inner_sgd_test {
 
 using diloco::corrupt_state;
 using diloco::inner::sgd;
@@ -112,8 +112,6 @@ sgd<T> trained(sgd_options options, int steps, int salt) {
 }
 
 const sgd_options with_momentum{0.05, 0.9, 0.01, false};
-
-}  // namespace
 
 BOOST_AUTO_TEST_SUITE(inner_sgd)
 
@@ -309,3 +307,5 @@ BOOST_AUTO_TEST_CASE(options_are_kept_and_can_change) {
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+}  // namespace inner_sgd_test

@@ -11,7 +11,7 @@
 #include "diloco/params/fragments.hpp"
 #include "support/numeric.hpp"
 
-namespace {
+namespace merge_radial_directional_test {
 
 using diloco::fragment_plan;
 using diloco::fragment_slice;
@@ -104,8 +104,6 @@ parameter_layout mixed_layout() {
   layout.add("w2", 10);
   return layout;
 }
-
-}  // namespace
 
 BOOST_AUTO_TEST_SUITE(merge_radial_directional)
 
@@ -258,3 +256,5 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(long_dense_slices_match_the_naive_implementation, 
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+}  // namespace merge_radial_directional_test

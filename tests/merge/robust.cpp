@@ -18,7 +18,7 @@
 #include "diloco/params/fragments.hpp"
 #include "support/numeric.hpp"
 
-namespace {
+namespace merge_robust_test {
 
 using diloco::fragment_plan;
 using diloco::fragment_slice;
@@ -144,8 +144,6 @@ fragment_plan mixed_plan(std::size_t dense, std::size_t embedding) {
   layout.add("embed", embedding, tensor_role::embedding);
   return fragment_plan::balanced(layout, 1);
 }
-
-}  // namespace
 
 BOOST_AUTO_TEST_SUITE(merge_robust)
 
@@ -418,3 +416,5 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(one_hostile_contribution_stays_within_the_honest_s
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+}  // namespace merge_robust_test

@@ -13,7 +13,7 @@
 #include "diloco/params/fragments.hpp"
 #include "support/numeric.hpp"
 
-namespace {
+namespace merge_weighted_mean_test {
 
 using diloco::fragment_plan;
 using diloco::parameter_layout;
@@ -92,8 +92,6 @@ template <class T>
 std::vector<double> widen(const std::vector<T>& x) {
   return {x.begin(), x.end()};
 }
-
-}  // namespace
 
 BOOST_AUTO_TEST_SUITE(merge_weighted_mean)
 
@@ -238,3 +236,5 @@ BOOST_AUTO_TEST_CASE(every_thread_count_gives_the_one_thread_result) {
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+}  // namespace merge_weighted_mean_test

@@ -22,15 +22,13 @@
 
 #include "support/toy_model.hpp"
 
-namespace {
+namespace metrics_events_test {
 
 using namespace std::chrono_literals;
 using namespace diloco;
 using T = double;
 using model_type = toy::linear_regression<T>;
 using key = std::tuple<std::uint32_t, std::uint32_t, std::uint64_t>;  // learner, incarnation, sequence
-
-}  // namespace
 
 BOOST_AUTO_TEST_SUITE(metrics_events)
 
@@ -148,3 +146,5 @@ BOOST_AUTO_TEST_CASE(trace_lines_are_whole_and_appended) {
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+}  // namespace metrics_events_test

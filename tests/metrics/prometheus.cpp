@@ -14,7 +14,7 @@
 
 #include <diloco/metrics/prometheus.hpp>
 
-namespace {
+namespace metrics_prometheus_test {
 
 using namespace diloco;
 
@@ -46,8 +46,6 @@ syncer_metrics known_counters() {
   m.rejected[static_cast<std::size_t>(reject_reason::quarantined)] = 1;
   return m;
 }
-
-}  // namespace
 
 BOOST_AUTO_TEST_SUITE(metrics_prometheus)
 
@@ -135,3 +133,5 @@ BOOST_AUTO_TEST_CASE(an_unknown_loss_is_nan_and_the_prefix_is_the_callers) {
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+}  // namespace metrics_prometheus_test

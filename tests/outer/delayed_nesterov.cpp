@@ -15,7 +15,7 @@
 #include "diloco/outer/nesterov.hpp"
 #include "support/numeric.hpp"
 
-namespace {
+namespace outer_delayed_nesterov_test {
 
 using diloco::corrupt_state;
 using diloco::outer::delayed_nesterov;
@@ -94,8 +94,6 @@ void check_same_steps(delayed_nesterov<T> a, delayed_nesterov<T> b, int steps) {
     }
   }
 }
-
-}  // namespace
 
 BOOST_AUTO_TEST_SUITE(outer_delayed_nesterov)
 
@@ -221,3 +219,5 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(bad_blocks_throw_and_leave_the_optimizer_unchanged
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+}  // namespace outer_delayed_nesterov_test

@@ -17,7 +17,7 @@
 #include "support/numeric.hpp"
 #include "support/reference_adamw.hpp"
 
-namespace {
+namespace outer_from_inner_test {
 
 using diloco::corrupt_state;
 using diloco::inner::adamw;
@@ -71,8 +71,6 @@ void check_same_steps(from_inner<adamw<T>> a, from_inner<adamw<T>> b) {
     }
   }
 }
-
-}  // namespace
 
 BOOST_AUTO_TEST_SUITE(outer_from_inner)
 
@@ -188,3 +186,5 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(bad_blocks_throw_and_leave_the_optimizer_unchanged
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+}  // namespace outer_from_inner_test

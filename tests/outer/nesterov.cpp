@@ -16,7 +16,7 @@
 #include "diloco/outer/delayed_nesterov.hpp"
 #include "support/numeric.hpp"
 
-namespace {
+namespace outer_nesterov_test {
 
 using diloco::corrupt_state;
 using diloco::outer::nesterov;
@@ -84,8 +84,6 @@ void check_same_state(nesterov<T> a, nesterov<T> b) {
     BOOST_TEST(ga == gb, boost::test_tools::per_element());
   }
 }
-
-}  // namespace
 
 BOOST_AUTO_TEST_SUITE(outer_nesterov)
 
@@ -236,3 +234,5 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(bad_blocks_throw_and_leave_the_optimizer_unchanged
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+}  // namespace outer_nesterov_test

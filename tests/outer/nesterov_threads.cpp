@@ -12,7 +12,7 @@
 
 #include "diloco/outer/nesterov.hpp"
 
-namespace {
+namespace outer_nesterov_threads_test {
 
 using diloco::outer::nesterov;
 using diloco::outer::nesterov_options;
@@ -48,8 +48,6 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
   return true;
 }
 
-}  // namespace
-
 BOOST_AUTO_TEST_SUITE(outer_nesterov_threads)
 
 BOOST_AUTO_TEST_CASE(one_thread_is_the_default) { BOOST_TEST(nesterov_options{}.threads == 1u); }
@@ -83,3 +81,5 @@ BOOST_AUTO_TEST_CASE(the_threaded_step_is_outer_nesterov) {
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+}  // namespace outer_nesterov_threads_test

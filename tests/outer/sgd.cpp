@@ -12,15 +12,13 @@
 #include "diloco/outer/nesterov.hpp"
 #include "support/numeric.hpp"
 
-namespace {
+namespace outer_sgd_test {
 
 using diloco::corrupt_state;
 using diloco::outer::sgd;
 using diloco::test::check_close;
 using diloco::test::scalar_types;
 using diloco::test::tolerance;
-
-}  // namespace
 
 BOOST_AUTO_TEST_SUITE(outer_sgd)
 
@@ -83,3 +81,5 @@ BOOST_AUTO_TEST_CASE(save_load_round_trip_and_bad_blocks) {
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+}  // namespace outer_sgd_test

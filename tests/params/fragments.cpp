@@ -13,7 +13,7 @@
 
 #include "support/numeric.hpp"
 
-namespace {
+namespace params_fragments_test {
 
 using diloco::fragment_plan;
 using diloco::fragment_schedule;
@@ -109,8 +109,6 @@ std::vector<std::uint64_t> due_steps(const fragment_schedule& schedule, std::uin
     if (schedule.due(p, s)) steps.push_back(s);
   return steps;
 }
-
-}  // namespace
 
 BOOST_AUTO_TEST_SUITE(params_fragments)
 
@@ -414,3 +412,5 @@ BOOST_AUTO_TEST_CASE(schedule_rejects_zero_period_or_fragments) {
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+}  // namespace params_fragments_test

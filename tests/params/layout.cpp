@@ -7,7 +7,7 @@
 
 #include <boost/test/unit_test.hpp>
 
-namespace {
+namespace params_layout_test {
 
 using diloco::parameter_layout;
 using diloco::tensor_role;
@@ -27,8 +27,6 @@ void check_unchanged(const parameter_layout& layout, const parameter_layout& bef
   BOOST_TEST(layout.size() == before.size());
   BOOST_TEST(layout.fingerprint() == before.fingerprint());
 }
-
-}  // namespace
 
 BOOST_AUTO_TEST_SUITE(params_layout)
 
@@ -175,3 +173,5 @@ BOOST_AUTO_TEST_CASE(a_copy_compares_equal) {
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+}  // namespace params_layout_test

@@ -11,7 +11,7 @@
 
 #include <boost/test/unit_test.hpp>
 
-namespace {
+namespace protocol_buffer_test {
 
 using diloco::buffer_pool;
 using diloco::byte_buffer;
@@ -38,8 +38,6 @@ void check_buffer(byte_buffer& b, std::size_t bytes) {
 }
 
 const std::size_t sizes[] = {1, 63, 64, 65, 100, 4095, 4096, 5000, mib2 - 1, mib2, mib2 + 1, 3 * mib2 + 5};
-
-}  // namespace
 
 BOOST_AUTO_TEST_SUITE(protocol_buffer)
 
@@ -260,3 +258,5 @@ BOOST_AUTO_TEST_CASE(the_cache_is_bounded_in_bytes_as_well_as_blocks) {
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+}  // namespace protocol_buffer_test

@@ -8,7 +8,7 @@
 #include <diloco/random.hpp>
 #include <diloco/protocol/crc32c.hpp>
 
-namespace {
+namespace protocol_crc32c_test {
 
 std::span<const std::byte> bytes(std::string_view s) { return std::as_bytes(std::span<const char>(s)); }
 
@@ -22,8 +22,6 @@ std::uint32_t bitwise(std::span<const std::byte> data) {
   }
   return ~crc;
 }
-
-}  // namespace
 
 BOOST_AUTO_TEST_SUITE(protocol_crc32c)
 
@@ -60,3 +58,5 @@ BOOST_AUTO_TEST_CASE(continues_across_pieces) {
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+}  // namespace protocol_crc32c_test

@@ -9,7 +9,7 @@
 
 #include <diloco/protocol/wire.hpp>
 
-namespace {
+namespace protocol_wire_test {
 
 using namespace diloco;
 
@@ -59,8 +59,6 @@ void reseal(std::array<std::byte, wire::header_size>& frame) {
 }
 
 constexpr std::uint64_t limit = 1 << 20;
-
-}  // namespace
 
 BOOST_AUTO_TEST_SUITE(protocol_wire)
 
@@ -373,3 +371,5 @@ BOOST_AUTO_TEST_CASE(payload_damage_is_refused) {
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+}  // namespace protocol_wire_test

@@ -12,7 +12,7 @@
 
 #include "support/toy_model.hpp"
 
-namespace {
+namespace runtime_bootstrap_test {
 
 using namespace std::chrono_literals;
 using namespace diloco;
@@ -51,8 +51,6 @@ std::size_t state_requests(inproc::endpoint& e) {
   while (auto m = e.try_receive()) n += (m->msg.header.flags & state_wanted) != 0;
   return n;
 }
-
-}  // namespace
 
 BOOST_AUTO_TEST_SUITE(runtime_bootstrap)
 
@@ -233,3 +231,5 @@ BOOST_AUTO_TEST_CASE(a_silent_source_gives_way_to_a_learner_that_waits) {
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+}  // namespace runtime_bootstrap_test

@@ -16,7 +16,7 @@
 #include <diloco/runtime/checkpoint.hpp>
 #include <diloco/runtime/syncer/checkpoint.hpp>
 
-namespace {
+namespace runtime_checkpoint_test {
 
 namespace fs = std::filesystem;
 
@@ -34,8 +34,6 @@ struct scratch {
     return out;
   }
 };
-
-}  // namespace
 
 BOOST_AUTO_TEST_SUITE(runtime_checkpoint)
 
@@ -170,3 +168,5 @@ BOOST_AUTO_TEST_CASE(a_body_cut_inside_its_layout_or_with_a_bad_layout_is_refuse
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+}  // namespace runtime_checkpoint_test

@@ -15,7 +15,7 @@
 
 #include "support/syncer_fixture.hpp"
 
-namespace {
+namespace runtime_codecs_test {
 
 using namespace std::chrono_literals;
 using namespace diloco;
@@ -152,8 +152,6 @@ std::vector<double> read_int4(const message& m) {
   }
   return out;
 }
-
-}  // namespace
 
 BOOST_AUTO_TEST_SUITE(runtime_codecs)
 
@@ -400,3 +398,5 @@ BOOST_AUTO_TEST_CASE(a_learner_takes_the_decoded_update_as_its_base) {
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+}  // namespace runtime_codecs_test

@@ -14,7 +14,7 @@
 #include "support/reference_adamw.hpp"
 #include "support/toy_model.hpp"
 
-namespace {
+namespace runtime_equivalence_test {
 
 using T = double;
 constexpr std::size_t features = 6;
@@ -64,8 +64,6 @@ std::vector<double> run_runtime(std::uint32_t learners, std::uint64_t steps, Inn
   BOOST_TEST_REQUIRE(report.completed);
   return s.parameters();
 }
-
-}  // namespace
 
 BOOST_AUTO_TEST_SUITE(runtime_equivalence)
 
@@ -136,3 +134,5 @@ BOOST_AUTO_TEST_CASE(diloco_preset_is_local_adamw_then_nesterov_on_the_average) 
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+}  // namespace runtime_equivalence_test

@@ -16,9 +16,9 @@
 
 #include "support/syncer_fixture.hpp"
 
-using namespace syncer_test;
+namespace runtime_journal_test {
 
-namespace {
+using namespace syncer_test;
 
 /// A fresh directory, removed afterwards.
 struct scratch_dir {
@@ -47,8 +47,6 @@ void check_close(const std::vector<double>& got, const std::vector<double>& want
 }
 
 std::size_t acks(std::vector<message>&& inbox) { return fixture::of_kind(std::move(inbox), message_kind::ack).size(); }
-
-}  // namespace
 
 BOOST_AUTO_TEST_SUITE(runtime_journal)
 
@@ -303,3 +301,5 @@ BOOST_AUTO_TEST_CASE(replay_refuses_what_a_learner_could_not_have_sent) {
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+}  // namespace runtime_journal_test

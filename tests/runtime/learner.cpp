@@ -11,7 +11,7 @@
 
 #include <diloco/diloco.hpp>
 
-namespace {
+namespace runtime_learner_test {
 
 using namespace std::chrono_literals;
 using namespace diloco;
@@ -156,8 +156,6 @@ struct overwrite_fixture : fixture {
 struct lazy_fixture : fixture {
   lazy_fixture() : fixture(adoption_rule::lazy) {}
 };
-
-}  // namespace
 
 BOOST_AUTO_TEST_SUITE(runtime_learner)
 
@@ -710,3 +708,5 @@ BOOST_FIXTURE_TEST_CASE(join_is_retried_until_welcomed, fixture) {
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+}  // namespace runtime_learner_test

@@ -24,7 +24,7 @@
 
 #include "support/toy_model.hpp"
 
-namespace {
+namespace runtime_learner_checkpoint_test {
 
 using namespace std::chrono_literals;
 using namespace diloco;
@@ -127,8 +127,6 @@ struct unit {
       : model(std::make_unique<model_type>(features, seed)),
         l(std::make_unique<learner_type>(*model, w.hub.attach(peer), o, std::move(inner))) {}
 };
-
-}  // namespace
 
 BOOST_AUTO_TEST_SUITE(runtime_learner_checkpoint)
 
@@ -490,3 +488,5 @@ BOOST_AUTO_TEST_CASE(checkpoints_in_a_store_come_back_newest_intact_first) {
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+}  // namespace runtime_learner_checkpoint_test

@@ -22,7 +22,7 @@
 #include "support/fenced_memory.hpp"
 #include "support/toy_model.hpp"
 
-namespace {
+namespace runtime_memory_space_test {
 
 using namespace diloco;
 using T = float;
@@ -123,8 +123,6 @@ void same_bits(const outcome& fenced, const outcome& host, std::uint64_t least_u
   BOOST_TEST(fenced.bytes_received == host.bytes_received);
 }
 
-}  // namespace
-
 BOOST_AUTO_TEST_SUITE(runtime_memory_space)
 
 BOOST_AUTO_TEST_CASE(fenced_memory_faults_outside_the_spaces_passes) {
@@ -218,3 +216,5 @@ BOOST_AUTO_TEST_CASE(a_fenced_learner_gives_a_syncer_without_a_model_its_initial
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+}  // namespace runtime_memory_space_test

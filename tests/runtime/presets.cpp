@@ -17,7 +17,7 @@
 
 #include "support/toy_model.hpp"
 
-namespace {
+namespace runtime_presets_test {
 
 using namespace diloco;
 
@@ -36,8 +36,6 @@ using dd = decltype(presets::decoupled_diloco<double>(50, 4));
 static_assert(names<dd, inner::adamw<double>, outer::nesterov<double>, merge::weighted_mean<merge::token>>);
 // A bundle is the syncer's options.
 static_assert(std::is_base_of_v<syncer_options, dp>);
-
-}  // namespace
 
 BOOST_AUTO_TEST_SUITE(runtime_presets)
 
@@ -112,3 +110,5 @@ BOOST_AUTO_TEST_CASE(an_option_error_names_the_option_and_its_value) {
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+}  // namespace runtime_presets_test

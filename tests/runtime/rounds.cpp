@@ -12,7 +12,7 @@
 
 #include <diloco/runtime/syncer/rounds.hpp>
 
-namespace {
+namespace runtime_rounds_test {
 
 using namespace std::chrono_literals;
 using namespace diloco;
@@ -21,8 +21,6 @@ using seconds_d = std::chrono::duration<double>;
 using time_point = std::chrono::steady_clock::time_point;
 
 constexpr double unknown = std::numeric_limits<double>::quiet_NaN();
-
-}  // namespace
 
 BOOST_AUTO_TEST_SUITE(runtime_rounds)
 
@@ -133,3 +131,5 @@ BOOST_AUTO_TEST_CASE(a_partial_round_takes_its_share_of_the_expected_weight) {
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+}  // namespace runtime_rounds_test

@@ -15,7 +15,7 @@
 
 #include "support/syncer_fixture.hpp"
 
-namespace {
+namespace runtime_screening_test {
 
 using namespace std::chrono_literals;
 using namespace diloco;
@@ -35,8 +35,6 @@ std::vector<double> minus(const std::vector<double>& a, double d) {
   for (auto& v : r) v -= d;
   return r;
 }
-
-}  // namespace
 
 BOOST_AUTO_TEST_SUITE(runtime_screening)
 
@@ -572,3 +570,5 @@ BOOST_AUTO_TEST_CASE(an_update_is_too_large_beyond_the_ratio_of_the_fragment_or_
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+}  // namespace runtime_screening_test

@@ -15,7 +15,7 @@
 
 #include "support/toy_model.hpp"
 
-namespace {
+namespace runtime_shards_test {
 
 using namespace std::chrono_literals;
 using namespace diloco;
@@ -108,8 +108,6 @@ struct sharded_world {
     return flat;
   }
 };
-
-}  // namespace
 
 BOOST_AUTO_TEST_SUITE(runtime_shards)
 
@@ -280,3 +278,5 @@ BOOST_AUTO_TEST_CASE(a_shard_refuses_other_shards_fragments_and_bad_shard_option
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+}  // namespace runtime_shards_test

@@ -14,7 +14,7 @@
 
 #include "support/syncer_fixture.hpp"
 
-namespace {
+namespace runtime_syncer_test {
 
 using namespace std::chrono_literals;
 using namespace diloco;
@@ -30,8 +30,6 @@ syncer_options grace_options() {
   o.max_grace = 5s;
   return o;
 }
-
-}  // namespace
 
 BOOST_AUTO_TEST_SUITE(runtime_syncer)
 
@@ -759,3 +757,5 @@ BOOST_AUTO_TEST_CASE(inconsistent_options_are_refused_at_construction) {
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+}  // namespace runtime_syncer_test

@@ -11,7 +11,7 @@
 
 #include <diloco/diloco.hpp>
 
-namespace {
+namespace runtime_syncer_state_test {
 
 using namespace diloco;
 using T = double;
@@ -80,8 +80,6 @@ std::string saved(const state_syncer& s) {
   s.save(out);
   return out.str();
 }
-
-}  // namespace
 
 BOOST_AUTO_TEST_SUITE(runtime_syncer_state)
 
@@ -398,3 +396,5 @@ BOOST_FIXTURE_TEST_CASE(a_state_of_an_unknown_version_is_refused_by_name, bench)
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+}  // namespace runtime_syncer_state_test

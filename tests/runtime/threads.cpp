@@ -16,7 +16,7 @@
 
 #include "support/toy_model.hpp"
 
-namespace {
+namespace runtime_threads_test {
 
 using namespace diloco;
 using T = double;
@@ -83,8 +83,6 @@ outcome train_on_threads(syncer_options options, std::uint32_t learners, std::ui
   return out;
 }
 
-}  // namespace
-
 BOOST_AUTO_TEST_SUITE(runtime_threads)
 
 BOOST_AUTO_TEST_CASE(decoupled_learners_on_threads_train_and_lose_nothing) {
@@ -120,3 +118,5 @@ BOOST_AUTO_TEST_CASE(decoupled_learners_on_threads_train_and_lose_nothing) {
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+}  // namespace runtime_threads_test

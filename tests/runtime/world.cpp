@@ -10,7 +10,7 @@
 
 #include "support/syncer_fixture.hpp"
 
-namespace {
+namespace runtime_world_test {
 
 using namespace syncer_test;
 
@@ -29,8 +29,6 @@ void contribute(fixture& f, test_syncer& s, std::vector<std::uint32_t> ids, std:
   for (const auto id : ids) f.send(id, f.contribution(id, std::vector<double>(6, 1.0), base, 1, sequence));
   f.deliver(s);
 }
-
-}  // namespace
 
 BOOST_AUTO_TEST_SUITE(runtime_world)
 
@@ -205,3 +203,5 @@ BOOST_AUTO_TEST_CASE(bad_world_settings_are_refused) {
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+}  // namespace runtime_world_test

@@ -32,7 +32,7 @@
 
 #include "support/adversary_harness.hpp"
 
-namespace {
+namespace runtime_zeromq_adversaries_test {
 
 using namespace adversary;
 
@@ -96,8 +96,6 @@ std::map<std::string, std::size_t> log_categories(const std::vector<std::string>
   }
   return n;
 }
-
-}  // namespace
 
 BOOST_AUTO_TEST_SUITE(runtime_zeromq_adversaries)
 
@@ -694,3 +692,5 @@ BOOST_AUTO_TEST_CASE(an_open_round_past_its_forget_deadline_does_not_spin) {
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+}  // namespace runtime_zeromq_adversaries_test

@@ -20,13 +20,11 @@
 
 #include "support/adversary_harness.hpp"
 
-namespace {
+namespace runtime_zeromq_floods_test {
 
 using namespace adversary;
 
 constexpr long rss_bound_kib = 512 * 1024;
-
-}  // namespace
 
 BOOST_AUTO_TEST_SUITE(runtime_zeromq_floods)
 
@@ -113,3 +111,5 @@ BOOST_AUTO_TEST_CASE(learners_that_never_read_fill_the_budget_not_the_memory) {
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+}  // namespace runtime_zeromq_floods_test

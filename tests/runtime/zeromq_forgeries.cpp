@@ -22,7 +22,7 @@
 
 #include "support/adversary_harness.hpp"
 
-namespace {
+namespace runtime_zeromq_forgeries_test {
 
 using namespace adversary;
 
@@ -84,8 +84,6 @@ outcome forged_weights_run(std::uint32_t ids) {
   BOOST_TEST_MESSAGE("  weights clipped " << o.metrics.weights_clipped << "; scale every 6th revision:" << scales);
   return o;
 }
-
-}  // namespace
 
 BOOST_AUTO_TEST_SUITE(runtime_zeromq_forgeries)
 
@@ -275,3 +273,5 @@ BOOST_AUTO_TEST_CASE(lying_step_times_cannot_slow_the_rounds) {
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+}  // namespace runtime_zeromq_forgeries_test

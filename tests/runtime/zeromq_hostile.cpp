@@ -15,7 +15,7 @@
 #include <diloco/diloco.hpp>
 #include <diloco/transport/zeromq.hpp>
 
-namespace {
+namespace runtime_zeromq_hostile_test {
 
 using namespace std::chrono_literals;
 using namespace diloco;
@@ -169,8 +169,6 @@ outcome run(bool attack) {
   return {s.parameters(), s.metrics()};
 }
 
-}  // namespace
-
 BOOST_AUTO_TEST_SUITE(runtime_zeromq_hostile)
 
 BOOST_AUTO_TEST_CASE(bad_messages_are_refused_for_their_own_reasons_and_change_nothing) {
@@ -197,3 +195,5 @@ BOOST_AUTO_TEST_CASE(bad_messages_are_refused_for_their_own_reasons_and_change_n
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+}  // namespace runtime_zeromq_hostile_test

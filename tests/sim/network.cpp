@@ -14,7 +14,7 @@
 
 #include <boost/test/unit_test.hpp>
 
-namespace {
+namespace sim_network_test {
 
 using namespace std::chrono_literals;
 using diloco::errc;
@@ -77,8 +77,6 @@ std::vector<delivery> lossy_jittery_run(std::uint64_t seed) {
   }
   return log;
 }
-
-}  // namespace
 
 BOOST_AUTO_TEST_SUITE(sim_network)
 
@@ -285,3 +283,5 @@ BOOST_AUTO_TEST_CASE(the_same_seed_gives_the_same_delivery_schedule) {
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+}  // namespace sim_network_test

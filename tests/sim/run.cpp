@@ -13,7 +13,7 @@
 
 #include "support/toy_model.hpp"
 
-namespace {
+namespace sim_run_test {
 
 using namespace std::chrono_literals;
 using T = float;
@@ -63,8 +63,6 @@ outcome run(std::uint64_t network_seed) {
   return out;
 }
 
-}  // namespace
-
 BOOST_AUTO_TEST_SUITE(sim_run)
 
 BOOST_AUTO_TEST_CASE(global_model_advances_while_a_learner_is_stalled) {
@@ -110,3 +108,5 @@ BOOST_AUTO_TEST_CASE(same_seed_gives_bit_identical_global_parameters) {
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+}  // namespace sim_run_test

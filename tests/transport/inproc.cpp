@@ -13,7 +13,7 @@
 
 #include <boost/test/unit_test.hpp>
 
-namespace {
+namespace transport_inproc_test {
 
 using namespace std::chrono_literals;
 using diloco::errc;
@@ -47,8 +47,6 @@ void check_intact(const message& m, std::uint64_t sequence, std::size_t bytes, c
 }
 
 constexpr auto generous = 10s;  // a bound that only a hang reaches
-
-}  // namespace
 
 BOOST_AUTO_TEST_SUITE(transport_inproc)
 
@@ -270,3 +268,5 @@ BOOST_AUTO_TEST_CASE(two_threads_exchange_ten_thousand_messages_each_way) {
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+}  // namespace transport_inproc_test

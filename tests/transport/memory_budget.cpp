@@ -11,7 +11,7 @@
 
 #include <diloco/transport/detail/memory_budget.hpp>
 
-namespace {
+namespace transport_memory_budget_test {
 
 using diloco::detail::memory_use;
 using diloco::detail::unfinished_messages;
@@ -27,8 +27,6 @@ std::vector<int> advance(unfinished_messages<int>& held, int key, std::uint64_t 
   });
   return gone;
 }
-
-}  // namespace
 
 BOOST_AUTO_TEST_SUITE(transport_memory_budget)
 
@@ -121,3 +119,5 @@ BOOST_AUTO_TEST_CASE(buffers_grow_twofold_up_to_the_payload) {
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+}  // namespace transport_memory_budget_test

@@ -30,7 +30,7 @@
 #include "support/messages.hpp"
 #include "support/toy_model.hpp"
 
-namespace {
+namespace transport_tcp_test {
 
 using namespace std::chrono_literals;
 using namespace diloco;
@@ -133,8 +133,6 @@ double thread_cpu_seconds() {
   ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
   return double(t.tv_sec) + double(t.tv_nsec) * 1e-9;
 }
-
-}  // namespace
 
 BOOST_AUTO_TEST_SUITE(transport_tcp)
 
@@ -586,3 +584,5 @@ BOOST_AUTO_TEST_CASE(serve_returns_promptly_when_stopped) {
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+}  // namespace transport_tcp_test

@@ -29,7 +29,7 @@
 #include "support/messages.hpp"
 #include "support/process_memory.hpp"
 
-namespace {
+namespace transport_tcp_budget_test {
 
 using namespace std::chrono_literals;
 using namespace diloco;
@@ -107,8 +107,6 @@ struct syncer_thread {
     }
   }};
 };
-
-}  // namespace
 
 BOOST_AUTO_TEST_SUITE(transport_tcp_budget)
 
@@ -265,3 +263,5 @@ BOOST_AUTO_TEST_CASE(peers_that_never_read_share_one_budget_and_a_reader_gets_ev
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+}  // namespace transport_tcp_budget_test

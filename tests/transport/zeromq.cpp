@@ -28,7 +28,7 @@
 
 #include "support/messages.hpp"
 
-namespace {
+namespace transport_zeromq_test {
 
 using namespace std::chrono_literals;
 using namespace diloco;
@@ -68,8 +68,6 @@ void round_trip(const std::string& address) {
   BOOST_TEST(v[1] == -2.5f);
   BOOST_TEST(v[2] == 3.0f);
 }
-
-}  // namespace
 
 BOOST_AUTO_TEST_SUITE(transport_zeromq)
 
@@ -405,8 +403,6 @@ BOOST_AUTO_TEST_CASE(learner_ids_parse_ranges_and_any) {
   }
 }
 
-namespace {
-
 struct temp_dir {
   std::filesystem::path path =
       std::filesystem::temp_directory_path() / ("diloco-allow-" + std::to_string(::getpid()));
@@ -427,8 +423,6 @@ std::string load_error(const std::filesystem::path& file) {
   }
   return "(no error)";
 }
-
-}  // namespace
 
 BOOST_AUTO_TEST_CASE(allow_lists_bind_each_key_to_learner_ids) {
   const temp_dir dir;
@@ -540,8 +534,6 @@ BOOST_AUTO_TEST_CASE(without_curve_any_learner_id_gets_through) {
     BOOST_TEST(e->msg.header.learner == learner);
   }
 }
-
-namespace {
 
 /// CPU time (user + system, all threads) that process `pid` has used, in
 /// seconds, from /proc/<pid>/stat (fields 14 and 15, in clock ticks).
@@ -663,8 +655,6 @@ peer_id peer_seen_by_server(zeromq::client& client, std::chrono::milliseconds li
   return 0;
 }
 
-}  // namespace
-
 // Label `fork`: it forks a multi-threaded process, which ThreadSanitizer does not
 // support, so the ThreadSanitizer build leaves it out (tests/CMakeLists.txt).
 BOOST_AUTO_TEST_CASE(out_of_descriptors_the_server_sheds_new_connections_instead_of_spinning,
@@ -740,3 +730,5 @@ BOOST_AUTO_TEST_CASE(out_of_descriptors_the_server_sheds_new_connections_instead
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+}  // namespace transport_zeromq_test

@@ -28,7 +28,7 @@
 #include "support/messages.hpp"
 #include "support/process_memory.hpp"
 
-namespace {
+namespace transport_zeromq_budget_test {
 
 using namespace std::chrono_literals;
 using namespace diloco;
@@ -86,8 +86,6 @@ std::vector<std::pair<peer_id, int>> refusals(const std::vector<envelope>& got) 
   for (const auto& e : got) out.emplace_back(e.from, int(e.error));
   return out;
 }
-
-}  // namespace
 
 BOOST_AUTO_TEST_SUITE(transport_zeromq_budget)
 
@@ -414,3 +412,5 @@ BOOST_AUTO_TEST_CASE(learners_that_never_read_share_one_budget_and_a_reader_gets
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+}  // namespace transport_zeromq_budget_test

@@ -25,7 +25,7 @@
 
 #include "support/messages.hpp"
 
-namespace {
+namespace transport_zeromq_chunks_test {
 
 using namespace std::chrono_literals;
 using namespace diloco;
@@ -76,8 +76,6 @@ struct inbox_fixture {
     return out;
   }
 };
-
-}  // namespace
 
 BOOST_AUTO_TEST_SUITE(transport_zeromq_chunks)
 
@@ -321,3 +319,5 @@ BOOST_AUTO_TEST_CASE(the_send_budget_is_in_bytes_and_nothing_taken_is_lost) {
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+}  // namespace transport_zeromq_chunks_test

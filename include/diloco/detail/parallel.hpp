@@ -5,7 +5,9 @@
 #include <algorithm>
 #include <cstddef>
 #include <exception>
+#include <memory>
 #include <thread>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -27,6 +29,45 @@ inline unsigned threads_for(std::size_t units, unsigned threads, std::size_t min
   return static_cast<unsigned>(std::min<std::size_t>(resolve_threads(threads), most));
 }
 
+/// A callable `f(first, last)` seen through one signature, so that the
+/// loop of `parallel_for` (its threads, its exception handling) is compiled
+/// once per program instead of once per callable.
+struct chunk_ranges {
+  void* callable;
+  void (*call)(void* callable, std::size_t first, std::size_t last);
+};
+
+/// `parallel_for` on a `chunk_ranges`.
+inline void parallel_for_ranges(std::size_t chunks, unsigned threads, chunk_ranges f) {
+  if (chunks == 0) return;
+  const std::size_t t = std::min<std::size_t>(resolve_threads(threads), chunks);
+  if (t == 1) {
+    f.call(f.callable, std::size_t{0}, chunks);
+    return;
+  }
+  auto first_of = [&](std::size_t k) { return chunks / t * k + std::min(k, chunks % t); };
+  std::vector<std::exception_ptr> errors(t);
+  {
+    std::vector<std::jthread> workers;
+    workers.reserve(t - 1);
+    for (std::size_t k = 1; k < t; ++k)
+      workers.emplace_back([f, &errors, k, first = first_of(k), last = first_of(k + 1)] {
+        try {
+          f.call(f.callable, first, last);
+        } catch (...) {
+          errors[k] = std::current_exception();
+        }
+      });
+    try {
+      f.call(f.callable, std::size_t{0}, first_of(1));
+    } catch (...) {
+      errors[0] = std::current_exception();
+    }
+  }  // joins the workers
+  for (auto& e : errors)
+    if (e) std::rethrow_exception(std::move(e));
+}
+
 /// Calls `f(first, last)` on contiguous ranges that together cover the chunks
 /// `[0, chunks)` exactly once: `min(resolve_threads(threads), chunks)` ranges
 /// of ⌊chunks/t⌋ or ⌈chunks/t⌉ chunks each, one per thread. The calling thread
@@ -38,36 +79,16 @@ inline unsigned threads_for(std::size_t units, unsigned threads, std::size_t min
 ///
 /// An exception thrown by `f` is rethrown here once every range has finished;
 /// where several ranges throw, the one of the lowest range. Cost: starting and
-/// joining a thread, some tens of microseconds each.
+/// joining a thread, some tens of microseconds each, and one indirect call
+/// per range.
 template <class F>
 void parallel_for(std::size_t chunks, unsigned threads, F&& f) {
-  if (chunks == 0) return;
-  const std::size_t t = std::min<std::size_t>(resolve_threads(threads), chunks);
-  if (t == 1) {
-    f(std::size_t{0}, chunks);
-    return;
-  }
-  auto first_of = [&](std::size_t k) { return chunks / t * k + std::min(k, chunks % t); };
-  std::vector<std::exception_ptr> errors(t);
-  {
-    std::vector<std::jthread> workers;
-    workers.reserve(t - 1);
-    for (std::size_t k = 1; k < t; ++k)
-      workers.emplace_back([&f, &errors, k, first = first_of(k), last = first_of(k + 1)] {
-        try {
-          f(first, last);
-        } catch (...) {
-          errors[k] = std::current_exception();
-        }
-      });
-    try {
-      f(std::size_t{0}, first_of(1));
-    } catch (...) {
-      errors[0] = std::current_exception();
-    }
-  }  // joins the workers
-  for (auto& e : errors)
-    if (e) std::rethrow_exception(std::move(e));
+  using callable = std::remove_reference_t<F>;
+  parallel_for_ranges(chunks, threads,
+                      chunk_ranges{const_cast<void*>(static_cast<const void*>(std::addressof(f))),
+                                   [](void* c, std::size_t first, std::size_t last) {
+                                     (*static_cast<callable*>(c))(first, last);
+                                   }});
 }
 
 }  // namespace diloco::detail

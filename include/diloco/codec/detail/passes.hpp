@@ -104,7 +104,15 @@ struct theta_runs {
     while (k + 1 < runs.size() && runs[k].packed_offset + runs[k].size <= first) ++k;
     const Run& r = runs[k];
     if (first + len <= r.packed_offset + r.size) return theta + r.flat_offset + (first - r.packed_offset);
-    scratch.resize(len);  // a chunk across runs (a tensor boundary): rare, gathered
+    return gather(first, len);
+  }
+
+  /// A chunk across runs (a tensor boundary): rare, copied. Out of line, so
+  /// that the copies of the passes for each instruction set
+  /// (`diloco::detail::with_best_isa`, which inlines all they call) do not
+  /// each carry the vector's growth.
+  [[gnu::noinline]] const float* gather(std::size_t first, std::size_t len) {
+    scratch.resize(len);
     for (std::size_t i = 0, j = k; i < len; ++j) {
       const Run& q = runs[j];
       const std::size_t from = first + i - q.packed_offset;
@@ -168,6 +176,20 @@ void encode_and_load(std::size_t n, const float* __restrict cur, [[maybe_unused]
   if constexpr (Load) m = next_max;
 }
 
+/// `encode_and_load` of a block scaled by a division: the way of a block whose
+/// `1/absmax` is not a normal float (`block_unit`), that is whose absmax is
+/// above 2^126. Out of line and so in the baseline instruction set only:
+/// `with_best_isa`'s copies then carry one loop per step instead of two, and
+/// compile in about half the time, for blocks no training meets.
+template <format F, bool Feedback, bool Load>
+[[gnu::noinline]] void encode_and_load_dividing(std::size_t n, const float* cur, float absmax, std::uint8_t* codes,
+                                                float* residual_cur, const float* base, const float* theta,
+                                                const float* residual_next, float* next, magnitude_max& m) {
+  encode_and_load<F, Feedback, Load>(
+      n, cur, absmax, [absmax](float d) { return d / absmax; }, codes, residual_cur, base, theta, residual_next,
+      next, m);
+}
+
 /// Encodes the `n` values of `base − θ` (+ `residual`) as one block of a
 /// block-scaled format `F` at `out`, however long (`encode_delta_pipelined`
 /// takes blocks of up to `pipelined_block_max` values): a first read for the
@@ -198,12 +220,15 @@ bool encode_delta_block(const float* __restrict base, const float* __restrict th
   for (std::size_t start = 0; start < n; start += pipelined_block_max) {
     const std::size_t len = n - start < pipelined_block_max ? n - start : pipelined_block_max;
     outer_gradient_into<Feedback>(len, base + start, theta + start, Feedback ? residual + start : nullptr, values);
-    auto piece = [&](auto unit_of) {
-      encode_and_load<F, Feedback, false>(len, values, scale.absmax, unit_of, codes + code_bytes(F, start),
-                                          Feedback ? residual + start : nullptr, nullptr, nullptr, nullptr, nullptr, m);
-    };
-    if (scale.by_inverse) piece([inverse = scale.inverse](float d) { return d * inverse; });
-    else piece([absmax = scale.absmax](float d) { return d / absmax; });
+    std::uint8_t* piece_codes = codes + code_bytes(F, start);
+    float* piece_residual = Feedback ? residual + start : nullptr;
+    if (scale.by_inverse)
+      encode_and_load<F, Feedback, false>(
+          len, values, scale.absmax, [inverse = scale.inverse](float d) { return d * inverse; }, piece_codes,
+          piece_residual, nullptr, nullptr, nullptr, nullptr, m);
+    else
+      encode_and_load_dividing<F, Feedback, false>(len, values, scale.absmax, piece_codes, piece_residual, nullptr,
+                                                    nullptr, nullptr, nullptr, m);
   }
   return true;
 }
@@ -285,22 +310,26 @@ bool encode_delta_pipelined(const float* base, theta_runs<Run>& theta, float* re
       prefetch(t_next + block, prefetch_reach - window, window);
     }
     // One loop per way of scaling, so that no loop branches per value.
-    auto step = [&](auto unit_of) {
-      if (fuse)
-        encode_and_load<F, Feedback, true>(len, cur, scale.absmax, unit_of, codes, r_cur, base + first + block,
-                                           t_next, Feedback ? residual + first + block : nullptr, next, m);
-      else  // the last block of the span, or the one before a short last one
-        encode_and_load<F, Feedback, false>(len, cur, scale.absmax, unit_of, codes, r_cur, nullptr, nullptr, nullptr,
-                                            nullptr, m);
-    };
+    const float* base_next = fuse ? base + first + block : nullptr;
+    const float* residual_next = fuse && Feedback ? residual + first + block : nullptr;
     if (scale.absmax == 0.0f) {  // every value ±0: every code 0, and no error
       std::memset(codes, 0, code_bytes(F, len));
       if constexpr (Feedback)
         for (std::size_t i = 0; i < len; ++i) r_cur[i] = cur[i] - 0.0f;
     } else if (scale.by_inverse) {
-      step([inverse = scale.inverse](float d) { return d * inverse; });
+      auto by_inverse = [inverse = scale.inverse](float d) { return d * inverse; };
+      if (fuse)
+        encode_and_load<F, Feedback, true>(len, cur, scale.absmax, by_inverse, codes, r_cur, base_next, t_next,
+                                           residual_next, next, m);
+      else  // the last block of the span, or the one before a short last one
+        encode_and_load<F, Feedback, false>(len, cur, scale.absmax, by_inverse, codes, r_cur, nullptr, nullptr,
+                                            nullptr, nullptr, m);
+    } else if (fuse) {
+      encode_and_load_dividing<F, Feedback, true>(len, cur, scale.absmax, codes, r_cur, base_next, t_next,
+                                                  residual_next, next, m);
     } else {
-      step([absmax = scale.absmax](float d) { return d / absmax; });
+      encode_and_load_dividing<F, Feedback, false>(len, cur, scale.absmax, codes, r_cur, nullptr, nullptr, nullptr,
+                                                   nullptr, m);
     }
     if (more && !fuse) m = load(k + 1, next);
   }
