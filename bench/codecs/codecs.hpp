@@ -20,7 +20,7 @@ inline constexpr float outer_momentum = 0.9f;
 /// second read is from cache), and the line read that write-allocate adds to
 /// a store is not counted.
 namespace bytes_per_param {
-inline constexpr double triad = 12;  ///< reads b, c; writes a
+inline constexpr double triad = 12;     ///< reads b, c; writes a
 inline constexpr double nesterov = 20;  ///< reads Θ, m, Δ; writes Θ, m
 /// encode_delta: reads base, θ (and residual), writes the encoding (and residual).
 inline double encode(diloco::codec::format f, std::size_t n, std::size_t block, bool feedback) {
@@ -41,8 +41,8 @@ void triad(std::span<float> a, std::span<const float> b, std::span<const float> 
 // library.cpp
 
 /// `diloco::codec::encode_delta`.
-bool encode_delta(diloco::codec::format f, std::size_t block, std::span<const float> base,
-                  std::span<const float> theta, std::span<float> residual, std::span<std::byte> out, unsigned threads);
+bool encode_delta(diloco::codec::format f, std::size_t block, std::span<const float> base, std::span<const float> theta,
+                  std::span<float> residual, std::span<std::byte> out, unsigned threads);
 /// `diloco::codec::decode_accumulate`.
 void decode_accumulate(diloco::codec::format f, std::size_t block, std::span<const std::byte> in, float weight,
                        std::span<float> acc, unsigned threads);

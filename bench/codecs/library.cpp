@@ -4,8 +4,8 @@
 
 namespace bench {
 
-bool encode_delta(diloco::codec::format f, std::size_t block, std::span<const float> base,
-                  std::span<const float> theta, std::span<float> residual, std::span<std::byte> out, unsigned threads) {
+bool encode_delta(diloco::codec::format f, std::size_t block, std::span<const float> base, std::span<const float> theta,
+                  std::span<float> residual, std::span<std::byte> out, unsigned threads) {
   return diloco::codec::encode_delta(f, block, base, theta, residual, out, threads);
 }
 

@@ -35,13 +35,13 @@
 #include <thread>
 #include <vector>
 
-#include "codecs.hpp"
-#include "diloco/detail/isa.hpp"
-#include "diloco/detail/parallel.hpp"
 #include <diloco_tools/cli.hpp>
 #include "../common/huge_buffer.hpp"
 #include "../common/json.hpp"
 #include "../common/stats.hpp"
+#include "codecs.hpp"
+#include "diloco/detail/isa.hpp"
+#include "diloco/detail/parallel.hpp"
 
 namespace {
 
@@ -64,14 +64,12 @@ struct options {
 const char* isa_in_use() {
   using diloco::detail::isa_copy;
   switch (diloco::detail::isa_in_use()) {
-    case isa_copy::avx512:
-      return "avx512 (the library's AVX-512 copy, picked at run time)";
+    case isa_copy::avx512: return "avx512 (the library's AVX-512 copy, picked at run time)";
     case isa_copy::avx2:
       return diloco::detail::isa_copy_available(isa_copy::avx512)
                  ? "avx2 (the library's AVX2 copy, forced: --isa avx2)"
                  : "avx2 (the library's AVX2 copy, picked at run time)";
-    case isa_copy::baseline:
-      break;
+    case isa_copy::baseline: break;
   }
   if (diloco::detail::isa_ceiling().load() == isa_copy::baseline) return "baseline (forced: --isa baseline)";
 #if defined(__AVX512BW__)
@@ -131,7 +129,8 @@ std::string check_prefix(std::span<const float> base, std::span<const float> the
     std::vector<float> delta(n), residual(n, 1e-4f), r_want(n);
     for (std::size_t i = 0; i < n; ++i) delta[i] = base[i] - theta[i] + residual[i];
     std::vector<std::byte> want(encoded_size(f, n, block)), got(want.size());
-    if (!encode(f, n, block, [&](std::size_t i) { return delta[i]; }, want))
+    if (!encode(
+            f, n, block, [&](std::size_t i) { return delta[i]; }, want))
       return std::string(name(f)) + ": codec::encode refused the prefix";
     if (!bench::encode_delta(f, block, base, theta, residual, got, threads))
       return std::string(name(f)) + ": encode_delta refused the prefix";
@@ -168,7 +167,13 @@ void run_once(method& m, std::size_t n, bool warm_up) {
 struct buffers {
   bench::huge_buffer base, theta, residual, acc, encoded, triad_out, global, delta;
   explicit buffers(std::size_t n)
-      : base(4 * n), theta(4 * n), residual(4 * n), acc(4 * n), encoded(4 * n), triad_out(4 * n), global(4 * n),
+      : base(4 * n),
+        theta(4 * n),
+        residual(4 * n),
+        acc(4 * n),
+        encoded(4 * n),
+        triad_out(4 * n),
+        global(4 * n),
         delta(4 * n) {}
 };
 
@@ -203,24 +208,26 @@ int run_size(const options& o, std::size_t n, unsigned many, const buffers& b) {
 
   std::vector<method> methods;
   for (const unsigned t : {1u, many})
-    methods.push_back({"triad", t, bench::bytes_per_param::triad, [=] { bench::triad(triad_out, base, theta, 3.0f, t); }});
+    methods.push_back(
+        {"triad", t, bench::bytes_per_param::triad, [=] { bench::triad(triad_out, base, theta, 3.0f, t); }});
   // Per format: the encodings, then the decodings of what the last one wrote.
   for (const format f : diloco::codec::formats) {
     const auto out = b.encoded.first<std::byte>(diloco::codec::encoded_size(f, n, o.block));
     const std::string fmt(diloco::codec::name(f));
     for (const bool feedback : {false, true})
       for (const unsigned t : {1u, many})
-        methods.push_back({(feedback ? "encode_ef/" : "encode/") + fmt, t,
-                           bench::bytes_per_param::encode(f, n, o.block, feedback), [=, block = o.block] {
-                             if (!bench::encode_delta(f, block, base, theta, feedback ? residual : std::span<float>(),
-                                                      out, t))
-                               throw std::runtime_error("encode_delta refused finite input");
-                           }});
+        methods.push_back(
+            {(feedback ? "encode_ef/" : "encode/") + fmt, t, bench::bytes_per_param::encode(f, n, o.block, feedback),
+             [=, block = o.block] {
+               if (!bench::encode_delta(f, block, base, theta, feedback ? residual : std::span<float>(), out, t))
+                 throw std::runtime_error("encode_delta refused finite input");
+             }});
     for (const unsigned t : {1u, many})
       methods.push_back({"decode_acc/" + fmt, t, bench::bytes_per_param::decode(f, n, o.block),
                          [=, block = o.block] { bench::decode_accumulate(f, block, out, 1e-3f, acc, t); }});
   }
-  methods.push_back({"nesterov", 1, bench::bytes_per_param::nesterov, [&] { bench::nesterov_step(one, global, delta); }});
+  methods.push_back(
+      {"nesterov", 1, bench::bytes_per_param::nesterov, [&] { bench::nesterov_step(one, global, delta); }});
   methods.push_back(
       {"nesterov", many, bench::bytes_per_param::nesterov, [&] { bench::nesterov_step(all, global, delta); }});
 
@@ -255,21 +262,26 @@ int run_size(const options& o, std::size_t n, unsigned many, const buffers& b) {
                       {"median_ms", bench::rounded(m.bytes_per_param * static_cast<double>(n) / s[i].median / 1e6, 4)},
                       {"over_triad", bench::rounded(s[i].median / triad_of(m.threads), 3)}});
     }
-    const bench::json line{{"n", n},           {"block", o.block},   {"threads", many},
-                           {"isa", isa_in_use()}, {"repeat", o.repeat}, {"warmup", o.warmup},
+    const bench::json line{{"n", n},
+                           {"block", o.block},
+                           {"threads", many},
+                           {"isa", isa_in_use()},
+                           {"repeat", o.repeat},
+                           {"warmup", o.warmup},
                            {"methods", std::move(list)}};
     std::printf("%s\n", line.dump().c_str());
   } else {
-    std::printf("N = %zu fp32 (%zu MiB per buffer), block %zu, 1 and %u threads, %d timed repetitions after %d "
-                "warm-ups, methods interleaved; fused passes: %s\n",
-                n, n * 4 >> 20, o.block, many, o.repeat, o.warmup, isa_in_use());
+    std::printf(
+        "N = %zu fp32 (%zu MiB per buffer), block %zu, 1 and %u threads, %d timed repetitions after %d "
+        "warm-ups, methods interleaved; fused passes: %s\n",
+        n, n * 4 >> 20, o.block, many, o.repeat, o.warmup, isa_in_use());
     std::printf("  %-16s %7s %7s %12s %9s %9s %10s %10s\n", "method", "threads", "B/param", "median GB/s", "min", "max",
                 "median ms", "/ triad");
     for (std::size_t i = 0; i < methods.size(); ++i) {
       const auto& m = methods[i];
-      std::printf("  %-16s %7u %7.3f %12.1f %9.1f %9.1f %10.2f %10.2f\n", m.name.c_str(), m.threads,
-                  m.bytes_per_param, s[i].median, s[i].min, s[i].max,
-                  m.bytes_per_param * static_cast<double>(n) / s[i].median / 1e6, s[i].median / triad_of(m.threads));
+      std::printf("  %-16s %7u %7.3f %12.1f %9.1f %9.1f %10.2f %10.2f\n", m.name.c_str(), m.threads, m.bytes_per_param,
+                  s[i].median, s[i].min, s[i].max, m.bytes_per_param * static_cast<double>(n) / s[i].median / 1e6,
+                  s[i].median / triad_of(m.threads));
     }
     std::printf("\n");
   }

@@ -16,8 +16,8 @@ void four_pass_nesterov(std::span<float> global, std::span<float> momentum, std:
   float* __restrict m = momentum.data();
   float* __restrict t = tmp.data();
   const float* __restrict d = delta.data();
-  for (std::size_t i = 0; i < n; ++i) m[i] *= outer_momentum;                // reads m, writes m: 8 B
-  for (std::size_t i = 0; i < n; ++i) m[i] += d[i];                          // reads m, Δ, writes m: 12 B
+  for (std::size_t i = 0; i < n; ++i) m[i] *= outer_momentum;               // reads m, writes m: 8 B
+  for (std::size_t i = 0; i < n; ++i) m[i] += d[i];                         // reads m, Δ, writes m: 12 B
   for (std::size_t i = 0; i < n; ++i) t[i] = d[i] + outer_momentum * m[i];  // reads Δ, m, writes tmp: 12 B
   for (std::size_t i = 0; i < n; ++i) g[i] -= outer_lr * t[i];              // reads Θ, tmp, writes Θ: 12 B
 }

@@ -28,11 +28,11 @@
 #include <utility>
 #include <vector>
 
-#include "outer_step.hpp"
 #include <diloco_tools/cli.hpp>
 #include "../common/huge_buffer.hpp"
 #include "../common/json.hpp"
 #include "../common/stats.hpp"
+#include "outer_step.hpp"
 
 namespace {
 
@@ -120,7 +120,8 @@ struct method {
 std::string mib(std::size_t bytes) { return std::to_string(bytes >> 20) + " MiB"; }
 
 int run_size(const options& o, std::size_t n, const bench::huge_buffer& global_buf, const bench::huge_buffer& delta_buf,
-             const bench::huge_buffer& m_four_buf, const bench::huge_buffer& m_loop_buf, const bench::huge_buffer& tmp_buf) {
+             const bench::huge_buffer& m_four_buf, const bench::huge_buffer& m_loop_buf,
+             const bench::huge_buffer& tmp_buf) {
   const auto global = global_buf.first<float>(n), delta = delta_buf.first<float>(n),
              m_four = m_four_buf.first<float>(n), m_loop = m_loop_buf.first<float>(n), tmp = tmp_buf.first<float>(n);
   for (std::size_t i = 0; i < n; ++i) {
@@ -131,7 +132,8 @@ int run_size(const options& o, std::size_t n, const bench::huge_buffer& global_b
   std::fill(m_loop.begin(), m_loop.end(), 0.0f);
   std::fill(tmp.begin(), tmp.end(), 0.0f);
 
-  if (auto err = check_prefix(global.first(std::min<std::size_t>(n, 4099)), delta.first(std::min<std::size_t>(n, 4099)));
+  if (auto err =
+          check_prefix(global.first(std::min<std::size_t>(n, 4099)), delta.first(std::min<std::size_t>(n, 4099)));
       !err.empty()) {
     std::fprintf(stderr, "bench_outer_step: N = %zu: %s\n", n, err.c_str());
     return 1;
@@ -152,10 +154,10 @@ int run_size(const options& o, std::size_t n, const bench::huge_buffer& global_b
   std::vector<method> methods;
   methods.push_back({"triad", bench::bytes_per_param::triad, [&] { bench::triad(tmp, global, delta, triad_scalar); }});
   methods.push_back({"diloco", bench::bytes_per_param::fused, [&] { bench::diloco_step(optimizer, global, delta); }});
-  methods.push_back({"four_pass", bench::bytes_per_param::four_pass,
-                     [&] { bench::four_pass_nesterov(global, m_four, tmp, delta); }});
-  methods.push_back({"element_loop", bench::bytes_per_param::fused,
-                     [&] { bench::diloco_element_loop(global, m_loop, delta); }});
+  methods.push_back(
+      {"four_pass", bench::bytes_per_param::four_pass, [&] { bench::four_pass_nesterov(global, m_four, tmp, delta); }});
+  methods.push_back(
+      {"element_loop", bench::bytes_per_param::fused, [&] { bench::diloco_element_loop(global, m_loop, delta); }});
   methods.push_back({"memcpy", bench::bytes_per_param::copy, [&] { bench::copy(tmp, delta); }});
 
   for (int r = 0; r < o.warmup + o.repeat; ++r) {

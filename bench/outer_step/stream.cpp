@@ -13,8 +13,6 @@ void triad(std::span<float> a, std::span<const float> b, std::span<const float> 
   for (std::size_t i = 0; i < n; ++i) pa[i] = pb[i] + s * pc[i];
 }
 
-void copy(std::span<float> dst, std::span<const float> src) {
-  std::memcpy(dst.data(), src.data(), src.size_bytes());
-}
+void copy(std::span<float> dst, std::span<const float> src) { std::memcpy(dst.data(), src.data(), src.size_bytes()); }
 
 }  // namespace bench

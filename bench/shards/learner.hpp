@@ -18,8 +18,8 @@
 #include <vector>
 
 #include <diloco/diloco.hpp>
-#include <diloco/transport/shards.hpp>
 #include <diloco/protocol/wire.hpp>
+#include <diloco/transport/shards.hpp>
 #include <diloco/transport/zeromq.hpp>
 
 namespace bench {

@@ -62,9 +62,10 @@ struct options {
 };
 
 std::optional<int> parse(int argc, char** argv, options& o) {
-  CLI::App app("Contribution bytes per second merged by a syncer of 1, 2, 4 shards (diloco_syncer processes, "
-               "ZeroMQ tcp on 127.0.0.1).",
-               "bench_shards");
+  CLI::App app(
+      "Contribution bytes per second merged by a syncer of 1, 2, 4 shards (diloco_syncer processes, "
+      "ZeroMQ tcp on 127.0.0.1).",
+      "bench_shards");
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   app.add_option("--shards", o.shards, "shard counts S, each at most P (ratios need 1)")
       ->delimiter(',')
@@ -82,12 +83,13 @@ std::optional<int> parse(int argc, char** argv, options& o) {
       ->check(CLI::Range(1u, 256u).description(""))
       ->capture_default_str()
       ->type_name("M");
-  app.add_option("--quorum", o.quorum, "K of every shard: 'all' (M, a round merges every learner's contribution) or "
-                                       "a number")
+  app.add_option("--quorum", o.quorum,
+                 "K of every shard: 'all' (M, a round merges every learner's contribution) or "
+                 "a number")
       ->check(CLI::Validator(
           [](std::string& v) {
             return v == "all" || diloco_tools::whole_at_least(1)(v).empty() ? std::string()
-                                                                             : "expected 'all' or K >= 1, got " + v;
+                                                                            : "expected 'all' or K >= 1, got " + v;
           },
           ""))
       ->capture_default_str()
@@ -131,11 +133,11 @@ double epoch_seconds() {
 
 /// What one run of S shards measured.
 struct run_result {
-  double gbps = 0;                 ///< merged bytes per second, all shards, 10⁹
-  std::uint64_t merged = 0;        ///< contributions merged in the window, all shards
-  double window = 0;               ///< seconds measured
-  std::uint64_t rejected = 0;      ///< refusals over the whole run, all shards
-  std::uint64_t outer_updates = 0; ///< over the whole run, all shards
+  double gbps = 0;                               ///< merged bytes per second, all shards, 10⁹
+  std::uint64_t merged = 0;                      ///< contributions merged in the window, all shards
+  double window = 0;                             ///< seconds measured
+  std::uint64_t rejected = 0;                    ///< refusals over the whole run, all shards
+  std::uint64_t outer_updates = 0;               ///< over the whole run, all shards
   std::map<std::string, std::uint64_t> reasons;  ///< the refusals by reason
 };
 
@@ -325,10 +327,11 @@ int main(int argc, char** argv) {
                            {"shards", std::move(shards)}};
     std::printf("%s\n", line.dump().c_str());
   } else {
-    std::printf("%s fp32 parameters in P=%u fragments of %zu bytes, M=%u learners, K=%u, %d repetitions of %.1f s, "
-                "%u cores\n",
-                size_name(o.parameters).c_str(), o.fragments, fragment_bytes, o.learners, quorum, o.repeat, o.seconds,
-                std::thread::hardware_concurrency());
+    std::printf(
+        "%s fp32 parameters in P=%u fragments of %zu bytes, M=%u learners, K=%u, %d repetitions of %.1f s, "
+        "%u cores\n",
+        size_name(o.parameters).c_str(), o.fragments, fragment_bytes, o.learners, quorum, o.repeat, o.seconds,
+        std::thread::hardware_concurrency());
     std::printf("  %-7s %10s %19s %8s\n", "shards", "GB/s", "[min - max]", "x S=1");
     for (const auto& row : all) {
       const auto g = row.gbps();

@@ -50,15 +50,24 @@ class syncer_shards {
       std::filesystem::remove(trace(i));
       diloco_tools::process_spec spec;
       spec.argv = {s.program,
-                   "--endpoint", endpoints_.back(),
-                   "--fragments", std::to_string(s.fragments),
-                   "--H", std::to_string(s.sync_period),
-                   "--quorum", std::to_string(s.quorum),
-                   "--grace", "0",  // a round closes once its quorum is in: merging, not waiting, is measured
-                   "--shard", std::to_string(i) + "/" + std::to_string(count),
-                   "--threads", std::to_string(s.threads),
-                   "--end-when-gone", "never",  // the bench ends the run (SIGTERM)
-                   "--trace", trace(i).string(),
+                   "--endpoint",
+                   endpoints_.back(),
+                   "--fragments",
+                   std::to_string(s.fragments),
+                   "--H",
+                   std::to_string(s.sync_period),
+                   "--quorum",
+                   std::to_string(s.quorum),
+                   "--grace",
+                   "0",  // a round closes once its quorum is in: merging, not waiting, is measured
+                   "--shard",
+                   std::to_string(i) + "/" + std::to_string(count),
+                   "--threads",
+                   std::to_string(s.threads),
+                   "--end-when-gone",
+                   "never",  // the bench ends the run (SIGTERM)
+                   "--trace",
+                   trace(i).string(),
                    "--quiet"};
       spec.stdout_path = directory_ / (name + ".json");
       spec.stderr_path = directory_ / (name + ".log");
@@ -74,7 +83,8 @@ class syncer_shards {
   void check_running() {
     for (std::size_t i = 0; i < children_.size(); ++i)
       if (auto st = children_[i].poll())
-        throw std::runtime_error("shard " + std::to_string(i) + " ended early (" + st->to_string() + "): " + log_tail(i));
+        throw std::runtime_error("shard " + std::to_string(i) + " ended early (" + st->to_string() +
+                                 "): " + log_tail(i));
   }
 
   /// SIGTERM to every shard, which merges its open rounds, prints its

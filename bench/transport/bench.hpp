@@ -18,14 +18,14 @@ using clock = std::chrono::steady_clock;
 
 /// What arrived during one throughput measurement.
 struct stream_result {
-  double seconds = 0;           ///< from the sender's first send to the receiver's last message
-  std::uint64_t messages = 0;   ///< messages received (all checked)
+  double seconds = 0;          ///< from the sender's first send to the receiver's last message
+  std::uint64_t messages = 0;  ///< messages received (all checked)
   std::uint64_t payload_bytes = 0;
 };
 
 /// Limits of one measurement.
 struct stream_limits {
-  double seconds = 0.5;           ///< the sender stops after this much time ...
+  double seconds = 0.5;            ///< the sender stops after this much time ...
   std::uint64_t min_messages = 8;  ///< ... once it has sent at least this many
 };
 
@@ -58,10 +58,10 @@ struct link_options {
 };
 
 // One factory per implementation, each in its own translation unit.
-std::unique_ptr<link> make_raw_tcp(const link_options& o, bool checksum);  // raw_tcp.cpp
-std::unique_ptr<link> make_inproc_hub(const link_options& o);              // inproc.cpp
+std::unique_ptr<link> make_raw_tcp(const link_options& o, bool checksum);                      // raw_tcp.cpp
+std::unique_ptr<link> make_inproc_hub(const link_options& o);                                  // inproc.cpp
 std::unique_ptr<link> make_zmq(const link_options& o, const std::string& scheme, bool curve);  // zeromq.cpp
-std::unique_ptr<link> make_asio_tcp(const link_options& o);                // tcp.cpp
+std::unique_ptr<link> make_asio_tcp(const link_options& o);                                    // tcp.cpp
 
 /// GB/s (10⁹ bytes/s) of CRC-32C over `bytes` bytes (one thread, the
 /// library's `diloco::crc32c`), the median of `repeat` passes over a buffer of

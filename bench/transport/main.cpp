@@ -42,17 +42,17 @@
 #include <utility>
 #include <vector>
 
-#include "bench.hpp"
 #include <diloco_tools/cli.hpp>
 #include "../common/json.hpp"
 #include "../common/stats.hpp"
+#include "bench.hpp"
 
 namespace {
 
 using bench::link;
+using bench::link_options;
 using bench::median;
 using bench::quantile;
-using bench::link_options;
 
 struct transport {
   const char* name;
@@ -118,7 +118,8 @@ std::optional<int> parse(int argc, char** argv, options& o) {
       ->check(diloco_tools::in(diloco_tools::interval<double>{0, 3600}))
       ->capture_default_str()
       ->type_name("S");
-  app.add_option("--latency-seconds", o.latency_seconds, "round trips per measurement, for about S seconds (5 at least)")
+  app.add_option("--latency-seconds", o.latency_seconds,
+                 "round trips per measurement, for about S seconds (5 at least)")
       ->check(diloco_tools::in(diloco_tools::interval<double>{0, 3600}))
       ->capture_default_str()
       ->type_name("S");
@@ -192,8 +193,8 @@ long page_faults() {
 }
 
 size_result run_size(const options& o, std::size_t bytes, const std::vector<transport>& chosen) {
-  const bool curve =
-      std::any_of(chosen.begin(), chosen.end(), [](const transport& t) { return t.name == std::string_view("zmq_tcp_curve"); });
+  const bool curve = std::any_of(chosen.begin(), chosen.end(),
+                                 [](const transport& t) { return t.name == std::string_view("zmq_tcp_curve"); });
   const std::size_t part = o.chunk_bytes == 0 ? bytes : std::min(bytes, o.chunk_bytes);
   size_result s{bytes, bench::crc32c_gbps(bytes, 5), curve ? bench::curve_cipher_gbps(part, 0.25) : NAN, {}};
   for (const auto& t : chosen) s.rows.push_back({&t, {}, {}, {}, {}});
@@ -231,17 +232,17 @@ size_result run_size(const options& o, std::size_t bytes, const std::vector<tran
 void print_size(const options& o, const size_result& s) {
   std::printf("payload %s: %d repetitions, %.2f s each; crc32c alone %.2f GB/s on one thread\n",
               size_name(s.bytes).c_str(), o.repeat, o.seconds, s.crc_gbps);
-  std::printf("  %-18s %8s %17s %7s %11s %10s %7s %11s\n", "transport", "GB/s", "[min - max]", "x raw",
-              "RTT med us", "RTT p99 us", "trips", "faults/msg");
+  std::printf("  %-18s %8s %17s %7s %11s %10s %7s %11s\n", "transport", "GB/s", "[min - max]", "x raw", "RTT med us",
+              "RTT p99 us", "trips", "faults/msg");
   for (const auto& m : s.rows) {
     const auto [lo, hi] = std::minmax_element(m.gbps.begin(), m.gbps.end());
-    std::printf("  %-18s %8.3f [%7.3f - %7.3f] %7.3f %11.1f %10.1f %7zu %11.1f\n", m.t->label, median(m.gbps), *lo,
-                *hi, median(m.ratio), median(m.rtt_us), quantile(m.rtt_us, 0.99), m.rtt_us.size(), median(m.faults));
+    std::printf("  %-18s %8.3f [%7.3f - %7.3f] %7.3f %11.1f %10.1f %7zu %11.1f\n", m.t->label, median(m.gbps), *lo, *hi,
+                median(m.ratio), median(m.rtt_us), quantile(m.rtt_us, 0.99), m.rtt_us.size(), median(m.faults));
   }
   const double curve = paired_ratio(find(s, "zmq_tcp_curve"), find(s, "zmq_tcp"));
   if (!std::isnan(curve))
-    std::printf("  zeromq tcp: CURVE / plaintext throughput %.3f; CURVE / its cipher alone (%.3f GB/s) %.3f\n",
-                curve, s.cipher_gbps, median(find(s, "zmq_tcp_curve")->gbps) / s.cipher_gbps);
+    std::printf("  zeromq tcp: CURVE / plaintext throughput %.3f; CURVE / its cipher alone (%.3f GB/s) %.3f\n", curve,
+                s.cipher_gbps, median(find(s, "zmq_tcp_curve")->gbps) / s.cipher_gbps);
   std::printf("\n");
   std::fflush(stdout);
 }
@@ -260,19 +261,19 @@ void print_json(const options& o, const size_result& s) {
                              {"trips", m.rtt_us.size()},
                              {"page_faults_per_message", number(median(m.faults))}};
   }
-  const bench::json line{{"payload_bytes", s.bytes},
-                         {"repeat", o.repeat},
-                         {"seconds", o.seconds},
-                         {"queue_bytes", o.queue_bytes},
-                         {"keep_large_blocks", o.keep_large_blocks},
-                         {"crc32c_gbps", number(s.crc_gbps)},
-                         {"transports", std::move(transports)},
-                         {"curve_over_plaintext", number(paired_ratio(find(s, "zmq_tcp_curve"), find(s, "zmq_tcp")))},
-                         {"curve_cipher_gbps", number(s.cipher_gbps)},
-                         {"curve_over_cipher", number(find(s, "zmq_tcp_curve")
-                                                          ? median(find(s, "zmq_tcp_curve")->gbps) / s.cipher_gbps
-                                                          : NAN)},
-                         {"chunk_bytes", o.chunk_bytes}};
+  const bench::json line{
+      {"payload_bytes", s.bytes},
+      {"repeat", o.repeat},
+      {"seconds", o.seconds},
+      {"queue_bytes", o.queue_bytes},
+      {"keep_large_blocks", o.keep_large_blocks},
+      {"crc32c_gbps", number(s.crc_gbps)},
+      {"transports", std::move(transports)},
+      {"curve_over_plaintext", number(paired_ratio(find(s, "zmq_tcp_curve"), find(s, "zmq_tcp")))},
+      {"curve_cipher_gbps", number(s.cipher_gbps)},
+      {"curve_over_cipher",
+       number(find(s, "zmq_tcp_curve") ? median(find(s, "zmq_tcp_curve")->gbps) / s.cipher_gbps : NAN)},
+      {"chunk_bytes", o.chunk_bytes}};
   std::printf("%s\n", line.dump().c_str());
   std::fflush(stdout);
 }

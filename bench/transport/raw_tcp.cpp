@@ -11,14 +11,14 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <span>
-#include <vector>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
+#include <span>
 #include <string>
 #include <system_error>
 #include <thread>
+#include <vector>
 
 #include <diloco/protocol/buffer.hpp>
 #include <diloco/protocol/crc32c.hpp>
@@ -268,7 +268,8 @@ std::string check_crc32c() {
     for (std::size_t offset = 0; offset < 8; ++offset) {
       const std::span<const std::byte> data(reinterpret_cast<const std::byte*>(bytes.data() + offset), n);
       const std::uint32_t expected = bitwise(bytes.data() + offset, n);
-      if (diloco::crc32c(data) != expected || diloco::crc32c(data.subspan(n / 3), diloco::crc32c(data.first(n / 3))) != expected)
+      if (diloco::crc32c(data) != expected ||
+          diloco::crc32c(data.subspan(n / 3), diloco::crc32c(data.first(n / 3))) != expected)
         return "diloco::crc32c differs from a bitwise CRC-32C over " + std::to_string(n) + " bytes at offset " +
                std::to_string(offset);
     }

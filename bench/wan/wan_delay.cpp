@@ -89,10 +89,14 @@ int main(int argc, char** argv) {
     const std::string_view flag = argv[i];
     if (i + 1 >= argc) return usage();
     const std::string_view value = argv[++i];
-    if (flag == "--queue" && parse(value, queue) && queue <= 65535) have_queue = true;
-    else if (flag == "--delay-us" && parse(value, delay_us) && delay_us <= 10'000'000) have_delay = true;
-    else if (flag == "--max-held" && parse(value, max_held) && max_held >= 1 && max_held <= (1u << 24)) continue;
-    else return usage();
+    if (flag == "--queue" && parse(value, queue) && queue <= 65535)
+      have_queue = true;
+    else if (flag == "--delay-us" && parse(value, delay_us) && delay_us <= 10'000'000)
+      have_delay = true;
+    else if (flag == "--max-held" && parse(value, max_held) && max_held >= 1 && max_held <= (1u << 24))
+      continue;
+    else
+      return usage();
   }
   if (!have_queue || !have_delay) return usage();
 
@@ -119,7 +123,7 @@ int main(int argc, char** argv) {
   nfnl_rcvbufsiz(nfq_nfnlh(handle), 16u << 20);
   const int fd = nfq_fd(handle);
 
-  struct sigaction action{};
+  struct sigaction action {};
   action.sa_handler = request_stop;
   sigaction(SIGINT, &action, nullptr);
   sigaction(SIGTERM, &action, nullptr);

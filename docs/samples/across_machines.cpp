@@ -129,13 +129,13 @@ int run_syncer(const fs::path& keys) {
   std::fflush(stdout);
 
   auto config = configuration();
-  config.end.expected_learners = learners;                        // not before all of them have joined,
-  config.end.when_all_gone = std::chrono::seconds(3);             // end 3 s after the last one left
-  config.end.deadline = std::chrono::minutes(10);                 // and in any case after 10 minutes
+  config.end.expected_learners = learners;             // not before all of them have joined,
+  config.end.when_all_gone = std::chrono::seconds(3);  // end 3 s after the last one left
+  config.end.deadline = std::chrono::minutes(10);      // and in any case after 10 minutes
   const linear_fit init;
-  const std::vector<float> start(init.layout().size(), 0.0f);     // the initial global model: all zero
+  const std::vector<float> start(init.layout().size(), 0.0f);  // the initial global model: all zero
   auto sync = config.make_syncer(init.layout(), std::span<const float>(start), transport);
-  sync.run(std::stop_token{});                                     // returns when the run has ended
+  sync.run(std::stop_token{});  // returns when the run has ended
 
   std::mt19937 rng(7);
   const auto held_out = draw(rng, 1000);

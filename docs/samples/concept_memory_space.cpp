@@ -16,8 +16,8 @@
 #include <diloco/concepts/memory_space.hpp>
 #include <diloco/params/fragments.hpp>
 #include <diloco/params/layout.hpp>
-#include <diloco/runtime/host_memory.hpp>
 #include <diloco/protocol/payload.hpp>
+#include <diloco/runtime/host_memory.hpp>
 
 /// n values of this space: move-only, as device memory usually is.
 template <class T>
@@ -51,8 +51,8 @@ class counted_memory {
   }
   template <diloco::scalar T>
   void adopt(diloco::codec_id codec, std::uint32_t block, std::span<const std::byte> payload,
-             std::span<const diloco::fragment_slice> slices, std::span<T> theta, buffer<T>& base,
-             diloco::adoption how, T alpha) {
+             std::span<const diloco::fragment_slice> slices, std::span<T> theta, buffer<T>& base, diloco::adoption how,
+             T alpha) {
     crossed += payload.size();
     host_.adopt(codec, block, payload, slices, theta, base, how, alpha);
   }
@@ -129,7 +129,7 @@ int main() {
   std::vector<float> packed(n);
   space.gather<float>(slices, theta, packed);
   for (std::size_t i = 0; i < n; ++i) ok = ok && packed[i] == answer[i] - 0.25f;
-  std::printf("fragment 0: %zu values, outer gradient %.2f, rebased by %.2f, %zu bytes crossed\n", n,
-              double(delta[0]), double(packed[0] - answer[0]), space.crossed);
+  std::printf("fragment 0: %zu values, outer gradient %.2f, rebased by %.2f, %zu bytes crossed\n", n, double(delta[0]),
+              double(packed[0] - answer[0]), space.crossed);
   return ok ? 0 : 1;
 }

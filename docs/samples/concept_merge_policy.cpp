@@ -10,8 +10,8 @@
 #include <vector>
 
 #include <diloco/concepts/merge_policy.hpp>
-#include <diloco/scalar.hpp>
 #include <diloco/merge/weighted_mean.hpp>
+#include <diloco/scalar.hpp>
 
 /// A Weighting: a contribution weighs the inner steps behind it.
 struct by_steps {

@@ -36,9 +36,10 @@ struct line : ::torch::nn::Module {
 /// The module and its adapter, one per learner.
 struct learner_model {
   std::shared_ptr<line> net = std::make_shared<line>();
-  diloco::torch::module_model<batch> model{*net, [this](const batch& b) {
-    return diloco::torch::forward_result{::torch::mse_loss(net->forward(b.x), b.y), std::uint64_t(b.x.size(0))};
-  }};
+  diloco::torch::module_model<batch> model{
+      *net, [this](const batch& b) {
+        return diloco::torch::forward_result{::torch::mse_loss(net->forward(b.x), b.y), std::uint64_t(b.x.size(0))};
+      }};
 };
 
 int main() {
@@ -68,7 +69,7 @@ int main() {
       diloco::torch::optimizer<::torch::optim::AdamW> adamw(mine.model,
                                                             ::torch::optim::AdamWOptions(0.02).weight_decay(0));
       learner<decltype(mine.model), decltype(adamw), inproc::endpoint> unit(mine.model, hub.attach(id), {.id = id},
-                                                                           std::move(adamw));
+                                                                            std::move(adamw));
       for (int step = 0; step < 1000; ++step) {
         // A schedule: the learning rate decays linearly to a twentieth, so the model settles.
         unit.inner().options().lr(0.02 * (1.0 - 0.95 * step / 1000.0));

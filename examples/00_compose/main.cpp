@@ -1,7 +1,7 @@
 // The README's example: four learner threads and a syncer thread train a
 // small model with Decoupled DiLoCo through the in-process transport.
-#include <cmath>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <thread>
 #include <vector>

@@ -21,7 +21,7 @@ namespace fashion {
 /// What `fashion_mnist` was asked to do.
 struct command {
   settings run;
-  example_trainer::parsed_run parsed;  ///< `--role all`, `--fragments`
+  example_trainer::parsed_run parsed;       ///< `--role all`, `--fragments`
   std::vector<std::string> evaluate_files;  ///< `--evaluate FILE...`: only evaluate the parameters in each FILE
 };
 
@@ -51,17 +51,19 @@ inline void check(command& c, std::optional<std::uint64_t> checkpoint_every) {
   if (checkpoint_every) s.checkpoint_every = *checkpoint_every;
   if (s.gpu_learners > s.learners) refuse("--gpu-learners must not exceed --learners");
   if (s.gpu_learners > 0 && s.run_mode == mode::data_parallel)
-    refuse("--gpu-learners needs --mode diloco or decoupled (GPU learners take AdamW inner steps; data parallel "
-           "learners take SGD ones)");
+    refuse(
+        "--gpu-learners needs --mode diloco or decoupled (GPU learners take AdamW inner steps; data parallel "
+        "learners take SGD ones)");
   // A process that will run a GPU learner (or, with --role all, start one)
   // needs a usable device; the syncer does not.
-  const bool runs_gpu = c.parsed.launch_all ? s.gpu_learners > 0
-                        : s.part == role::syncer ? false
+  const bool runs_gpu = c.parsed.launch_all       ? s.gpu_learners > 0
+                        : s.part == role::syncer  ? false
                         : s.part == role::learner ? s.learner_id < s.gpu_learners
                                                   : s.gpu_learners > 0;
   if (runs_gpu)
     if (const auto why = gpu_unavailable()) refuse("--gpu-learners: " + *why);
-  if (!s.snapshot_dir.empty() && s.part == role::learner) refuse("--snapshot-dir is for the syncer, not --role learner");
+  if (!s.snapshot_dir.empty() && s.part == role::learner)
+    refuse("--snapshot-dir is for the syncer, not --role learner");
   if (!s.snapshot_dir.empty() && s.eval_every == 0) refuse("--snapshot-dir needs --eval-every N above 0");
 }
 
@@ -69,9 +71,10 @@ inline void check(command& c, std::optional<std::uint64_t> checkpoint_every) {
 /// status to end with: 0 after `--help` (the options on stdout), 2 for a bad
 /// command line (the reason on stderr).
 inline std::optional<int> parse_command_line(int argc, char** argv, command& c) {
-  CLI::App app("Trains a 784-256-256-10 MLP on Fashion-MNIST with M learners and prints one JSON line with the test "
-               "accuracy of the final global model.",
-               "fashion_mnist");
+  CLI::App app(
+      "Trains a 784-256-256-10 MLP on Fashion-MNIST with M learners and prints one JSON line with the test "
+      "accuracy of the final global model.",
+      "fashion_mnist");
   app.get_formatter()->column_width(34);
   // Repeated options: the last one counts (`--role all` appends to the
   // command line it passes on).
@@ -94,8 +97,9 @@ inline std::optional<int> parse_command_line(int argc, char** argv, command& c) 
          [&](const std::string& v) {
            const auto parts = split_list(v, ':');
            if (parts.size() != 3) throw CLI::ValidationError("--stall takes LEARNER:AFTER:STEPS");
-           s.stall = stall_plan{parse_number<u32>("--stall", parts[0], {0}), parse_number<u64>("--stall", parts[1], {0}),
-                                parse_number<u64>("--stall", parts[2], {0})};
+           s.stall =
+               stall_plan{parse_number<u32>("--stall", parts[0], {0}), parse_number<u64>("--stall", parts[1], {0}),
+                          parse_number<u64>("--stall", parts[2], {0})};
          },
          "learner L freezes after its step AFTER for STEPS of its steps")
       ->type_name("L:AFTER:STEPS");
@@ -104,7 +108,8 @@ inline std::optional<int> parse_command_line(int argc, char** argv, command& c) 
          [&](const std::string& v) {
            const auto parts = split_list(v, ':');
            if (parts.size() != 2) throw CLI::ValidationError("--leave takes COUNT:AFTER");
-           s.leave = leave_plan{parse_number<u32>("--leave", parts[0], {0}), parse_number<u64>("--leave", parts[1], {1})};
+           s.leave =
+               leave_plan{parse_number<u32>("--leave", parts[0], {0}), parse_number<u64>("--leave", parts[1], {1})};
          },
          "the last N learners leave for good after AFTER (>= 1) of their steps")
       ->type_name("N:AFTER");
@@ -122,10 +127,10 @@ inline std::optional<int> parse_command_line(int argc, char** argv, command& c) 
              "merge rule",
              "merge rule (tokens; trimmed: coordinate-wise 25 % trimmed mean, median: coordinate-wise median, both "
              "robust to outlying learners)");
-  add_number<double>(app, "--clip", s.screening.clip_factor, {0.0, real_max},
-                     "clip outer gradients and weights above C x the median, C >= 1 (" +
-                         shown(s.screening.clip_factor) + "; 0: off)",
-                     "C");
+  add_number<double>(
+      app, "--clip", s.screening.clip_factor, {0.0, real_max},
+      "clip outer gradients and weights above C x the median, C >= 1 (" + shown(s.screening.clip_factor) + "; 0: off)",
+      "C");
   add_number<u32>(app, "--quarantine-after", s.screening.quarantine_after, {0},
                   "quarantine a learner after N norm-clipped or refused contributions in a row (" +
                       std::to_string(s.screening.quarantine_after) + "; 0: never)",
@@ -138,9 +143,9 @@ inline std::optional<int> parse_command_line(int argc, char** argv, command& c) 
   add_number<u64>(app, "--seed", s.seed, {}, "seed of initialization, sharding and sampling (1)", "SEED");
   app.add_option("--data-dir", s.data_dir, "Fashion-MNIST files (" + s.data_dir + ")")->type_name("DIR");
   example_trainer::add_processes(app, s, c.parsed,
-                                       "the syncer's ZeroMQ endpoint, e.g. tcp://127.0.0.1:5555 (all: a free loopback "
-                                       "port); role learner of a sharded syncer: every shard's, comma-separated",
-                                       "URL[,URL...]");
+                                 "the syncer's ZeroMQ endpoint, e.g. tcp://127.0.0.1:5555 (all: a free loopback "
+                                 "port); role learner of a sharded syncer: every shard's, comma-separated",
+                                 "URL[,URL...]");
   example_trainer::add_progress(app, s);
   add_number<u64>(app, "--eval-every", s.eval_every, {0},
                   "print the test accuracy of the global model on stderr every N outer updates, 0 for never (" +

@@ -46,10 +46,14 @@ std::unique_ptr<learner_unit<Transport>> make_gpu_learner(Transport& transport, 
       std::move(model), transport, options, std::move(inner), "gpu");
 }
 
-template std::unique_ptr<learner_unit<diloco::inproc::endpoint>> make_gpu_learner(
-    diloco::inproc::endpoint&, const diloco::learner_options&, const diloco::inner::adamw_options&, std::uint64_t);
-template std::unique_ptr<learner_unit<diloco::sim::endpoint>> make_gpu_learner(
-    diloco::sim::endpoint&, const diloco::learner_options&, const diloco::inner::adamw_options&, std::uint64_t);
+template std::unique_ptr<learner_unit<diloco::inproc::endpoint>> make_gpu_learner(diloco::inproc::endpoint&,
+                                                                                  const diloco::learner_options&,
+                                                                                  const diloco::inner::adamw_options&,
+                                                                                  std::uint64_t);
+template std::unique_ptr<learner_unit<diloco::sim::endpoint>> make_gpu_learner(diloco::sim::endpoint&,
+                                                                               const diloco::learner_options&,
+                                                                               const diloco::inner::adamw_options&,
+                                                                               std::uint64_t);
 template std::unique_ptr<learner_unit<diloco::sharded<diloco::zeromq::client>>> make_gpu_learner(
     diloco::sharded<diloco::zeromq::client>&, const diloco::learner_options&, const diloco::inner::adamw_options&,
     std::uint64_t);
@@ -61,8 +65,8 @@ gpu_probe probe_gpu_mlp(std::uint64_t seed, std::span<const float> params, const
   out.initial.resize(model.parameters().size());
   out.gradients.resize(model.parameters().size());
   if (params.size() != out.initial.size())
-    throw std::invalid_argument("fashion::probe_gpu_mlp: " + std::to_string(params.size()) + " parameters for a model of " +
-                                std::to_string(out.initial.size()));
+    throw std::invalid_argument("fashion::probe_gpu_mlp: " + std::to_string(params.size()) +
+                                " parameters for a model of " + std::to_string(out.initial.size()));
   diloco::cuda::device_memory& space = model.memory();
   space.read(std::span<const float>(model.parameters()), std::span<float>(out.initial));
   space.write(params, model.parameters());

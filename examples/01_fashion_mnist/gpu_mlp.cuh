@@ -73,8 +73,8 @@ inline constexpr unsigned loss_threads = 256;
 /// dz = (p − onehot(label)) / n. One block: thread t takes columns t, t+256,
 /// …; the mean loss is reduced over the threads in a fixed tree, so the
 /// result is deterministic. `*loss` receives the mean.
-__global__ void softmax_cross_entropy(const float* logits, const std::uint8_t* labels, std::size_t rows,
-                                      std::size_t n, float* dz, double* loss) {
+__global__ void softmax_cross_entropy(const float* logits, const std::uint8_t* labels, std::size_t rows, std::size_t n,
+                                      float* dz, double* loss) {
   __shared__ double partial[loss_threads];
   double sum_loss = 0.0;
   const float scale = float(n);
@@ -245,9 +245,9 @@ class gpu_mlp {
     grads_ = diloco::cuda::device_buffer<float>(layout_.size());
     loss_ = diloco::cuda::device_buffer<double>(1);
     loss_host_ = diloco::cuda::pinned_buffer<double>(1);
-    gpu_detail::check(cudaMemcpyAsync(params_.data(), initial.data(), params_.bytes(), cudaMemcpyHostToDevice,
-                                      stream_.get()),
-                      "cudaMemcpyAsync");
+    gpu_detail::check(
+        cudaMemcpyAsync(params_.data(), initial.data(), params_.bytes(), cudaMemcpyHostToDevice, stream_.get()),
+        "cudaMemcpyAsync");
     gpu_detail::check(cudaMemsetAsync(grads_.data(), 0, grads_.bytes(), stream_.get()), "cudaMemsetAsync");
     gpu_detail::check(stream_.synchronize(), "cudaStreamSynchronize");
   }

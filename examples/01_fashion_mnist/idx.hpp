@@ -8,8 +8,8 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cstdio>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <memory>
 #include <stdexcept>
@@ -102,8 +102,8 @@ inline images load_images(const std::string& path) {
   im.rows = f.read_be32("the row count");
   im.cols = f.read_be32("the column count");
   if (im.count == 0 || im.count > 10'000'000 || im.rows == 0 || im.rows > 4096 || im.cols == 0 || im.cols > 4096)
-    throw dataset_error(path + ": implausible dimensions " + std::to_string(im.count) + "x" +
-                        std::to_string(im.rows) + "x" + std::to_string(im.cols));
+    throw dataset_error(path + ": implausible dimensions " + std::to_string(im.count) + "x" + std::to_string(im.rows) +
+                        "x" + std::to_string(im.cols));
   im.pixels.resize(std::size_t(im.count) * im.rows * im.cols);
   f.read_exact(im.pixels.data(), im.pixels.size(), "the pixels");
   f.expect_end();
@@ -117,7 +117,8 @@ inline labels load_labels(const std::string& path, unsigned classes) {
   const std::uint32_t magic = f.read_be32("the magic number");
   if (magic != 0x00000801) throw dataset_error(path + ": not an IDX label file (expected magic 0x00000801)");
   const std::uint32_t count = f.read_be32("the label count");
-  if (count == 0 || count > 10'000'000) throw dataset_error(path + ": implausible label count " + std::to_string(count));
+  if (count == 0 || count > 10'000'000)
+    throw dataset_error(path + ": implausible label count " + std::to_string(count));
   labels l;
   l.values.resize(count);
   f.read_exact(l.values.data(), count, "the labels");
@@ -133,7 +134,7 @@ inline labels load_labels(const std::string& path, unsigned classes) {
 struct split {
   std::uint32_t count = 0;
   std::uint32_t features = 0;
-  std::vector<float> x;            ///< features × count, column-major
+  std::vector<float> x;  ///< features × count, column-major
   std::vector<std::uint8_t> y;
 };
 

@@ -77,9 +77,7 @@ class learner_unit_of final : public learner_unit<Transport> {
       : model_(std::move(model)), learner_(*model_, transport, options, std::move(inner)), device_(device) {}
 
   bool poll(diloco::time_point now) override { return learner_.poll(now); }
-  diloco::step_stats train_step(const batch& b, diloco::time_point now) override {
-    return learner_.train_step(b, now);
-  }
+  diloco::step_stats train_step(const batch& b, diloco::time_point now) override { return learner_.train_step(b, now); }
   diloco::result<diloco::step_stats> step(const batch& b) override {
     if constexpr (diloco::blocking_transport<Transport>)
       return learner_.step(b);

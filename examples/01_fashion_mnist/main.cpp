@@ -14,8 +14,8 @@
 #include <vector>
 
 #include <diloco_tools/json.hpp>
-#include <example_trainer/this_program.hpp>
 #include <example_trainer/outcome.hpp>
+#include <example_trainer/this_program.hpp>
 #include <nlohmann/json.hpp>
 
 #include "command_line.hpp"
@@ -44,8 +44,9 @@ int evaluate_saved(const fashion::settings& s, const std::vector<std::string>& p
     in.read(reinterpret_cast<char*>(params.data()), static_cast<std::streamsize>(bytes));
     if (!in) throw std::invalid_argument("cannot read " + path);
     const auto [accuracy, loss] = fashion::evaluate(params, test, s.seed);
-    std::printf("%s\n",
-                json{{"file", path}, {"test_accuracy", six_digits(accuracy)}, {"test_loss", six_digits(loss)}}.dump().c_str());
+    std::printf(
+        "%s\n",
+        json{{"file", path}, {"test_accuracy", six_digits(accuracy)}, {"test_loss", six_digits(loss)}}.dump().c_str());
   }
   return 0;
 }
@@ -82,7 +83,8 @@ fashion::outcome run(const fashion::settings& s) {
   switch (s.part) {
     case fashion::role::syncer: {
       const auto test = fashion::load_split(s.data_dir, "t10k");
-      return with_policies(s, [&](auto, auto outer, auto merge) { return fashion::serve(s, test, outer, merge, options); });
+      return with_policies(
+          s, [&](auto, auto outer, auto merge) { return fashion::serve(s, test, outer, merge, options); });
     }
     case fashion::role::learner: {
       const auto train = fashion::load_split(s.data_dir, "train");
@@ -152,11 +154,11 @@ int main(int argc, char** argv) {
     if (!c.evaluate_files.empty()) return evaluate_saved(s, c.evaluate_files);
     const auto options = syncer_options_for(s);  // validated again by the syncer
     if (s.progress_seconds > 0 && s.part != fashion::role::learner)
-      std::fprintf(stderr, "fashion_mnist: %s, %u learners x %llu steps of %u, H=%u, P=%u, K=%u, tau=%u, alpha=%g, %s\n",
+      std::fprintf(stderr,
+                   "fashion_mnist: %s, %u learners x %llu steps of %u, H=%u, P=%u, K=%u, tau=%u, alpha=%g, %s\n",
                    name(s.run_mode), s.learners, static_cast<unsigned long long>(s.steps), s.batch,
                    options.training.sync_period, options.training.fragments, options.quorum, options.training.overlap,
-                   options.training.mixing,
-                   example_trainer::run_description(s));
+                   options.training.mixing, example_trainer::run_description(s));
     const auto r = run(s);
     if (!r.error.empty()) {
       std::fprintf(stderr, "fashion_mnist: error: %s\n", r.error.c_str());

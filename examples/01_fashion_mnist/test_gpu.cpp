@@ -158,8 +158,8 @@ void check_against(const char* who, const diloco::parameter_layout& layout, doub
       worst = std::max(worst, error / tolerance);
       wrong += !(error <= tolerance);
     }
-    check(wrong == 0, std::string(who) + ": " + std::to_string(wrong) + " gradients of " + t.name +
-                          " beyond the tolerance");
+    check(wrong == 0,
+          std::string(who) + ": " + std::to_string(wrong) + " gradients of " + t.name + " beyond the tolerance");
   }
   std::printf("%s: loss %.9g (reference %.9g); worst gradient error %.3g of the tolerance\n", who, loss, ref.loss,
               worst);
@@ -217,8 +217,7 @@ fashion::outcome run(fashion::transport via, std::uint32_t gpu, std::uint64_t st
   s.eval_every = 0;
   diloco::syncer_options options = diloco::presets::decoupled_diloco(s.sync_period, s.fragments, 1, s.sync_period / 10);
   return fashion::train(s, train, test, diloco::inner::adamw<float>(fashion::adamw_options_of(s)),
-                        example_trainer::nesterov_of(s),
-                        diloco::merge::token_weighted{}, options);
+                        example_trainer::nesterov_of(s), diloco::merge::token_weighted{}, options);
 }
 
 /// 1 CPU + 1 GPU learner on one syncer, simulated (300 steps each) and on

@@ -4,13 +4,13 @@
 
 #include <unistd.h>
 
-#include <chrono>
 #include <cerrno>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <cstdint>
-#include <cstdio>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -75,11 +75,12 @@ struct settings : example_trainer::run_settings {
   merge_rule merge = merge_rule::token_weighted;
   diloco::screening_options screening{};
   std::string data_dir = "/usr/share/datasets/fashion-mnist";
-  std::uint64_t eval_every = 50;  ///< syncer: test accuracy of the global model every N outer updates on stderr, 0: never
-  std::string snapshot_dir;       ///< syncer: save the global model every `eval_every` outer updates here instead
-  std::string trace_file;         ///< role learner: append events to this file (docs/chaos.md)
-  double stop_at = 0;             ///< role learner: finish at this wall time (s since the epoch), 0: never
-  std::string checkpoint_dir;     ///< role learner: resume from and save learner checkpoints here (empty: none)
+  std::uint64_t eval_every =
+      50;                      ///< syncer: test accuracy of the global model every N outer updates on stderr, 0: never
+  std::string snapshot_dir;    ///< syncer: save the global model every `eval_every` outer updates here instead
+  std::string trace_file;      ///< role learner: append events to this file (docs/chaos.md)
+  double stop_at = 0;          ///< role learner: finish at this wall time (s since the epoch), 0: never
+  std::string checkpoint_dir;  ///< role learner: resume from and save learner checkpoints here (empty: none)
   std::uint64_t checkpoint_every = 100;  ///< role learner: inner steps between two checkpoints
   std::chrono::milliseconds sim_step_time{10};
   double sim_latency_ms = 1.0;      ///< simulator: one-way delay of every link
@@ -91,13 +92,13 @@ struct settings : example_trainer::run_settings {
 struct outcome : example_trainer::run_outcome {
   double test_accuracy = 0.0;
   double test_loss = 0.0;
-  std::uint64_t clipped = 0;         ///< outer gradients and weights the syncer clipped
+  std::uint64_t clipped = 0;  ///< outer gradients and weights the syncer clipped
   std::uint64_t quarantines = 0;
   std::uint64_t rounds_dropped = 0;
-  double staleness_mean = 0.0;       ///< revisions between a merged contribution's base and its merge, mean
+  double staleness_mean = 0.0;  ///< revisions between a merged contribution's base and its merge, mean
   std::uint64_t staleness_max = 0;
-  double imbalance = 0.0;        ///< largest fragment / mean fragment
-  double end_scale = 0.0;        ///< mean partial-round scale over the last quarter of the outer updates
+  double imbalance = 0.0;  ///< largest fragment / mean fragment
+  double end_scale = 0.0;  ///< mean partial-round scale over the last quarter of the outer updates
 
   /// The syncer's counters and figures this outcome reports.
   template <class Syncer>
@@ -200,10 +201,11 @@ inline std::pair<double, double> evaluate(std::span<const float> params, const s
 inline void snapshot_during_training(diloco::syncer_options& options, const settings& s) {
   std::filesystem::create_directories(s.snapshot_dir);  // throws if it cannot: setup
   options.evaluate_every = s.eval_every;
-  options.on_evaluate = [dir = s.snapshot_dir, started = std::chrono::steady_clock::now()](
-                            const diloco::evaluation_context& c) {
+  options.on_evaluate = [dir = s.snapshot_dir,
+                         started = std::chrono::steady_clock::now()](const diloco::evaluation_context& c) {
     const auto seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-    const auto unix_seconds = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+    const auto unix_seconds =
+        std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
     const auto params = c.parameters_as<float>();
     const std::string name = "update_" + std::to_string(c.outer_updates) + ".f32";
     std::ofstream model(dir + "/" + name, std::ios::binary | std::ios::trunc);
@@ -231,12 +233,13 @@ inline void evaluate_during_training(diloco::syncer_options& options, const sett
     return;
   }
   options.evaluate_every = s.eval_every;
-  options.on_evaluate = [&test, seed = s.seed, started = std::chrono::steady_clock::now()](
-                            const diloco::evaluation_context& c) {
+  options.on_evaluate = [&test, seed = s.seed,
+                         started = std::chrono::steady_clock::now()](const diloco::evaluation_context& c) {
     const auto [accuracy, loss] = evaluate(c.parameters_as<float>(), test, seed);
     char train[32] = "n/a";
     if (c.training_loss) std::snprintf(train, sizeof train, "%.4f", *c.training_loss);
-    std::fprintf(stderr, "[%.1fs] evaluation at outer update %llu: test accuracy %.4f | test loss %.4f | train loss %s\n",
+    std::fprintf(stderr,
+                 "[%.1fs] evaluation at outer update %llu: test accuracy %.4f | test loss %.4f | train loss %s\n",
                  std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count(),
                  static_cast<unsigned long long>(c.outer_updates), accuracy, loss, train);
   };
@@ -255,8 +258,8 @@ inline std::uint64_t steps_of(const settings& s, std::uint32_t i) {
 /// counts the steps it had. `after_step`, if any, runs after every step.
 /// Returns an error message, or nothing.
 template <class Transport>
-std::string drive(learner_unit<Transport>& l, shard_sampler& sampler, double speed, std::uint32_t i,
-                  const settings& s, progress& report, const std::function<void()>& after_step = {}) {
+std::string drive(learner_unit<Transport>& l, shard_sampler& sampler, double speed, std::uint32_t i, const settings& s,
+                  progress& report, const std::function<void()>& after_step = {}) {
   std::chrono::steady_clock::duration busy{};
   const auto stop_at = std::chrono::system_clock::time_point(
       std::chrono::duration_cast<std::chrono::system_clock::duration>(std::chrono::duration<double>(s.stop_at)));
@@ -307,12 +310,11 @@ outcome train(const settings& s, const split& train_set, const split& test_set, 
   std::vector<float> final_params;
 
   if (s.via == transport::simulated) {
-    sim::network net(s.seed,
-                     sim::link_options{std::chrono::duration_cast<std::chrono::nanoseconds>(
-                                           std::chrono::duration<double, std::milli>(s.sim_latency_ms)),
-                                       s.sim_bandwidth_mbit * 1e6 / 8});
-    syncer<Outer, Merge, sim::endpoint> sync(initial.layout(), initial.parameters(), net.attach(syncer_peer),
-                                             options, outer, merge);
+    sim::network net(s.seed, sim::link_options{std::chrono::duration_cast<std::chrono::nanoseconds>(
+                                                   std::chrono::duration<double, std::milli>(s.sim_latency_ms)),
+                                               s.sim_bandwidth_mbit * 1e6 / 8});
+    syncer<Outer, Merge, sim::endpoint> sync(initial.layout(), initial.parameters(), net.attach(syncer_peer), options,
+                                             outer, merge);
     out.imbalance = sync.plan().imbalance();
     std::vector<std::unique_ptr<fashion::learner_unit<sim::endpoint>>> learners;
     std::vector<sim::learner_plan> plans;
@@ -328,8 +330,7 @@ outcome train(const settings& s, const split& train_set, const split& test_set, 
     }
     const auto start = net.now();
     const auto result = sim::run(
-        net, sync, learners, plans,
-        [&](std::size_t i) { return samplers[i].next(s.batch); },
+        net, sync, learners, plans, [&](std::size_t i) { return samplers[i].next(s.batch); },
         [&](std::size_t i, const step_stats& st, time_point now) {
           report.stepped(static_cast<std::uint32_t>(i), st.loss);
           report.maybe_print(false, std::chrono::duration<double>(now - start).count());
@@ -344,8 +345,8 @@ outcome train(const settings& s, const split& train_set, const split& test_set, 
     final_params = sync.parameters();
   } else {
     inproc::hub hub;
-    syncer<Outer, Merge, inproc::endpoint> sync(initial.layout(), initial.parameters(),
-                                                 hub.attach(syncer_peer), options, outer, merge);
+    syncer<Outer, Merge, inproc::endpoint> sync(initial.layout(), initial.parameters(), hub.attach(syncer_peer),
+                                                options, outer, merge);
     out.imbalance = sync.plan().imbalance();
     std::vector<std::unique_ptr<fashion::learner_unit<inproc::endpoint>>> learners;
     for (std::uint32_t i = 0; i < s.learners; ++i)
@@ -410,11 +411,10 @@ outcome serve(const settings& s, const split& test_set, Outer outer, Merge merge
   ::zmq::context_t context;
   zeromq::server server(context, s.endpoint, {}, security);
   syncer<Outer, Merge, zeromq::server> sync(initial.layout(), initial.parameters(), server, options, outer, merge);
-  std::fprintf(stderr, "fashion_mnist syncer: listening on %s for %u learners\n", server.endpoint().c_str(), s.learners);
+  std::fprintf(stderr, "fashion_mnist syncer: listening on %s for %u learners\n", server.endpoint().c_str(),
+               s.learners);
   std::stop_source never;
-  sync.run_until(never.get_token(), [&] {
-    return sync.metrics().leaves >= s.learners && sync.live_learners() == 0;
-  });
+  sync.run_until(never.get_token(), [&] { return sync.metrics().leaves >= s.learners && sync.live_learners() == 0; });
   outcome out;
   out.train_loss = train_loss;
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
@@ -482,7 +482,8 @@ outcome learn(const settings& s, const split& train_set, Inner inner) {
     try {
       if (const auto k = l.load_latest_checkpoint(*checkpoints, &skipped))
         std::fprintf(stderr, "fashion_mnist learner %u: resuming from learner checkpoint %llu at step %llu\n",
-                     s.learner_id, static_cast<unsigned long long>(*k), static_cast<unsigned long long>(l.local_step()));
+                     s.learner_id, static_cast<unsigned long long>(*k),
+                     static_cast<unsigned long long>(l.local_step()));
     } catch (const corrupt_state& e) {
       std::fprintf(stderr, "fashion_mnist learner %u: not resuming, the newest checkpoint in %s is unusable: %s\n",
                    s.learner_id, s.checkpoint_dir.c_str(), e.what());

@@ -35,8 +35,9 @@ inline std::string king_james_bible() {
   while ((n = std::fread(chunk.data(), 1, chunk.size(), pipe)) > 0) out.append(chunk.data(), n);
   const int status = ::pclose(pipe);
   if (status != 0 || out.size() < 1'000'000)
-    throw corpus_error("`bible gen1:1-rev22:21` did not print the King James Bible (install Debian's bible-kjv "
-                       "package, or pass --text FILE)");
+    throw corpus_error(
+        "`bible gen1:1-rev22:21` did not print the King James Bible (install Debian's bible-kjv "
+        "package, or pass --text FILE)");
   return out;
 }
 

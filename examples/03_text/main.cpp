@@ -19,8 +19,8 @@
 #include <diloco_tools/cli.hpp>
 #include <diloco_tools/json.hpp>
 #include <example_trainer/command_line.hpp>
-#include <example_trainer/this_program.hpp>
 #include <example_trainer/outcome.hpp>
+#include <example_trainer/this_program.hpp>
 #include <nlohmann/json.hpp>
 
 #include "trainer.hpp"
@@ -42,9 +42,10 @@ struct command {
 
 /// Reads the command line into `c`; nothing to go on, or the exit status.
 std::optional<int> parse_command_line(int argc, char** argv, command& c) {
-  CLI::App app("Trains a character-level transformer on the King James Bible (Debian's bible-kjv) with M learners "
-               "and prints one JSON line with the validation loss of the final global model.",
-               "char_lm");
+  CLI::App app(
+      "Trains a character-level transformer on the King James Bible (Debian's bible-kjv) with M learners "
+      "and prints one JSON line with the validation loss of the final global model.",
+      "char_lm");
   app.get_formatter()->column_width(34);
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   app.allow_extras();
@@ -62,14 +63,14 @@ std::optional<int> parse_command_line(int argc, char** argv, command& c) {
               {"average", text::merge_rule::average},
               {"rda", text::merge_rule::radial_directional}},
              "merge rule", "token-weighted mean, plain mean or radial-directional averaging (tokens)");
-  add_choice(app, "--inner", s.inner, {{"torch", text::inner_optimizer::torch}, {"library", text::inner_optimizer::library}},
-             "inner optimizer",
+  add_choice(app, "--inner", s.inner,
+             {{"torch", text::inner_optimizer::torch}, {"library", text::inner_optimizer::library}}, "inner optimizer",
              "DiLoCo's inner AdamW: LibTorch's torch::optim::AdamW, or diloco::inner::adamw (torch)");
   example_trainer::add_codecs(app, s);
   example_trainer::add_partial_rounds(app, s);
   add_number<double>(app, "--lr", s.lr, {0.0, real_max}, "AdamW learning rate, the peak of the schedule (3e-3)", "LR");
-  add_choice(app, "--schedule", s.lr_schedule, {{"cosine", text::schedule::cosine}, {"constant", text::schedule::constant}},
-             "schedule",
+  add_choice(app, "--schedule", s.lr_schedule,
+             {{"cosine", text::schedule::cosine}, {"constant", text::schedule::constant}}, "schedule",
              "learning rate over the steps: warm-up over 5 %, then cosine decay to lr/10 (cosine), or constant");
   add_number<double>(app, "--weight-decay", s.weight_decay, {0.0, real_max}, "AdamW weight decay (0.01)", "WD");
   example_trainer::add_outer(app, s);
@@ -115,8 +116,9 @@ text::outcome with_policies(const text::settings& s, Go&& go) {
   using namespace diloco;
   const inner::adamw_options adamw{.learning_rate = s.lr, .weight_decay = s.weight_decay};
   if (s.run_mode == text::mode::data_parallel)
-    return go([](text::lm_model&) { return presets::data_parallel_inner<float>(presets::data_parallel_inner_options()); },
-              presets::data_parallel_outer<float>(adamw), merge::average{});
+    return go(
+        [](text::lm_model&) { return presets::data_parallel_inner<float>(presets::data_parallel_inner_options()); },
+        presets::data_parallel_outer<float>(adamw), merge::average{});
   const auto outer_step = example_trainer::nesterov_of(s);
   auto with_merge = [&](auto make_inner) {
     switch (s.merge) {
@@ -141,9 +143,8 @@ text::outcome run(const text::settings& s) {
   sized.dimensions.vocabulary = std::int64_t(corpus.vocabulary());
   switch (s.part) {
     case text::role::syncer:
-      return with_policies(sized, [&](auto, auto outer, auto merge) {
-        return text::serve(sized, corpus, outer, merge, options);
-      });
+      return with_policies(
+          sized, [&](auto, auto outer, auto merge) { return text::serve(sized, corpus, outer, merge, options); });
     case text::role::learner:
       return with_policies(sized, [&](auto make_inner, auto, auto) { return text::learn(sized, corpus, make_inner); });
     case text::role::in_process: break;
@@ -164,7 +165,8 @@ int main(int argc, char** argv) {
     if (c.parsed.launch_all) return example_trainer::run_this_program(argc, argv, "char_lm", s.learners, s.endpoint);
     const auto options = syncer_options_for(s);
     if (s.progress_seconds > 0 && s.part != text::role::learner)
-      std::fprintf(stderr, "char_lm: %s, %u learners x %llu steps of %u x %lld characters, H=%u, P=%u, K=%u, tau=%u, "
+      std::fprintf(stderr,
+                   "char_lm: %s, %u learners x %llu steps of %u x %lld characters, H=%u, P=%u, K=%u, tau=%u, "
                    "alpha=%g, %s\n",
                    name(s.run_mode), s.learners, static_cast<unsigned long long>(s.steps), s.batch,
                    static_cast<long long>(s.dimensions.context), options.training.sync_period,
@@ -182,43 +184,43 @@ int main(int argc, char** argv) {
     json speeds = json::array();
     for (std::uint32_t i = 0; i < s.learners; ++i) speeds.push_back(six_digits(s.speed_of(i)));
     json line{{"mode", name(s.run_mode)},
-                    {"transport", example_trainer::transport_name(s)},
-                    {"learners", s.learners},
-                    {"steps", s.steps},
-                    {"batch", s.batch},
-                    {"context", s.dimensions.context},
-                    {"width", s.dimensions.width},
-                    {"layers", s.dimensions.layers},
-                    {"parameters", r.parameters},
-                    {"H", options.training.sync_period},
-                    {"fragments", options.training.fragments},
-                    {"quorum", options.quorum},
-                    {"overlap", options.training.overlap},
-                    {"alpha", six_digits(options.training.mixing)},
-                    {"adopt", diloco::name(s.adopt)},
-                    {"merge", s.run_mode == text::mode::data_parallel ? "average" : name(s.merge)},
-                    {"inner", s.run_mode == text::mode::data_parallel ? "sgd"
-                              : s.inner == text::inner_optimizer::torch ? "torch"
-                                                                          : "library"},
-                    {"lr", s.lr},
-                    {"schedule", s.lr_schedule == text::schedule::cosine ? "cosine" : "constant"},
-                    {"data", s.data == text::data_split::shuffled ? "shuffled" : "shares"},
-                    {"seed", s.seed},
-                    {"speeds", std::move(speeds)},
-                    {"val_loss", six_digits(r.val_loss)},
-                    {"bits_per_char", six_digits(r.val_loss / std::log(2.0))},
-                    {"train_loss", r.train_loss ? json(six_digits(*r.train_loss)) : json(nullptr)},
-                    {"outer_updates", r.outer_updates},
-                    {"inner_steps", r.inner_steps},
-                    {"contributions_merged", r.contributions_merged},
-                    {"rejected", r.rejected},
-                    {"partial_rounds", r.partial_rounds},
-                    {"codec", std::string(diloco::codec::name(options.training.codecs.contributions))},
-                    {"bytes_sent", r.bytes_sent},
-                    {"bytes_received", r.bytes_received},
-                    {"completed", r.completed},
-                    {"seconds", six_digits(r.seconds)},
-                    {"virtual_seconds", six_digits(r.virtual_seconds)}};
+              {"transport", example_trainer::transport_name(s)},
+              {"learners", s.learners},
+              {"steps", s.steps},
+              {"batch", s.batch},
+              {"context", s.dimensions.context},
+              {"width", s.dimensions.width},
+              {"layers", s.dimensions.layers},
+              {"parameters", r.parameters},
+              {"H", options.training.sync_period},
+              {"fragments", options.training.fragments},
+              {"quorum", options.quorum},
+              {"overlap", options.training.overlap},
+              {"alpha", six_digits(options.training.mixing)},
+              {"adopt", diloco::name(s.adopt)},
+              {"merge", s.run_mode == text::mode::data_parallel ? "average" : name(s.merge)},
+              {"inner", s.run_mode == text::mode::data_parallel   ? "sgd"
+                        : s.inner == text::inner_optimizer::torch ? "torch"
+                                                                  : "library"},
+              {"lr", s.lr},
+              {"schedule", s.lr_schedule == text::schedule::cosine ? "cosine" : "constant"},
+              {"data", s.data == text::data_split::shuffled ? "shuffled" : "shares"},
+              {"seed", s.seed},
+              {"speeds", std::move(speeds)},
+              {"val_loss", six_digits(r.val_loss)},
+              {"bits_per_char", six_digits(r.val_loss / std::log(2.0))},
+              {"train_loss", r.train_loss ? json(six_digits(*r.train_loss)) : json(nullptr)},
+              {"outer_updates", r.outer_updates},
+              {"inner_steps", r.inner_steps},
+              {"contributions_merged", r.contributions_merged},
+              {"rejected", r.rejected},
+              {"partial_rounds", r.partial_rounds},
+              {"codec", std::string(diloco::codec::name(options.training.codecs.contributions))},
+              {"bytes_sent", r.bytes_sent},
+              {"bytes_received", r.bytes_received},
+              {"completed", r.completed},
+              {"seconds", six_digits(r.seconds)},
+              {"virtual_seconds", six_digits(r.virtual_seconds)}};
     example_trainer::add_outer_fields(line, s);
     example_trainer::add_work_fields(line, r);
     std::printf("%s\n", line.dump().c_str());

@@ -61,11 +61,11 @@ struct settings : example_trainer::run_settings {
   merge_rule merge = merge_rule::token_weighted;
   inner_optimizer inner = inner_optimizer::torch;
   shape dimensions{};
-  std::string text_path;                ///< empty: the King James Bible
+  std::string text_path;                   ///< empty: the King James Bible
   data_split data = data_split::shuffled;  ///< how the training text is dealt out
   std::uint32_t validation_windows = 256;
-  int threads = 1;                      ///< LibTorch threads per process
-  std::uint64_t eval_every = 0;         ///< validation loss of the global model every N outer updates, 0: never
+  int threads = 1;               ///< LibTorch threads per process
+  std::uint64_t eval_every = 0;  ///< validation loss of the global model every N outer updates, 0: never
   std::chrono::milliseconds sim_step_time{100};
 };
 
@@ -85,8 +85,7 @@ struct owns_transformer {
 class lm_model : private owns_transformer, public diloco::torch::module_model<batch> {
  public:
   lm_model(const shape& s, std::uint64_t seed)
-      : owns_transformer{transformer(s, seed)},
-        module_model<batch>(*net, [m = net.get()](const batch& b) {
+      : owns_transformer{transformer(s, seed)}, module_model<batch>(*net, [m = net.get()](const batch& b) {
           return diloco::torch::forward_result{m->loss(b), std::uint64_t(b.rows) * b.context};
         }) {}
   transformer_impl& module() noexcept { return *net; }
@@ -150,7 +149,8 @@ using example_trainer::progress;
 inline void evaluate_during_training(diloco::syncer_options& options, const settings& s, const batch& windows) {
   if (s.eval_every == 0) return;
   options.evaluate_every = s.eval_every;
-  options.on_evaluate = [&s, &windows, started = std::chrono::steady_clock::now()](const diloco::evaluation_context& c) {
+  options.on_evaluate = [&s, &windows,
+                         started = std::chrono::steady_clock::now()](const diloco::evaluation_context& c) {
     const double loss = validation_loss(c.parameters_as<float>(), s.dimensions, windows);
     std::fprintf(stderr, "[%.1fs] evaluation at outer update %llu: validation loss %.4f (%.4f bits per character)\n",
                  std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count(),
@@ -300,8 +300,7 @@ outcome serve(const settings& s, const corpus& text, Outer outer, Merge merge, d
   schedule_outer = &sync.outer();
   std::fprintf(stderr, "char_lm syncer: listening on %s for %u learners\n", server.endpoint().c_str(), s.learners);
   std::stop_source never;
-  sync.run_until(never.get_token(),
-                 [&] { return sync.metrics().leaves >= s.learners && sync.live_learners() == 0; });
+  sync.run_until(never.get_token(), [&] { return sync.metrics().leaves >= s.learners && sync.live_learners() == 0; });
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   out.take(sync);
   if (sync.failure()) {
@@ -323,8 +322,8 @@ outcome learn(const settings& s, const corpus& text, MakeInner make_inner) {
                         example_trainer::client_security_for(s));
   lm_model model(s.dimensions, s.seed + 1000 + s.learner_id);
   sampler data(text, s.learners, s.learner_id, std::uint32_t(s.dimensions.context), s.seed, s.data);
-  learner<lm_model, inner_type, zeromq::client> l(
-      model, client, example_trainer::learner_options_for(s, s.learner_id), make_inner(model));
+  learner<lm_model, inner_type, zeromq::client> l(model, client, example_trainer::learner_options_for(s, s.learner_id),
+                                                  make_inner(model));
   progress report(s.learners, s.steps, 0);  // counts only: the syncer prints the run's progress
   const double speed = s.speed_of(s.learner_id);
   const auto started = std::chrono::steady_clock::now();

@@ -20,7 +20,7 @@ namespace text {
 
 struct shape {
   std::int64_t vocabulary = 0;
-  std::int64_t width = 128;   ///< d_model
+  std::int64_t width = 128;  ///< d_model
   std::int64_t layers = 2;
   std::int64_t heads = 4;     ///< divides `width`
   std::int64_t context = 64;  ///< tokens per window

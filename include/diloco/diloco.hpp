@@ -7,8 +7,8 @@
 // (adapters/eigen.hpp) are opt-in headers with CMake components of their own.
 #pragma once
 
-#include "diloco/version.hpp"
 #include "diloco/error.hpp"
+#include "diloco/version.hpp"
 
 #include "diloco/concepts/checkpointable.hpp"
 #include "diloco/concepts/inner_step.hpp"
@@ -28,16 +28,16 @@
 #include "diloco/outer/nesterov.hpp"
 #include "diloco/outer/sgd.hpp"
 
-#include "diloco/merge/weighted_mean.hpp"
 #include "diloco/merge/radial_directional.hpp"
 #include "diloco/merge/robust.hpp"
+#include "diloco/merge/weighted_mean.hpp"
 
-#include "diloco/transport/inproc.hpp"
 #include "diloco/sim/network.hpp"
+#include "diloco/transport/inproc.hpp"
 
 #include "diloco/metrics/counters.hpp"
 #include "diloco/runtime/bootstrap.hpp"
 #include "diloco/runtime/learner.hpp"
 #include "diloco/runtime/presets.hpp"
-#include "diloco/sim/run.hpp"
 #include "diloco/runtime/syncer.hpp"
+#include "diloco/sim/run.hpp"

@@ -16,17 +16,17 @@ namespace diloco {
 /// Error values returned by transports and the runtime.
 enum class errc {
   ok = 0,
-  queue_full,         ///< the receiver's bounded queue has no room; retry later
-  unknown_peer,       ///< no endpoint with that id is attached
-  closed,             ///< the transport or endpoint was closed
-  timed_out,          ///< a bounded wait ended without a result
-  layout_mismatch,    ///< the peer's parameter layout differs from ours
-  bad_config,         ///< the syncer's training configuration is unusable
-  superseded,         ///< another process joined as this learner with a newer incarnation
-  quarantined,        ///< the syncer refuses this learner's contributions until it rejoins
-  ended,              ///< the syncer ended the run (not a failure: training is over)
-  cancelled,          ///< the caller asked the call to stop (its `std::stop_token`)
-  non_finite,         ///< the learner's outer gradient is NaN or infinite: nothing was sent
+  queue_full,       ///< the receiver's bounded queue has no room; retry later
+  unknown_peer,     ///< no endpoint with that id is attached
+  closed,           ///< the transport or endpoint was closed
+  timed_out,        ///< a bounded wait ended without a result
+  layout_mismatch,  ///< the peer's parameter layout differs from ours
+  bad_config,       ///< the syncer's training configuration is unusable
+  superseded,       ///< another process joined as this learner with a newer incarnation
+  quarantined,      ///< the syncer refuses this learner's contributions until it rejoins
+  ended,            ///< the syncer ended the run (not a failure: training is over)
+  cancelled,        ///< the caller asked the call to stop (its `std::stop_token`)
+  non_finite,       ///< the learner's outer gradient is NaN or infinite: nothing was sent
 };
 
 namespace detail {
@@ -61,9 +61,7 @@ inline const std::error_category& error_category() noexcept {
   return instance;
 }
 
-inline std::error_code make_error_code(errc e) noexcept {
-  return {static_cast<int>(e), error_category()};
-}
+inline std::error_code make_error_code(errc e) noexcept { return {static_cast<int>(e), error_category()}; }
 
 /// A value or the error that prevented it (the shape of C++23's
 /// `std::expected<T, std::error_code>`).

@@ -11,8 +11,8 @@
 #include <istream>
 #include <limits>
 #include <ostream>
-#include <stdexcept>
 #include <span>
+#include <stdexcept>
 #include <string>
 #include <type_traits>
 #include <vector>
@@ -32,14 +32,11 @@ static_assert(std::endian::native == std::endian::little,
               "diloco's state files are little-endian; big-endian hosts are not supported yet");
 
 template <class T>
-  requires std::is_trivially_copyable_v<T>
-void write_pod(std::ostream& out, const T& value) {
-  out.write(reinterpret_cast<const char*>(&value), sizeof(T));
-}
+requires std::is_trivially_copyable_v<T>
+void write_pod(std::ostream& out, const T& value) { out.write(reinterpret_cast<const char*>(&value), sizeof(T)); }
 
 template <class T>
-  requires std::is_trivially_copyable_v<T>
-T read_pod(std::istream& in, const char* what) {
+requires std::is_trivially_copyable_v<T> T read_pod(std::istream& in, const char* what) {
   T value{};
   if (!in.read(reinterpret_cast<char*>(&value), sizeof(T)))
     throw corrupt_state(std::string("diloco: truncated state while reading ") + what);
@@ -48,7 +45,7 @@ T read_pod(std::istream& in, const char* what) {
 
 /// u64 count, then the values in one write.
 template <class T>
-  requires std::is_trivially_copyable_v<T>
+requires std::is_trivially_copyable_v<T>
 void write_array(std::ostream& out, std::span<const T> values) {
   write_pod<std::uint64_t>(out, values.size());
   out.write(reinterpret_cast<const char*>(values.data()), static_cast<std::streamsize>(values.size() * sizeof(T)));
@@ -88,8 +85,7 @@ inline void write_tag(std::ostream& out, const char (&tag)[5], std::uint32_t ver
 inline void expect_tag(std::istream& in, const char (&tag)[5], std::uint32_t version) {
   char got[4] = {};
   if (!in.read(got, 4)) throw corrupt_state(std::string("diloco: truncated state, expected tag ") + tag);
-  if (std::memcmp(got, tag, 4) != 0)
-    throw corrupt_state(std::string("diloco: state tag mismatch, expected ") + tag);
+  if (std::memcmp(got, tag, 4) != 0) throw corrupt_state(std::string("diloco: state tag mismatch, expected ") + tag);
   const auto v = read_pod<std::uint32_t>(in, "format version");
   if (v != version)
     throw corrupt_state(std::string("diloco: unsupported state version ") + std::to_string(v) + " for " + tag);

@@ -48,8 +48,8 @@ outcome train(Setup options, chaos::fault_plan plan, std::uint64_t steps) {
   auto syncer_plan = plan;
   syncer_plan.seed = plan.seed * 31 + 1;
   faulty_endpoint syncer_end(net.attach(syncer_peer), syncer_plan, clock);
-  syncer<outer::nesterov<T>, merge::token_weighted, faulty_endpoint> s(initial.layout(), initial.parameters(), syncer_end,
-                                                                       options, options.outer);
+  syncer<outer::nesterov<T>, merge::token_weighted, faulty_endpoint> s(initial.layout(), initial.parameters(),
+                                                                       syncer_end, options, options.outer);
   std::vector<std::unique_ptr<model_type>> models;
   std::vector<std::unique_ptr<faulty_endpoint>> ends;
   std::vector<std::unique_ptr<learner<model_type, inner::adamw<T>, faulty_endpoint>>> learners;
@@ -65,11 +65,13 @@ outcome train(Setup options, chaos::fault_plan plan, std::uint64_t steps) {
     teachers.emplace_back(6, 40 + i);
   }
   const std::vector<sim::learner_plan> plans(3, sim::learner_plan{1.0, steps, {}});
-  const auto report = sim::run(net, s, learners, plans, [&](std::size_t i) { return teachers[i].next(8); },
-                               [](std::size_t, const step_stats&, time_point) {}, sim::run_options{.step_time = 100ms});
+  const auto report = sim::run(
+      net, s, learners, plans, [&](std::size_t i) { return teachers[i].next(8); },
+      [](std::size_t, const step_stats&, time_point) {}, sim::run_options{.step_time = 100ms});
   BOOST_TEST_REQUIRE(report.completed);
   outcome out{s.parameters(), 0};
-  for (const auto* e : {&syncer_end}) out.faults += e->counts().duplicated + e->counts().delayed + e->counts().reordered;
+  for (const auto* e : {&syncer_end})
+    out.faults += e->counts().duplicated + e->counts().delayed + e->counts().reordered;
   for (const auto& e : ends) {
     const auto& c = e->counts();
     out.faults += c.duplicated + c.delayed + c.reordered + c.dropped + c.corrupted + c.partitioned;
@@ -100,8 +102,10 @@ BOOST_AUTO_TEST_CASE(faults_happen_at_their_rates_on_a_reproducible_schedule) {
     std::uint64_t damaged = 0;
     auto drain = [&] {
       while (auto e = fb.try_receive()) {
-        if (e->error == wire_error::bad_checksum) ++damaged;
-        else order.emplace_back(e->from, e->msg.header.sequence);
+        if (e->error == wire_error::bad_checksum)
+          ++damaged;
+        else
+          order.emplace_back(e->from, e->msg.header.sequence);
       }
     };
     for (std::uint64_t i = 0; i < 2000; ++i) {
@@ -185,8 +189,10 @@ BOOST_AUTO_TEST_CASE(a_decoupled_run_under_every_fault_is_reproducible_and_still
     return std::sqrt(d);
   };
   const auto clean = train(options, chaos::fault_plan{}, 500);
-  const double start = distance(initial.parameters()), faulty = distance(a.parameters), reference = distance(clean.parameters);
-  BOOST_TEST_MESSAGE("distance to the teacher: start " << start << ", clean " << reference << ", with faults " << faulty);
+  const double start = distance(initial.parameters()), faulty = distance(a.parameters),
+               reference = distance(clean.parameters);
+  BOOST_TEST_MESSAGE("distance to the teacher: start " << start << ", clean " << reference << ", with faults "
+                                                       << faulty);
   BOOST_TEST(reference < start / 100);
   BOOST_TEST(faulty < start / 50);
 }

@@ -19,7 +19,8 @@ using namespace diloco::codec;
 
 std::vector<std::byte> encoded(format f, const std::vector<float>& x, std::size_t block = default_block) {
   std::vector<std::byte> out(encoded_size(f, x.size(), block));
-  const bool ok = encode(f, x.size(), block, [&](std::size_t i) { return x[i]; }, out);
+  const bool ok = encode(
+      f, x.size(), block, [&](std::size_t i) { return x[i]; }, out);
   BOOST_TEST_REQUIRE(ok, name(f) << ": a finite input was refused");
   return out;
 }
@@ -125,14 +126,17 @@ BOOST_AUTO_TEST_CASE(non_finite_input_is_refused) {
         std::vector<float> x(300, 1.0f);
         x[at] = bad;
         std::vector<std::byte> out(encoded_size(f, x.size(), default_block));
-        BOOST_TEST(!encode(f, x.size(), default_block, [&](std::size_t i) { return x[i]; }, out),
+        BOOST_TEST(!encode(
+                       f, x.size(), default_block, [&](std::size_t i) { return x[i]; }, out),
                    name(f) << " accepted " << bad << " at " << at);
       }
   // The wrong output size is refused too.
   std::vector<std::byte> short_out(10);
-  BOOST_TEST(!encode(format::int8, 300, default_block, [](std::size_t) { return 1.0f; }, short_out));
+  BOOST_TEST(!encode(
+      format::int8, 300, default_block, [](std::size_t) { return 1.0f; }, short_out));
   // So is a block of 0 values (checked before any size is computed from it).
-  BOOST_TEST(!encode(format::int8, 300, 0, [](std::size_t) { return 1.0f; }, short_out));
+  BOOST_TEST(!encode(
+      format::int8, 300, 0, [](std::size_t) { return 1.0f; }, short_out));
   BOOST_TEST(!valid(format::int4, 300, 0, short_out));
 }
 

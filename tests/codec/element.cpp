@@ -66,8 +66,15 @@ BOOST_AUTO_TEST_SUITE(codec_element)
 BOOST_AUTO_TEST_CASE(bf16_rounds_to_nearest_even_and_saturates) {
   std::mt19937 gen(7);
   std::uniform_int_distribution<std::uint32_t> any;
-  std::vector<float> xs{0.0f, -0.0f, 1.0f, -1.0f, std::numeric_limits<float>::max(), -std::numeric_limits<float>::max(),
-                        std::numeric_limits<float>::denorm_min(), 1e-40f, 3.3895e38f};
+  std::vector<float> xs{0.0f,
+                        -0.0f,
+                        1.0f,
+                        -1.0f,
+                        std::numeric_limits<float>::max(),
+                        -std::numeric_limits<float>::max(),
+                        std::numeric_limits<float>::denorm_min(),
+                        1e-40f,
+                        3.3895e38f};
   // Exact ties: a bfloat16 value plus half its ulp, with even and odd last bits.
   for (std::uint32_t top : {0x3F80u, 0x3F81u, 0xC2F7u, 0x0001u, 0x7F7Eu})
     xs.push_back(std::bit_cast<float>((top << 16) | 0x8000u));
@@ -77,10 +84,11 @@ BOOST_AUTO_TEST_CASE(bf16_rounds_to_nearest_even_and_saturates) {
   }
   for (const float x : xs) {
     const std::uint16_t got = to_bf16(x);
-    BOOST_TEST_REQUIRE(got == bf16_reference(x), "x = " << x << " (bits " << std::hex << std::bit_cast<std::uint32_t>(x) << ")");
+    BOOST_TEST_REQUIRE(got == bf16_reference(x),
+                       "x = " << x << " (bits " << std::hex << std::bit_cast<std::uint32_t>(x) << ")");
     BOOST_TEST_REQUIRE(std::isfinite(from_bf16(got)));
   }
-  BOOST_TEST(from_bf16(to_bf16(1.0f + 0x1p-8f)) == 1.0f);       // a tie, to even: down
+  BOOST_TEST(from_bf16(to_bf16(1.0f + 0x1p-8f)) == 1.0f);                // a tie, to even: down
   BOOST_TEST(from_bf16(to_bf16(1.0f + 3 * 0x1p-8f)) == 1.0f + 0x1p-6f);  // a tie, to even: up
 }
 
@@ -98,7 +106,7 @@ BOOST_AUTO_TEST_CASE(every_e4m3_code_decodes_to_its_defined_value) {
 }
 
 BOOST_AUTO_TEST_CASE(e4m3_encoding_is_the_nearest_code_ties_to_even_saturating) {
-  std::vector<float> xs{0.0f, -0.0f, 448.0f, -448.0f, 449.0f, 464.0f, 1e30f, -std::numeric_limits<float>::max(),
+  std::vector<float> xs{0.0f,    -0.0f,    448.0f,   -448.0f, 449.0f, 464.0f, 1e30f, -std::numeric_limits<float>::max(),
                         0x1p-9f, 0x1p-10f, 0x1p-11f, 0x1p-6f, 1e-30f};
   // Every code's value, and every midpoint between neighbours (ties).
   std::vector<double> values;
@@ -122,9 +130,9 @@ BOOST_AUTO_TEST_CASE(e4m3_encoding_is_the_nearest_code_ties_to_even_saturating) 
     // (the sign of a zero included).
     const e4m3_rounding got = round_to_e4m3(x);
     BOOST_TEST_REQUIRE(unsigned(got.code) == want, "x = " << x);
-    BOOST_TEST_REQUIRE(std::bit_cast<std::uint32_t>(got.value) ==
-                           std::bit_cast<std::uint32_t>(float(e4m3_reference_value(want))),
-                       "x = " << x << ": value " << got.value << ", code " << want);
+    BOOST_TEST_REQUIRE(
+        std::bit_cast<std::uint32_t>(got.value) == std::bit_cast<std::uint32_t>(float(e4m3_reference_value(want))),
+        "x = " << x << ": value " << got.value << ", code " << want);
   }
 }
 

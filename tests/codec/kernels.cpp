@@ -71,7 +71,8 @@ std::vector<float> reference_delta(const inputs& in, bool feedback) {
 
 std::vector<std::byte> reference_encoding(format f, std::size_t block, const std::vector<float>& delta) {
   std::vector<std::byte> out(encoded_size(f, delta.size(), block));
-  const bool ok = encode(f, delta.size(), block, [&](std::size_t i) { return delta[i]; }, out);
+  const bool ok = encode(
+      f, delta.size(), block, [&](std::size_t i) { return delta[i]; }, out);
   BOOST_TEST_REQUIRE(ok, name(f) << ": codec::encode refused the reference Δ");
   return out;
 }
@@ -189,8 +190,10 @@ std::vector<std::byte> random_encoding(format f, std::size_t n, std::size_t bloc
   if (f == format::fp32 || f == format::bf16) {
     for (std::size_t i = 0; i < n; ++i) {
       const float v = random_float();
-      if (f == format::fp32) std::memcpy(out.data() + 4 * i, &v, 4);
-      else std::memcpy(out.data() + 2 * i, reinterpret_cast<const char*>(&v) + 2, 2);  // the upper half: bf16
+      if (f == format::fp32)
+        std::memcpy(out.data() + 4 * i, &v, 4);
+      else
+        std::memcpy(out.data() + 2 * i, reinterpret_cast<const char*>(&v) + 2, 2);  // the upper half: bf16
     }
   } else {
     std::byte* p = out.data();
@@ -228,8 +231,8 @@ void check_decode_accumulate(format f, std::size_t block, std::size_t n, unsigne
   decode_accumulate(f, block, bytes, weight, acc, threads);
   std::size_t at = 0;
   BOOST_TEST_REQUIRE(same_bits(acc, want, at), name(f) << " block " << block << " n " << n << ", " << threads
-                                                        << " threads: value " << at << " is " << value_at(acc, at)
-                                                        << ", the codec::decode loop gives " << value_at(want, at));
+                                                       << " threads: value " << at << " is " << value_at(acc, at)
+                                                       << ", the codec::decode loop gives " << value_at(want, at));
 }
 
 std::vector<std::size_t> sizes_for(std::size_t block) {
@@ -310,7 +313,8 @@ BOOST_AUTO_TEST_CASE(error_feedback_sends_over_rounds_what_one_round_drops) {
   for (std::size_t r = 0; r < rounds; ++r) {
     BOOST_TEST_REQUIRE(encode_delta(format::int4, n, base, theta, residual, bytes, 1));
     BOOST_TEST_REQUIRE(encode_delta(format::int4, n, base, theta, {}, plain, 1));
-    const auto sent = reference_decoding(format::int4, n, n, bytes), once = reference_decoding(format::int4, n, n, plain);
+    const auto sent = reference_decoding(format::int4, n, n, bytes),
+               once = reference_decoding(format::int4, n, n, plain);
     for (std::size_t i = 0; i < n; ++i) sent_sum[i] += sent[i], plain_sum[i] += once[i];
   }
   double feedback_error = 0.0, plain_error = 0.0;

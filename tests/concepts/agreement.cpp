@@ -101,8 +101,8 @@ static_assert(rm::scalar_type<model_lacking<model_req::layout>> && rm::batch_typ
 static_assert(model_refused<model_lacking<model_req::layout>>);
 
 template <model_req R>
-constexpr bool model_first_three = rm::scalar_type<model_lacking<R>> && rm::batch_type<model_lacking<R>> &&
-                                   rm::layout<model_lacking<R>>;
+constexpr bool model_first_three =
+    rm::scalar_type<model_lacking<R>>&& rm::batch_type<model_lacking<R>>&& rm::layout<model_lacking<R>>;
 
 static_assert(model_first_three<model_req::parameters> && !rm::parameters<model_lacking<model_req::parameters>>);
 static_assert(model_refused<model_lacking<model_req::parameters>>);
@@ -167,7 +167,7 @@ static_assert(ro::scalar_type<outer_lacking<outer_req::options_type>> &&
 static_assert(outer_optimizer_refused<outer_lacking<outer_req::options_type>>);
 
 template <outer_req R>
-constexpr bool outer_first_two = ro::scalar_type<outer_lacking<R>> && ro::options_type<outer_lacking<R>>;
+constexpr bool outer_first_two = ro::scalar_type<outer_lacking<R>>&& ro::options_type<outer_lacking<R>>;
 
 static_assert(outer_first_two<outer_req::step> && !ro::step<outer_lacking<outer_req::step>>);
 static_assert(outer_optimizer_refused<outer_lacking<outer_req::step>>);
@@ -193,8 +193,7 @@ static_assert(outer_optimizer_refused<immovable_outer>);
 
 static_assert(!ro::scalar_type<outer_with_integer_scalar> && ro::options_type<outer_with_integer_scalar> &&
               ro::step<outer_with_integer_scalar> && ro::reset<outer_with_integer_scalar> &&
-              diloco::checkpointable<outer_with_integer_scalar> &&
-              ro::move_constructible<outer_with_integer_scalar>);
+              diloco::checkpointable<outer_with_integer_scalar> && ro::move_constructible<outer_with_integer_scalar>);
 static_assert(outer_optimizer_refused<outer_with_integer_scalar>);
 
 template <class P>
@@ -296,14 +295,15 @@ static_assert(!rs::buffer<space_lacking<space_req::buffer>, float> && space_refu
 static_assert(rs::buffer<space_lacking<space_req::encode_delta>, float> &&
               !rs::encode_delta<space_lacking<space_req::encode_delta>, float> &&
               space_refused<space_lacking<space_req::encode_delta>>);
-static_assert(rs::encode_delta<space_lacking<space_req::adopt>, float> && !rs::adopt<space_lacking<space_req::adopt>, float> &&
-              space_refused<space_lacking<space_req::adopt>>);
+static_assert(rs::encode_delta<space_lacking<space_req::adopt>, float> &&
+              !rs::adopt<space_lacking<space_req::adopt>, float> && space_refused<space_lacking<space_req::adopt>>);
 static_assert(rs::adopt<space_lacking<space_req::scatter>, float> &&
-              !rs::scatter<space_lacking<space_req::scatter>, float> && space_refused<space_lacking<space_req::scatter>>);
-static_assert(rs::scatter<space_lacking<space_req::gather>, float> && !rs::gather<space_lacking<space_req::gather>, float> &&
-              space_refused<space_lacking<space_req::gather>>);
-static_assert(rs::gather<space_lacking<space_req::copies>, float> && !rs::copies<space_lacking<space_req::copies>, float> &&
-              space_refused<space_lacking<space_req::copies>>);
+              !rs::scatter<space_lacking<space_req::scatter>, float> &&
+              space_refused<space_lacking<space_req::scatter>>);
+static_assert(rs::scatter<space_lacking<space_req::gather>, float> &&
+              !rs::gather<space_lacking<space_req::gather>, float> && space_refused<space_lacking<space_req::gather>>);
+static_assert(rs::gather<space_lacking<space_req::copies>, float> &&
+              !rs::copies<space_lacking<space_req::copies>, float> && space_refused<space_lacking<space_req::copies>>);
 static_assert(rs::copies<space_lacking<space_req::pack>, float> && !rs::pack<space_lacking<space_req::pack>, float> &&
               space_refused<space_lacking<space_req::pack>>);
 

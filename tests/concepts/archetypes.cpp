@@ -120,8 +120,8 @@ static_assert(!diloco::merge_policy<merge_lacking<merge_req::merge>, float>);
 // A policy for float is not one for double, and both members must be const.
 static_assert(!diloco::merge_policy<merge_lacking<merge_req::none>, double>);
 struct merge_with_mutable_merge : merge_lacking<merge_req::merge> {
-  void merge(std::span<const diloco::weighted_delta<float>>, std::span<const diloco::fragment_slice>,
-             std::span<float>, double);
+  void merge(std::span<const diloco::weighted_delta<float>>, std::span<const diloco::fragment_slice>, std::span<float>,
+             double);
 };
 static_assert(!diloco::merge_policy<merge_with_mutable_merge, float>);
 
@@ -192,13 +192,13 @@ BOOST_AUTO_TEST_CASE(round_with_archetypes) {
   connect(learner_end, syncer_end);
 
   diloco::syncer_options options;
-  options.training = diloco::training_config{.fragments = 1, .sync_period = 2, .overlap = 0, .mixing = 0.0,
-                                             .lock_step = false};
+  options.training =
+      diloco::training_config{.fragments = 1, .sync_period = 2, .overlap = 0, .mixing = 0.0, .lock_step = false};
   std::vector<std::string> log;
   options.log = [&log](const std::string& line) { log.push_back(line); };
-  diloco::syncer<outer_archetype, merge_archetype, transport_archetype> syncer(
-      layout, initial, syncer_end, options, outer_archetype({.learning_rate = 0.5f}),
-      merge_archetype(archetypes::construct));
+  diloco::syncer<outer_archetype, merge_archetype, transport_archetype> syncer(layout, initial, syncer_end, options,
+                                                                               outer_archetype({.learning_rate = 0.5f}),
+                                                                               merge_archetype(archetypes::construct));
 
   model_archetype model(layout, std::vector<float>(4, 0.0f));
   diloco::learner<model_archetype, inner_archetype, transport_archetype> learner(

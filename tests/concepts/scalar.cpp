@@ -22,7 +22,9 @@ static_assert(!diloco::same_scalar_type<archetypes::model_lacking<archetypes::mo
 // Only float and double have a codec; every other type is refused at compile
 // time (it used to be labelled f64).
 template <class T>
-concept has_codec = requires { diloco::codec_of<T>; };
+concept has_codec = requires {
+  diloco::codec_of<T>;
+};
 static_assert(has_codec<float> && has_codec<double>);
 static_assert(!has_codec<int> && !has_codec<long double> && !has_codec<std::uint16_t> && !has_codec<char>);
 
@@ -32,17 +34,25 @@ static_assert(!has_codec<int> && !has_codec<long double> && !has_codec<std::uint
 // the accepted arguments can be asked about here. A scalar type that is not
 // float or double is refused before any check runs.
 template <class Inner>
-concept from_inner_accepts = requires { typename diloco::outer::from_inner<Inner>; };
+concept from_inner_accepts = requires {
+  typename diloco::outer::from_inner<Inner>;
+};
 static_assert(from_inner_accepts<diloco::inner::sgd<double>> && from_inner_accepts<diloco::inner::adamw<float>>);
 
 template <class M, class S, class T>
-concept learner_accepts = requires { typename diloco::learner<M, S, T>; };
-static_assert(learner_accepts<archetypes::model_archetype, archetypes::inner_archetype, archetypes::transport_archetype>);
+concept learner_accepts = requires {
+  typename diloco::learner<M, S, T>;
+};
+static_assert(
+    learner_accepts<archetypes::model_archetype, archetypes::inner_archetype, archetypes::transport_archetype>);
 
 template <class T, class Transport>
-concept bootstrap_accepts = requires { typename diloco::bootstrap<T, Transport>; };
+concept bootstrap_accepts = requires {
+  typename diloco::bootstrap<T, Transport>;
+};
 static_assert(bootstrap_accepts<float, diloco::inproc::endpoint> && bootstrap_accepts<double, diloco::sim::endpoint>);
-static_assert(!bootstrap_accepts<int, diloco::inproc::endpoint> && !bootstrap_accepts<long double, diloco::sim::endpoint>);
+static_assert(!bootstrap_accepts<int, diloco::inproc::endpoint> &&
+              !bootstrap_accepts<long double, diloco::sim::endpoint>);
 
 template <class T>
 concept presets_accept = requires {

@@ -101,10 +101,11 @@ DILOCO_CUDA_TEST(codec, non_finite_delta_is_refused) {
       dc::device_buffer<std::byte> out(cpu.size());
       for (const bool feedback : {false, true}) {
         auto refused = t::upload(std::vector<unsigned>{0u});
-        CUDA_TEST_REQUIRE_SUCCESS(dc::encode_delta(
-            f, 256, std::span<const float>(base.span()), std::span<const float>(theta.span()),
-            feedback ? residual.span() : std::span<float>(), out.span(), refused.data(), nullptr));
-        CUDA_TEST_CHECK(t::download(refused)[0] == 1u, std::string(codec::name(f)) + ": a non-finite value was encoded");
+        CUDA_TEST_REQUIRE_SUCCESS(
+            dc::encode_delta(f, 256, std::span<const float>(base.span()), std::span<const float>(theta.span()),
+                             feedback ? residual.span() : std::span<float>(), out.span(), refused.data(), nullptr));
+        CUDA_TEST_CHECK(t::download(refused)[0] == 1u,
+                        std::string(codec::name(f)) + ": a non-finite value was encoded");
       }
       // With error feedback the residual restarts from zero, as the CPU's does.
       std::size_t nonzero = 0;

@@ -116,18 +116,21 @@ DILOCO_CUDA_TEST(memory_space, adopt_decodes_the_base_and_updates_theta_as_the_h
     for (const codec_id c : codecs) {
       const std::uint32_t block = block_of(c);
       std::vector<std::byte> payload(diloco::payload::size(c, n, block));
-      CUDA_TEST_CHECK(diloco::payload::encode<float>(c, block, n, [&](std::size_t i) { return global[i]; },
-                                                     std::span<std::byte>(payload)),
+      CUDA_TEST_CHECK(diloco::payload::encode<float>(
+                          c, block, n, [&](std::size_t i) { return global[i]; }, std::span<std::byte>(payload)),
                       "encode");
       using diloco::adoption;
-      const std::pair<adoption, float> cases[] = {
-          {adoption::overwrite, 0.5f}, {adoption::mix, 0.5f}, {adoption::keep, 0.5f},
-          {adoption::rebase, 0.0f},    {adoption::rebase, 0.5f}};
+      const std::pair<adoption, float> cases[] = {{adoption::overwrite, 0.5f},
+                                                  {adoption::mix, 0.5f},
+                                                  {adoption::keep, 0.5f},
+                                                  {adoption::rebase, 0.0f},
+                                                  {adoption::rebase, 0.5f}};
       for (const auto& [how, alpha] : cases) {
         const std::string what = "fragment " + std::to_string(p) + " codec " + std::to_string(int(c)) + " adoption " +
                                  std::to_string(int(how)) + " alpha " + std::to_string(alpha);
         std::vector<float> theta_h = s.theta, base_h = old_base;
-        host.adopt(c, block, std::span<const std::byte>(payload), slices, std::span<float>(theta_h), base_h, how, alpha);
+        host.adopt(c, block, std::span<const std::byte>(payload), slices, std::span<float>(theta_h), base_h, how,
+                   alpha);
         auto theta_d = t::upload(s.theta);
         auto base_d = t::upload(old_base);
         device.adopt(c, block, std::span<const std::byte>(payload), slices, theta_d.span(), base_d, how, alpha);
@@ -138,11 +141,11 @@ DILOCO_CUDA_TEST(memory_space, adopt_decodes_the_base_and_updates_theta_as_the_h
           // An FMA's rounding where a product with α > 0 may be contracted:
           // mixing's, or each of a rebase's two steps (θ, the old base and Θ
           // bound the values they round).
-          const double tolerance =
-              how == adoption::mix ? u * std::fabs(0.5 * double(s.theta[i])) + u * std::fabs(double(theta_h[i]))
-              : how == adoption::rebase && alpha > 0
-                  ? 4 * u * (std::fabs(double(s.theta[i])) + std::fabs(double(theta_h[i])) + 1.0)
-                  : 0.0;
+          const double tolerance = how == adoption::mix
+                                       ? u * std::fabs(0.5 * double(s.theta[i])) + u * std::fabs(double(theta_h[i]))
+                                   : how == adoption::rebase && alpha > 0
+                                       ? 4 * u * (std::fabs(double(s.theta[i])) + std::fabs(double(theta_h[i])) + 1.0)
+                                       : 0.0;
           wrong += !(std::fabs(double(theta_got[i]) - double(theta_h[i])) <= tolerance);
         }
         CUDA_TEST_CHECK(wrong == 0, what + ": " + std::to_string(wrong) + " values of θ differ");

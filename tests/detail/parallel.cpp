@@ -62,8 +62,10 @@ BOOST_AUTO_TEST_CASE(the_caller_runs_the_first_range_and_one_thread_runs_inline)
   BOOST_TEST(inline_calls[0].first == 0u);
   BOOST_TEST(inline_calls[0].last == 10u);
   for (const auto& c : calls_of(10, 3)) {
-    if (c.first == 0) BOOST_TEST((c.thread == std::this_thread::get_id()));
-    else BOOST_TEST((c.thread != std::this_thread::get_id()));
+    if (c.first == 0)
+      BOOST_TEST((c.thread == std::this_thread::get_id()));
+    else
+      BOOST_TEST((c.thread != std::this_thread::get_id()));
   }
 }
 

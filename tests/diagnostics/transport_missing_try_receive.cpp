@@ -19,5 +19,5 @@ int main() {
   const std::vector<float> initial(4, 0.0f);
   send_only_transport transport;
   diloco::syncer<diloco::outer::nesterov<float>, diloco::merge::average, send_only_transport> syncer(layout, initial,
-                                                                                                      transport);
+                                                                                                     transport);
 }

@@ -53,11 +53,11 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
-#include <cmath>
 #include <map>
 #include <span>
 #include <string>
@@ -67,11 +67,11 @@
 #include "diloco/outer/nesterov.hpp"
 #include "diloco/params/fragments.hpp"
 #include "diloco/params/layout.hpp"
-#include "diloco/runtime/syncer.hpp"
 #include "diloco/protocol/crc32c.hpp"
-#include "diloco/transport/inproc.hpp"
 #include "diloco/protocol/message.hpp"
 #include "diloco/protocol/wire.hpp"
+#include "diloco/runtime/syncer.hpp"
+#include "diloco/transport/inproc.hpp"
 
 namespace diloco::fuzz {
 
@@ -110,8 +110,8 @@ inline constexpr std::uint64_t max_tokens = std::uint64_t{1} << 40;
 /// The syncer's settings for configuration byte `config` (see the format).
 inline syncer_options make_options(std::uint8_t config) {
   syncer_options o;
-  o.training = training_config{.fragments = fragment_count, .sync_period = 4, .overlap = 1, .mixing = 0.5,
-                               .lock_step = false};
+  o.training =
+      training_config{.fragments = fragment_count, .sync_period = 4, .overlap = 1, .mixing = 0.5, .lock_step = false};
   switch (config & 0x03) {
     case 0: o.scaling = partial_rounds::full_step; break;
     case 1: o.scaling = partial_rounds::live_share; break;
@@ -197,8 +197,7 @@ class harness {
       frames.emplace_back(bytes, bytes + n);
       in = in.subspan(n);
     }
-    if ((ctl & control::repair_checksums) && !frames.empty() && frames[0].size() == wire::header_size)
-      repair(frames);
+    if ((ctl & control::repair_checksums) && !frames.empty() && frames[0].size() == wire::header_size) repair(frames);
 
     const peer_id from = peers[(ctl & control::peer_mask) >> control::peer_shift];
     envelope e = decode(frames, from);

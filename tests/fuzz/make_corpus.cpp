@@ -44,8 +44,8 @@ class input {
   }
 
   /// Sends `h` and `payload` from peer index `peer` (see `fuzz::peers`).
-  input& from(std::size_t peer, const message_header& h, std::span<const float> payload = {},
-              std::uint8_t advance = 0, std::uint8_t extra = 0) {
+  input& from(std::size_t peer, const message_header& h, std::span<const float> payload = {}, std::uint8_t advance = 0,
+              std::uint8_t extra = 0) {
     const std::span<const std::byte> bytes = std::as_bytes(payload);
     const auto header = wire::encode_header(h, bytes);
     std::vector<frame> frames{frame(header.begin(), header.end())};
@@ -137,8 +137,8 @@ message_header contribution(std::uint32_t learner, std::uint32_t incarnation, st
   return h;
 }
 
-message_header update(std::uint32_t learner, std::uint32_t incarnation, std::uint32_t fragment,
-                      std::uint64_t revision, std::uint64_t answers) {
+message_header update(std::uint32_t learner, std::uint32_t incarnation, std::uint32_t fragment, std::uint64_t revision,
+                      std::uint64_t answers) {
   message_header h;
   h.kind = message_kind::update;
   h.codec = codec_id::f32;
@@ -153,8 +153,8 @@ message_header update(std::uint32_t learner, std::uint32_t incarnation, std::uin
   return h;
 }
 
-message_header heartbeat(std::uint32_t learner, std::uint32_t incarnation, std::uint64_t sequence,
-                         std::uint64_t step, std::int64_t step_time_ns = 20'000'000) {
+message_header heartbeat(std::uint32_t learner, std::uint32_t incarnation, std::uint64_t sequence, std::uint64_t step,
+                         std::int64_t step_time_ns = 20'000'000) {
   message_header h;
   h.kind = message_kind::heartbeat;
   h.learner = learner;
@@ -269,8 +269,8 @@ std::vector<seed> seeds() {
                        .send(2, join(2, 2, 1), {}, 4)
                        .send(2, contribution(2, 2, 2, 1, 1), e1, 1),
                    [](const syncer_metrics& m) {
-                     return m.joins == 2 && m.rejoins == 1 && m.leaves == 1 && m.declared_dead >= 1 &&
-                            m.revived >= 1 && m.contributions_accepted == 7 && m.outer_updates >= 4;
+                     return m.joins == 2 && m.rejoins == 1 && m.leaves == 1 && m.declared_dead >= 1 && m.revived >= 1 &&
+                            m.contributions_accepted == 7 && m.outer_updates >= 4;
                    }});
     }
   }
@@ -306,24 +306,24 @@ std::vector<seed> seeds() {
                  input(config(partial_rounds::live_share, update_recipients::contributors, 1))
                      .send(1, join(1, 1, 1))
                      .send(1, contribution(1, 1, 2, 0, 0), d0)
-                     .send(1, contribution(1, 1, 3, 0, 0), d0)            // duplicate
-                     .send(1, contribution(1, 1, 4, 1, 5), d1)            // future_base
-                     .send(1, contribution(1, 1, 5, 0, 0, 0), d0)         // no_work (and duplicate key)
-                     .send(1, contribution(1, 1, 6, 1, 0, 0), d1)         // no_work
-                     .send(1, no_such_fragment, d0)                       // bad_fragment
-                     .send(1, bad_count, short_delta)                     // bad_size
-                     .send(1, f64, f64_payload)                           // bad_codec
+                     .send(1, contribution(1, 1, 3, 0, 0), d0)     // duplicate
+                     .send(1, contribution(1, 1, 4, 1, 5), d1)     // future_base
+                     .send(1, contribution(1, 1, 5, 0, 0, 0), d0)  // no_work (and duplicate key)
+                     .send(1, contribution(1, 1, 6, 1, 0, 0), d1)  // no_work
+                     .send(1, no_such_fragment, d0)                // bad_fragment
+                     .send(1, bad_count, short_delta)              // bad_size
+                     .send(1, f64, f64_payload)                    // bad_codec
                      .send(1, contribution(1, 1, 11, 0, 1), d0)
                      .send(1, contribution(1, 1, 12, 0, 2), d0)
                      .send(1, contribution(1, 1, 13, 0, 3), d0)
-                     .send(1, contribution(1, 1, 14, 0, 1), d0)           // stale
-                     .send(2, heartbeat(1, 1, 15, 3))                     // wrong_peer
-                     .send(1, heartbeat(1, 2, 1, 3))                      // unknown_incarnation
-                     .send(4, other_layout)                               // layout_mismatch
-                     .send(1, join(1, 2, 1), {}, 1)                       // rejoin
-                     .send(1, heartbeat(1, 1, 16, 3))                     // dead_incarnation
+                     .send(1, contribution(1, 1, 14, 0, 1), d0)  // stale
+                     .send(2, heartbeat(1, 1, 15, 3))            // wrong_peer
+                     .send(1, heartbeat(1, 2, 1, 3))             // unknown_incarnation
+                     .send(4, other_layout)                      // layout_mismatch
+                     .send(1, join(1, 2, 1), {}, 1)              // rejoin
+                     .send(1, heartbeat(1, 1, 16, 3))            // dead_incarnation
                      .send(1, leave(1, 2, 2))
-                     .send(1, heartbeat(1, 2, 3, 3)),                     // dead_incarnation
+                     .send(1, heartbeat(1, 2, 3, 3)),  // dead_incarnation
                  [](const syncer_metrics& m) {
                    for (auto r : {reject_reason::duplicate, reject_reason::future_base, reject_reason::no_work,
                                   reject_reason::bad_fragment, reject_reason::bad_size, reject_reason::bad_codec,
@@ -367,9 +367,8 @@ std::vector<seed> seeds() {
                      .raw(0, {contribution_header, flipped}),
                  [](const syncer_metrics& m) {
                    return refused(m, reject_reason::truncated) == 5 && refused(m, reject_reason::bad_magic) == 1 &&
-                          refused(m, reject_reason::bad_version) == 1 &&
-                          refused(m, reject_reason::bad_checksum) == 2 && refused(m, reject_reason::bad_header) == 1 &&
-                          refused(m, reject_reason::oversized) == 1;
+                          refused(m, reject_reason::bad_version) == 1 && refused(m, reject_reason::bad_checksum) == 2 &&
+                          refused(m, reject_reason::bad_header) == 1 && refused(m, reject_reason::oversized) == 1;
                  }});
   }
   return s;
@@ -390,11 +389,10 @@ int main(int argc, char** argv) {
     const auto& bytes = s.in.bytes();
     const auto m = fuzz::harness::run(bytes.data(), bytes.size());
     if (s.expect && !s.expect(m)) {
-      std::fprintf(stderr,
-                   "make_corpus: seed %s does not do what it should (accepted %llu, updates %llu, refused %llu)\n",
-                   s.name.c_str(), static_cast<unsigned long long>(m.contributions_accepted),
-                   static_cast<unsigned long long>(m.outer_updates),
-                   static_cast<unsigned long long>(m.rejected_total()));
+      std::fprintf(
+          stderr, "make_corpus: seed %s does not do what it should (accepted %llu, updates %llu, refused %llu)\n",
+          s.name.c_str(), static_cast<unsigned long long>(m.contributions_accepted),
+          static_cast<unsigned long long>(m.outer_updates), static_cast<unsigned long long>(m.rejected_total()));
       ++failures;
     }
     std::ofstream out(dir / s.name, std::ios::binary | std::ios::trunc);

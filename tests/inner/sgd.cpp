@@ -128,9 +128,9 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(two_steps_by_hand, T, scalar_types) {
     sgd_options options;
     double after_one, after_two;
   };
-  for (const auto& c : {hand_case{{0.1, 0.0, 0.1, false}, 0.94, 0.8806},
-                        hand_case{{0.1, 0.9, 0.1, false}, 0.94, 0.8266},
-                        hand_case{{0.1, 0.9, 0.1, true}, 0.886, 0.725566}}) {
+  for (const auto& c :
+       {hand_case{{0.1, 0.0, 0.1, false}, 0.94, 0.8806}, hand_case{{0.1, 0.9, 0.1, false}, 0.94, 0.8266},
+        hand_case{{0.1, 0.9, 0.1, true}, 0.886, 0.725566}}) {
     sgd<T> opt(c.options);
     std::vector<T> p{T(1)};
     opt.step(p, g);

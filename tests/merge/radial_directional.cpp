@@ -68,7 +68,8 @@ std::vector<double> naive_rda(const contributions<T>& c, std::span<const fragmen
         const double norm_m = std::sqrt(sq);
         mean_norm += c.weights[m] * norm_m / total;
         if (norm_m == 0) continue;
-        for (std::size_t i = begin; i < end; ++i) direction[i] += c.weights[m] / total * double(c.deltas[m][i]) / norm_m;
+        for (std::size_t i = begin; i < end; ++i)
+          direction[i] += c.weights[m] / total * double(c.deltas[m][i]) / norm_m;
       }
       double sq = 0;
       for (std::size_t i = begin; i < end; ++i) sq += direction[i] * direction[i];
@@ -200,7 +201,9 @@ BOOST_AUTO_TEST_CASE_TEMPLATE(identical_contributions_merge_to_themselves, T, sc
     std::vector<T> d(plan[p].size());
     for (std::size_t i = 0; i < d.size(); ++i) d[i] = T(std::cos(0.8 * double(i) + double(p)));
     const contributions<T> c{{d, d, d}, {1, 4, 0.25}};
-    BOOST_TEST_CONTEXT("fragment " << p) { check_close(merged(rda{}, c, plan[p].slices(), 1.0), widen(d), tolerance<T>); }
+    BOOST_TEST_CONTEXT("fragment " << p) {
+      check_close(merged(rda{}, c, plan[p].slices(), 1.0), widen(d), tolerance<T>);
+    }
   }
 }
 

@@ -2,9 +2,9 @@
 #include "diloco/merge/weighted_mean.hpp"
 
 #include <cmath>
+#include <cstdint>
 #include <cstring>
 #include <span>
-#include <cstdint>
 #include <type_traits>
 #include <vector>
 
@@ -103,7 +103,7 @@ BOOST_AUTO_TEST_CASE(weights) {
   BOOST_TEST(tw.weight(1000, 10) == 100000.0);  // 1000² / 10
   BOOST_TEST(tw.weight(3, 2) == 4.5);           // 9 / 2
   BOOST_TEST(tw.weight(0, 5) == 0.0);
-  BOOST_TEST(tw.weight(7, 0) == 0.0);           // no steps: weight 0
+  BOOST_TEST(tw.weight(7, 0) == 0.0);  // no steps: weight 0
   BOOST_TEST(tw.weight(0, 0) == 0.0);
   // 2^30 tokens in 2^10 steps: 2^60 / 2^10 = 2^50, exact in double.
   BOOST_TEST(tw.weight(std::uint64_t{1} << 30, 1024) == std::ldexp(1.0, 50));

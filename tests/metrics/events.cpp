@@ -53,7 +53,7 @@ BOOST_AUTO_TEST_CASE(a_clean_lock_step_run_accounts_for_every_contribution) {
     }
   };
   syncer<outer::nesterov<T>, merge::token_weighted, sim::endpoint> s(initial.layout(), initial.parameters(),
-                                                                      net.attach(syncer_peer), options);
+                                                                     net.attach(syncer_peer), options);
   std::vector<std::unique_ptr<model_type>> models;
   std::vector<std::unique_ptr<learner<model_type, inner::sgd<T>, sim::endpoint>>> learners;
   std::vector<toy::teacher<T>> teachers;
@@ -67,8 +67,9 @@ BOOST_AUTO_TEST_CASE(a_clean_lock_step_run_accounts_for_every_contribution) {
     teachers.emplace_back(4, 70 + i);
   }
   const std::vector<sim::learner_plan> plans(learners_count, sim::learner_plan{1.0, steps, {}});
-  const auto report = sim::run(net, s, learners, plans, [&](std::size_t i) { return teachers[i].next(8); },
-                               [](std::size_t, const step_stats&, time_point) {}, sim::run_options{.step_time = step_time});
+  const auto report = sim::run(
+      net, s, learners, plans, [&](std::size_t i) { return teachers[i].next(8); },
+      [](std::size_t, const step_stats&, time_point) {}, sim::run_options{.step_time = step_time});
   BOOST_TEST_REQUIRE(report.completed);
 
   std::set<key> sent;
@@ -118,8 +119,14 @@ BOOST_AUTO_TEST_CASE(trace_lines_are_whole_and_appended) {
   std::filesystem::remove(path);
   {
     trace_writer a(path), b(path);  // two writers, as two processes would be
-    a.learner(3, 2, learner_event{.what = learner_event::kind::sent, .fragment = 1, .sequence = 17, .revision = 4,
-                                  .work = 25, .steps = 50, .waited_total = 1500us});
+    a.learner(3, 2,
+              learner_event{.what = learner_event::kind::sent,
+                            .fragment = 1,
+                            .sequence = 17,
+                            .revision = 4,
+                            .work = 25,
+                            .steps = 50,
+                            .waited_total = 1500us});
     b.contribution(contribution_event{3, 2, 17, 1, 4, false, reject_reason::stale});
     const std::vector<merged_contribution> m{{3, 2, 17, 0}, {1, 1, 9, 2}};
     a.merged(1, 5, m);
@@ -134,12 +141,15 @@ BOOST_AUTO_TEST_CASE(trace_lines_are_whole_and_appended) {
     BOOST_TEST(l.back() == '}');
   }
   const auto tail = [](const std::string& l) { return l.substr(l.find(",\"src\"")); };
-  BOOST_TEST(tail(lines[0]) == ",\"src\":\"learner\",\"ev\":\"sent\",\"learner\":3,\"incarnation\":2,\"fragment\":1,"
-                               "\"sequence\":17,\"base\":4,\"work\":25,\"steps\":50,\"wait_us\":1500}");
-  BOOST_TEST(tail(lines[1]) == ",\"src\":\"syncer\",\"ev\":\"rejected\",\"learner\":3,\"incarnation\":2,\"sequence\":17,"
-                               "\"fragment\":1,\"base\":4,\"reason\":\"stale\"}");
-  BOOST_TEST(tail(lines[2]) == ",\"src\":\"syncer\",\"ev\":\"merged\",\"fragment\":1,\"revision\":5,"
-                               "\"contributions\":[[3,2,17],[1,1,9]],\"staleness\":[0,2]}");
+  BOOST_TEST(tail(lines[0]) ==
+             ",\"src\":\"learner\",\"ev\":\"sent\",\"learner\":3,\"incarnation\":2,\"fragment\":1,"
+             "\"sequence\":17,\"base\":4,\"work\":25,\"steps\":50,\"wait_us\":1500}");
+  BOOST_TEST(tail(lines[1]) ==
+             ",\"src\":\"syncer\",\"ev\":\"rejected\",\"learner\":3,\"incarnation\":2,\"sequence\":17,"
+             "\"fragment\":1,\"base\":4,\"reason\":\"stale\"}");
+  BOOST_TEST(tail(lines[2]) ==
+             ",\"src\":\"syncer\",\"ev\":\"merged\",\"fragment\":1,\"revision\":5,"
+             "\"contributions\":[[3,2,17],[1,1,9]],\"staleness\":[0,2]}");
   BOOST_TEST_MESSAGE("wall clock stamps are microseconds since the epoch: " << lines[0].substr(0, 22));
   const auto stamp = std::stoll(lines[0].substr(5));
   BOOST_TEST(stamp > 1'600'000'000'000'000LL);  // after 2020

@@ -59,7 +59,8 @@ BOOST_AUTO_TEST_CASE(known_counters_give_the_expected_lines) {
   g.compute_efficiency = 0.96875;
   const auto lines = lines_of(prometheus_text(known_counters(), g));
   for (const std::string expected : {
-           "# HELP diloco_syncer_outer_updates_total Outer updates applied (revisions created), all fragments together.",
+           "# HELP diloco_syncer_outer_updates_total Outer updates applied (revisions created), all fragments "
+           "together.",
            "# TYPE diloco_syncer_outer_updates_total counter",
            "diloco_syncer_outer_updates_total 12",
            "diloco_syncer_contributions_accepted_total 30",
@@ -98,7 +99,8 @@ BOOST_AUTO_TEST_CASE(every_sample_line_parses_and_follows_its_type) {
   g.revisions = {1, 2, 3};
   g.training_loss = 1.0 / 3.0;
   const auto lines = lines_of(prometheus_text(known_counters(), g));
-  const std::regex sample(R"(^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[a-zA-Z_][a-zA-Z0-9_]*="[^"\\]*"\})? (NaN|[+-]Inf|-?[0-9]+(\.[0-9]+)?([eE][+-]?[0-9]+)?)$)");
+  const std::regex sample(
+      R"(^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[a-zA-Z_][a-zA-Z0-9_]*="[^"\\]*"\})? (NaN|[+-]Inf|-?[0-9]+(\.[0-9]+)?([eE][+-]?[0-9]+)?)$)");
   const std::regex type(R"(^# TYPE ([a-zA-Z_:][a-zA-Z0-9_:]*) (counter|gauge)$)");
   const std::regex help(R"(^# HELP ([a-zA-Z_:][a-zA-Z0-9_:]*) [^\n\\]+$)");
   std::string family;

@@ -25,8 +25,8 @@ using diloco::trace_writer;
 
 /// A trace file of its own, removed at the end.
 struct trace_file {
-  std::filesystem::path path = std::filesystem::temp_directory_path() /
-                               ("diloco_trace_json_" + std::to_string(::getpid()) + ".jsonl");
+  std::filesystem::path path =
+      std::filesystem::temp_directory_path() / ("diloco_trace_json_" + std::to_string(::getpid()) + ".jsonl");
   trace_file() { std::filesystem::remove(path); }
   ~trace_file() { std::filesystem::remove(path); }
 

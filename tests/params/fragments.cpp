@@ -145,8 +145,8 @@ BOOST_AUTO_TEST_CASE(transformer_plans_cut_the_embedding_and_are_balanced) {
       // more than one fragment.
       std::size_t holding_embedding = 0;
       for (const auto& f : plan.fragments())
-        holding_embedding += std::any_of(f.slices().begin(), f.slices().end(),
-                                         [](const fragment_slice& s) { return s.tensor == 0; });
+        holding_embedding +=
+            std::any_of(f.slices().begin(), f.slices().end(), [](const fragment_slice& s) { return s.tensor == 0; });
       if (count >= 2) BOOST_TEST(holding_embedding >= 2u);
     }
   }
@@ -224,7 +224,8 @@ BOOST_AUTO_TEST_CASE(random_layouts_stay_within_the_documented_bound) {
   for (int trial = 0; trial < 200; ++trial) {
     parameter_layout layout;
     const auto tensors = 1 + next(12);
-    for (std::uint64_t t = 0; t < tensors; ++t) layout.add(std::string(1, 't').append(std::to_string(t)), 1 + next(next(2) ? 50 : 5000));
+    for (std::uint64_t t = 0; t < tensors; ++t)
+      layout.add(std::string(1, 't').append(std::to_string(t)), 1 + next(next(2) ? 50 : 5000));
     for (std::size_t p = 1; p <= std::min<std::size_t>(16, layout.size()); ++p) {
       const auto plan = fragment_plan::balanced(layout, p);
       const std::size_t largest = check_plan(layout, plan, p);

@@ -18,9 +18,7 @@ using diloco::byte_buffer;
 
 constexpr std::size_t mib2 = std::size_t{2} << 20;
 
-bool aligned(const void* p, std::size_t alignment) {
-  return reinterpret_cast<std::uintptr_t>(p) % alignment == 0;
-}
+bool aligned(const void* p, std::size_t alignment) { return reinterpret_cast<std::uintptr_t>(p) % alignment == 0; }
 
 /// Checks the promises every non-empty buffer makes: its size, room for it,
 /// 64-byte alignment (2 MiB from 2 MiB up), and every byte writable.
@@ -253,8 +251,8 @@ BOOST_AUTO_TEST_CASE(the_cache_is_bounded_in_bytes_as_well_as_blocks) {
   BOOST_TEST(pool.allocations() == 2u);
   auto c = pool.acquire(std::size_t{2} << 20);
   auto d = pool.acquire(std::size_t{2} << 20);
-  BOOST_TEST(pool.reuses() == 1u);        // one came from the cache
-  BOOST_TEST(pool.allocations() == 3u);   // the other had been freed
+  BOOST_TEST(pool.reuses() == 1u);       // one came from the cache
+  BOOST_TEST(pool.allocations() == 3u);  // the other had been freed
 }
 
 BOOST_AUTO_TEST_SUITE_END()

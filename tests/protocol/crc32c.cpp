@@ -5,8 +5,8 @@
 #include <string_view>
 #include <vector>
 
-#include <diloco/random.hpp>
 #include <diloco/protocol/crc32c.hpp>
+#include <diloco/random.hpp>
 
 namespace protocol_crc32c_test {
 
@@ -42,8 +42,9 @@ BOOST_AUTO_TEST_CASE(matches_the_bitwise_definition_at_every_length_and_alignmen
   std::vector<std::byte> data(3 * 8192 + 3 * 256 + 64 + 16);
   for (auto& b : data) b = std::byte(rng.next() & 0xff);
   for (std::size_t offset = 0; offset < 8; ++offset)
-    for (std::size_t n : {0u, 1u, 3u, 7u, 8u, 9u, 15u, 16u, 63u, 64u, 65u, 767u, 768u, 769u, 1000u, 1543u, 4096u, 24575u,
-                          24576u, 24577u, 24576u + 768u, 24576u + 768u + 63u}) {
+    for (std::size_t n :
+         {0u,   1u,   3u,   7u,    8u,    9u,    15u,    16u,    63u,    64u,           65u,
+          767u, 768u, 769u, 1000u, 1543u, 4096u, 24575u, 24576u, 24577u, 24576u + 768u, 24576u + 768u + 63u}) {
       const std::span<const std::byte> s(data.data() + offset, n);
       BOOST_TEST(diloco::crc32c(s) == bitwise(s), "offset " << offset << ", length " << n);
       // The portable table path agrees too, whatever the host chose.

@@ -16,9 +16,9 @@ using namespace diloco;
 message_header full_header(message_kind kind) {
   message_header h;
   h.kind = kind;
-  h.codec = kind == message_kind::layout       ? codec_id::bytes
-            : wire::carries_payload(kind)        ? codec_id::f32
-                                                 : codec_id::none;
+  h.codec = kind == message_kind::layout  ? codec_id::bytes
+            : wire::carries_payload(kind) ? codec_id::f32
+                                          : codec_id::none;
   h.status = kind == message_kind::update ? update_status::resync : update_status::merged;
   h.flags = kind == message_kind::contribution ? final_contribution : kind == message_kind::welcome ? state_wanted : 0;
   h.reason = kind == message_kind::reject ? static_cast<std::uint8_t>(reject_reason::duplicate) : 0;
@@ -68,8 +68,8 @@ BOOST_AUTO_TEST_CASE(every_kind_round_trips) {
                     message_kind::heartbeat, message_kind::leave, message_kind::ack, message_kind::reject,
                     message_kind::state, message_kind::end}) {
     const auto h = full_header(kind);
-    const std::span<const std::byte> p = wire::carries_payload(kind) ? std::span<const std::byte>(payload)
-                                                                      : std::span<const std::byte>();
+    const std::span<const std::byte> p =
+        wire::carries_payload(kind) ? std::span<const std::byte>(payload) : std::span<const std::byte>();
     const auto frame = wire::encode_header(h, p);
     const auto d = wire::decode_header(frame, limit);
     BOOST_TEST_REQUIRE(int(d.error) == int(wire_error::none));
@@ -197,9 +197,7 @@ BOOST_AUTO_TEST_CASE(every_single_bit_flip_of_a_header_is_refused) {
 BOOST_AUTO_TEST_CASE(each_kind_of_damage_has_its_own_reason) {
   const auto payload = payload_of({1.0f, 2.0f, 3.0f});
   const auto clean = wire::encode_header(full_header(message_kind::contribution), payload);
-  auto refused = [](std::array<std::byte, wire::header_size> frame) {
-    return wire::decode_header(frame, limit).error;
-  };
+  auto refused = [](std::array<std::byte, wire::header_size> frame) { return wire::decode_header(frame, limit).error; };
 
   auto f = clean;
   f[1] = std::byte{'X'};
@@ -223,7 +221,7 @@ BOOST_AUTO_TEST_CASE(each_kind_of_damage_has_its_own_reason) {
                            {wire::offset::status, 1u},  // only an update carries a status
                            {wire::offset::flags, 2u},   // state_wanted belongs to a welcome
                            {wire::offset::lock_step, 2u},
-                           {wire::offset::reason, 1u},  // only a reject carries a reason
+                           {wire::offset::reason, 1u},    // only a reject carries a reason
                            {wire::offset::block, 1u}}) {  // f32 has no blocks
     f = clean;
     f[at] = std::byte(value);
@@ -341,9 +339,9 @@ BOOST_AUTO_TEST_CASE(layouts_round_trip_and_malformed_ones_are_refused) {
   BOOST_TEST((*back == l));
   BOOST_TEST(back->fingerprint() == l.fingerprint());
 
-  BOOST_TEST(!wire::decode_layout({}, 1 << 20).has_value());                                // no tensor
+  BOOST_TEST(!wire::decode_layout({}, 1 << 20).has_value());                                        // no tensor
   BOOST_TEST(!wire::decode_layout(std::span(bytes).first(bytes.size() - 1), 1 << 20).has_value());  // truncated
-  BOOST_TEST(!wire::decode_layout(bytes, 1000).has_value());                                // too many elements
+  BOOST_TEST(!wire::decode_layout(bytes, 1000).has_value());                                        // too many elements
   auto zero_size = bytes;
   std::memset(zero_size.data() + 7, 0, 8);  // "embed"'s element count
   BOOST_TEST(!wire::decode_layout(zero_size, 1 << 20).has_value());

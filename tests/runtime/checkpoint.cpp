@@ -3,13 +3,13 @@
 // and the syncer's state, enough to restart a syncer that knows no model.
 #include <boost/test/unit_test.hpp>
 
+#include <unistd.h>
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <string>
-#include <unistd.h>
 #include <vector>
 
 #include <diloco/diloco.hpp>
@@ -100,7 +100,8 @@ using body_syncer = diloco::syncer<diloco::outer::nesterov<float>, diloco::merge
 
 diloco::syncer_options two_fragments() {
   diloco::syncer_options o;
-  o.training = diloco::training_config{.fragments = 2, .sync_period = 10, .overlap = 0, .mixing = 0.0, .lock_step = false};
+  o.training =
+      diloco::training_config{.fragments = 2, .sync_period = 10, .overlap = 0, .mixing = 0.0, .lock_step = false};
   o.grace_factor = 0.0;
   return o;
 }

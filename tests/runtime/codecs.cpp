@@ -210,7 +210,7 @@ BOOST_FIXTURE_TEST_CASE(malformed_compressed_outer_gradients_are_refused_and_cha
   std::memcpy(bad.data() + 8, &infinite, 4);  // the second block's scale
   refused(codec_id::int8, 4, bad, reject_reason::non_finite);
   refused(codec_id::int8, 4, std::vector<std::byte>(good.begin(), good.end() - 1), reject_reason::bad_size);
-  refused(codec_id::int8, 2, good, reject_reason::bad_size);  // blocks of 2 take 3 · (4 + 2) bytes
+  refused(codec_id::int8, 2, good, reject_reason::bad_size);   // blocks of 2 take 3 · (4 + 2) bytes
   refused(codec_id::int8, 0, good, reject_reason::bad_codec);  // no block
   refused(codec_id::f32, 0, std::vector<std::byte>(24), reject_reason::bad_codec);  // not this model's precision
   BOOST_TEST(s.revision(0) == 0u);
@@ -273,7 +273,8 @@ void compressed_and_decoded_rounds_merge_alike() {
     std::vector<float> delta(n);
     for (auto& d : delta) d = float(rng.uniform() - 0.5) * float(m + 1);
     auto& bytes = encoded.emplace_back(codec::encoded_size(codec::format::int4, n, 4));
-    BOOST_TEST_REQUIRE(codec::encode(codec::format::int4, n, 4, [&](std::size_t i) { return delta[i]; }, bytes));
+    BOOST_TEST_REQUIRE(codec::encode(
+        codec::format::int4, n, 4, [&](std::size_t i) { return delta[i]; }, bytes));
     auto& values = decoded.emplace_back(n);
     codec::decode(codec::format::int4, n, 4, bytes, [&](std::size_t i, float v) { values[i] = v; });
   }
@@ -319,8 +320,7 @@ BOOST_AUTO_TEST_CASE(a_learner_encodes_its_outer_gradient_in_the_welcome_codec) 
   // Δ = base − θ = 0 − (0 − 2 · 0.5 · g) = g, in blocks (1, 0.3, 0.2, 0.05) and (1, 0.5, 0.01, −0.7).
   const auto got = read_int4(m);
   const auto& g = f.model.grads;
-  for (std::size_t i = 0; i < 8; ++i)
-    BOOST_TEST(got[i] == int4_value(g[i], 1.0), boost::test_tools::tolerance(1e-6));
+  for (std::size_t i = 0; i < 8; ++i) BOOST_TEST(got[i] == int4_value(g[i], 1.0), boost::test_tools::tolerance(1e-6));
 }
 
 BOOST_AUTO_TEST_CASE(error_feedback_sends_what_the_codec_rounded_away_the_next_time) {

@@ -59,8 +59,8 @@ std::vector<double> run_runtime(std::uint32_t learners, std::uint64_t steps, Inn
   }
   std::vector<sim::learner_plan> plans(learners, sim::learner_plan{1.0, steps, {}});
   const auto report = sim::run(
-      net, s, ls, plans,
-      [&](std::size_t i) { return teachers[i].next(batch_size); }, [](std::size_t, const step_stats&, time_point) {});
+      net, s, ls, plans, [&](std::size_t i) { return teachers[i].next(batch_size); },
+      [](std::size_t, const step_stats&, time_point) {});
   BOOST_TEST_REQUIRE(report.completed);
   return s.parameters();
 }
@@ -94,8 +94,8 @@ BOOST_AUTO_TEST_CASE(data_parallel_preset_is_gradient_averaging_with_adamw) {
   // The runtime's outer gradient is Θ − (Θ − g): equal to g up to one rounding.
   BOOST_TEST(max_relative_difference(got, theta) < 1e-9);
   // And training did something: the parameters moved away from the start.
-  BOOST_TEST(max_relative_difference(theta, std::vector<double>(initial.parameters().begin(),
-                                                                  initial.parameters().end())) > 0.1);
+  BOOST_TEST(max_relative_difference(
+                 theta, std::vector<double>(initial.parameters().begin(), initial.parameters().end())) > 0.1);
 }
 
 BOOST_AUTO_TEST_CASE(diloco_preset_is_local_adamw_then_nesterov_on_the_average) {

@@ -99,7 +99,8 @@ struct fixture {
     return m;
   }
 
-  message update(std::uint32_t fragment, std::uint64_t revision, std::vector<double> values, std::uint64_t answers = 0) {
+  message update(std::uint32_t fragment, std::uint64_t revision, std::vector<double> values,
+                 std::uint64_t answers = 0) {
     message m;
     auto& h = m.header;
     h.kind = message_kind::update;
@@ -234,7 +235,7 @@ BOOST_FIXTURE_TEST_CASE(overwrite_adopts_an_answer_tau_steps_after_its_send, ove
   BOOST_TEST(l.revision(1) == 1u);
   BOOST_TEST(model.params[4] == 20.0);
   BOOST_TEST(l.metrics().steps_overwritten == 2u);  // steps 3 and 4 of fragment 1, never sent
-  contributions();  // fragment 0, due after step 4
+  contributions();                                  // fragment 0, due after step 4
   step();
   step();  // fragment 1 again after step 6: 2 steps since adoption, against revision 1
   const auto next = contributions();
@@ -286,7 +287,7 @@ BOOST_FIXTURE_TEST_CASE(a_resync_answering_the_latest_send_is_adopted_even_when_
   step();
   BOOST_TEST(l.revision(0) == 2u);
   BOOST_TEST(model.params[0] == 0.5);  // 1.0, then one step
-  send(std::move(copy));  // its duplicate is not taken again
+  send(std::move(copy));               // its duplicate is not taken again
   step();
   BOOST_TEST(model.params[0] == 0.0);
 }
@@ -319,7 +320,7 @@ BOOST_FIXTURE_TEST_CASE(rebase_keeps_the_steps_between_a_send_and_its_answer, fi
   BOOST_TEST(sent[0].header.steps == 2u);
   send(update(1, 1, std::vector<double>(4, 20.0), sent[0].header.sequence));  // Θ holds that Δ, merged
   step();
-  step();  // θ = 8; held for τ = 2 steps, the answer is taken at the next boundary
+  step();           // θ = 8; held for τ = 2 steps, the answer is taken at the next boundary
   contributions();  // fragment 0
   BOOST_TEST(l.poll(now));
   BOOST_TEST(l.revision(1) == 1u);
@@ -340,9 +341,9 @@ BOOST_FIXTURE_TEST_CASE(rebase_keeps_the_steps_between_a_send_and_its_answer, fi
 
 BOOST_FIXTURE_TEST_CASE(rebase_moves_local_work_onto_another_learners_revision, fixture) {
   join(1, 4, 0);
-  step();  // θ = 9.5
+  step();                                                // θ = 9.5
   send(update(0, 3, std::vector<double>(4 * 2, 30.0)));  // another learner's round
-  step();  // rebased first: 30 + (9.5 − 10) = 29.5, then the step: 29
+  step();                                                // rebased first: 30 + (9.5 − 10) = 29.5, then the step: 29
   BOOST_TEST(l.revision(0) == 3u);
   BOOST_TEST(model.params[0] == 29.0);
   step();
@@ -388,7 +389,7 @@ BOOST_FIXTURE_TEST_CASE(work_in_flight_is_neither_lost_nor_applied_twice, fixtur
   BOOST_TEST(l.poll(now));
   BOOST_TEST(l.revision(0) == 2u);
   BOOST_TEST(model.params[0] == 3.5);  // 4 + (8.5 − 9)
-  l.train_step(0, now);  // θ = 3, step 4: Δ = 4 − 3 = 1, steps 3 and 4
+  l.train_step(0, now);                // θ = 3, step 4: Δ = 4 − 3 = 1, steps 3 and 4
   const auto second = contributions();
   BOOST_TEST_REQUIRE(second.size() == 1u);
   BOOST_TEST(second[0].header.base_revision == 2u);
@@ -467,7 +468,7 @@ BOOST_FIXTURE_TEST_CASE(a_lost_answer_holds_nothing_back_and_is_asked_for_once_a
   BOOST_TEST(l.poll(now));
   BOOST_TEST(l.revision(0) == 4u);
   BOOST_TEST(model.params[0] == 2.0);  // 3 + (8 − 9): steps 3 and 4 kept
-  l.train_step(0, now);  // the owed send: steps 3 to 5
+  l.train_step(0, now);                // the owed send: steps 3 to 5
   sent = contributions();
   BOOST_TEST_REQUIRE(sent.size() == 1u);
   BOOST_TEST(sent[0].header.base_revision == 4u);
@@ -479,9 +480,9 @@ BOOST_FIXTURE_TEST_CASE(another_learners_revision_is_taken_in_tau_steps_after_a_
   for (int i = 0; i < 4; ++i) step();  // θ = 8: Δ = 2 sent against revision 0, base ← 8
   contributions();
   send(update(0, 3, std::vector<double>(8, 30.0)));  // without this learner's Δ; the answer is lost
-  step();  // held: 1 step since the send
+  step();                                            // held: 1 step since the send
   BOOST_TEST(l.revision(0) == 0u);
-  step();  // held: 2 steps
+  step();                   // held: 2 steps
   BOOST_TEST(l.poll(now));  // τ = 2 steps passed: taken in, 30 + (7 − 8)
   BOOST_TEST(l.revision(0) == 3u);
   BOOST_TEST(model.params[0] == 29.0);
@@ -535,7 +536,8 @@ BOOST_FIXTURE_TEST_CASE(finish_waits_for_the_answer_in_flight_then_sends_the_res
   // On the steady clock, far past this test's clock: it also heartbeats and joins again.
   std::vector<message> rest;
   for (auto& m : finish_with_the_leave_answered())
-    if (m.header.kind == message_kind::contribution || m.header.kind == message_kind::leave) rest.push_back(std::move(m));
+    if (m.header.kind == message_kind::contribution || m.header.kind == message_kind::leave)
+      rest.push_back(std::move(m));
   BOOST_TEST_REQUIRE(rest.size() == 2u);
   BOOST_TEST(int(rest[0].header.kind) == int(message_kind::contribution));
   BOOST_TEST((rest[0].header.flags & final_contribution) != 0);
@@ -692,7 +694,7 @@ BOOST_AUTO_TEST_CASE(contradictory_learner_timeouts_are_refused) {
   constant_gradient_model model;
   auto make = [&](learner_options o) { test_learner l(model, end, o); };
   BOOST_CHECK_THROW(make(learner_options{.answer_timeout = 5s}), std::invalid_argument);  // < rejoin_after
-  BOOST_CHECK_THROW(make(learner_options{.rejoin_after = 1s}), std::invalid_argument);   // < 2 heartbeats
+  BOOST_CHECK_THROW(make(learner_options{.rejoin_after = 1s}), std::invalid_argument);    // < 2 heartbeats
   BOOST_CHECK_NO_THROW(make(learner_options{}.with(timeouts::from(500ms))));
 }
 

@@ -215,7 +215,7 @@ BOOST_AUTO_TEST_CASE(an_unchanged_fragment_is_resumed_and_a_moved_one_overwritte
   BOOST_TEST(b.l->revision(1) == w.sync.revision(1));
   const auto plan = fragment_plan::balanced(w.initial.layout(), 2);
   const auto now_theta = params_of(*b.model);
-  BOOST_TEST(same_bits(fragment_of(plan, 0, now_theta), fragment_of(plan, 0, theta)));         // kept
+  BOOST_TEST(same_bits(fragment_of(plan, 0, now_theta), fragment_of(plan, 0, theta)));                // kept
   BOOST_TEST(same_bits(fragment_of(plan, 1, now_theta), fragment_of(plan, 1, w.sync.parameters())));  // global
   BOOST_TEST(!same_bits(fragment_of(plan, 1, now_theta), fragment_of(plan, 1, theta)));
 
@@ -452,8 +452,8 @@ BOOST_AUTO_TEST_CASE(load_after_joining_throws) {
 }
 
 BOOST_AUTO_TEST_CASE(checkpoints_in_a_store_come_back_newest_intact_first) {
-  const auto dir = std::filesystem::temp_directory_path() /
-                   ("diloco_learner_checkpoint_" + std::to_string(std::random_device{}()));
+  const auto dir =
+      std::filesystem::temp_directory_path() / ("diloco_learner_checkpoint_" + std::to_string(std::random_device{}()));
   std::filesystem::remove_all(dir);
   world w;
   unit a(w, 0, {.id = 0, .incarnation = 1}, 2);

@@ -22,12 +22,12 @@ namespace runtime_presets_test {
 using namespace diloco;
 
 template <class Setup, class Inner, class Outer, class Merge>
-constexpr bool names = std::is_same_v<typename Setup::inner_step_type, Inner> &&
-                       std::is_same_v<typename Setup::outer_optimizer_type, Outer> &&
-                       std::is_same_v<typename Setup::merge_policy_type, Merge>;
+constexpr bool names = std::is_same_v<typename Setup::inner_step_type, Inner>&& std::is_same_v<
+    typename Setup::outer_optimizer_type, Outer>&& std::is_same_v<typename Setup::merge_policy_type, Merge>;
 
 using dp = decltype(presets::data_parallel<double>(4));
-static_assert(names<dp, inner::sgd<double>, outer::from_inner<inner::adamw<double>>, merge::weighted_mean<merge::uniform>>);
+static_assert(
+    names<dp, inner::sgd<double>, outer::from_inner<inner::adamw<double>>, merge::weighted_mean<merge::uniform>>);
 using dl = decltype(presets::diloco(4, 50));
 static_assert(names<dl, inner::adamw<float>, outer::nesterov<float>, merge::weighted_mean<merge::uniform>>);
 using sd = decltype(presets::streaming_diloco(4, 50, 2, 5));
@@ -61,15 +61,16 @@ BOOST_AUTO_TEST_CASE(a_bundle_builds_a_syncer_and_learners_that_train_together) 
   using learner_type = decltype(l0);
   std::vector<learner_type*> ls{&l0, &l1};
   std::vector<toy::teacher<double>> data{toy::teacher<double>(4, 100), toy::teacher<double>(4, 101)};
-  const auto result = sim::run(net, sync, ls, std::vector<sim::learner_plan>(2, sim::learner_plan{1.0, 1000, {}}),
-                               [&](std::size_t i) { return data[i].next(16); },
-                               [](std::size_t, const step_stats&, time_point) {});
+  const auto result = sim::run(
+      net, sync, ls, std::vector<sim::learner_plan>(2, sim::learner_plan{1.0, 1000, {}}),
+      [&](std::size_t i) { return data[i].next(16); }, [](std::size_t, const step_stats&, time_point) {});
   BOOST_TEST(result.completed);
   BOOST_TEST(l0.inner().options().learning_rate == 0.05);  // the bundle's inner step, as set
   const auto theta = sync.parameters();
   const toy::teacher<double> truth(4, 0);
   for (std::size_t k = 0; k < 4; ++k)
-    BOOST_TEST(std::abs(theta[k] - truth.weight(k)) < 0.05, "weight " << k << ": " << theta[k] << " vs " << truth.weight(k));
+    BOOST_TEST(std::abs(theta[k] - truth.weight(k)) < 0.05,
+               "weight " << k << ": " << theta[k] << " vs " << truth.weight(k));
   BOOST_TEST(std::abs(theta[4] - 0.5) < 0.05);
   BOOST_TEST(sync.metrics().outer_updates > 10u);
 }

@@ -35,12 +35,8 @@ BOOST_AUTO_TEST_CASE(the_quorum_is_lowered_to_the_learners_that_can_still_contri
 BOOST_AUTO_TEST_CASE(the_grace_window_is_a_share_of_the_slack_within_its_bounds) {
   // τ = 5 steps of 2 ms: 10 ms until the answer is needed; the quorum took
   // 3 ms and a transfer takes 1 ms, so the slack is 6 ms and γ = 0.5 waits 3 ms.
-  rounds::grace_inputs in{.overlap = 5,
-                          .grace_factor = 0.5,
-                          .step_ns = 2e6,
-                          .quorum_ns = 3e6,
-                          .transfer_ns = 1e6,
-                          .max_grace = 1s};
+  rounds::grace_inputs in{
+      .overlap = 5, .grace_factor = 0.5, .step_ns = 2e6, .quorum_ns = 3e6, .transfer_ns = 1e6, .max_grace = 1s};
   BOOST_TEST(rounds::grace_window(in).count() == 3'000'000);
   // Held at max_grace.
   in.max_grace = 2ms;
@@ -81,7 +77,7 @@ BOOST_AUTO_TEST_CASE(an_absent_learner_halves_every_half_life_of_periods) {
   const time_point now{100s};
   const seconds_d half(2.0);
   BOOST_TEST(rounds::presence(true, std::optional<time_point>(now - 50s), now, half) == 1.0);  // live
-  BOOST_TEST(rounds::presence(false, std::optional<time_point>(), now, half) == 1.0);           // never gone
+  BOOST_TEST(rounds::presence(false, std::optional<time_point>(), now, half) == 1.0);          // never gone
   BOOST_TEST(rounds::presence(false, std::optional<time_point>(now - 4s), now, half) == 0.25,
              boost::test_tools::tolerance(1e-15));  // two half-lives
   BOOST_TEST(rounds::presence(false, std::optional<time_point>(now - 1s), now, half) == 1.0 / std::sqrt(2.0),

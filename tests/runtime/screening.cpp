@@ -66,7 +66,8 @@ BOOST_FIXTURE_TEST_CASE(a_result_that_overflows_is_never_published, fixture) {
   deliver(s);
   BOOST_TEST(s.revision(0) == 1u);
   const auto got = s.parameters();
-  for (std::size_t i = 0; i < got.size(); ++i) BOOST_TEST(got[i] == initial[i] - 1.33, boost::test_tools::tolerance(1e-12));
+  for (std::size_t i = 0; i < got.size(); ++i)
+    BOOST_TEST(got[i] == initial[i] - 1.33, boost::test_tools::tolerance(1e-12));
 }
 
 BOOST_FIXTURE_TEST_CASE(an_update_beyond_the_ratio_bound_is_not_published, fixture) {
@@ -452,9 +453,9 @@ BOOST_FIXTURE_TEST_CASE(departed_learners_free_their_places, fixture) {
   // Three live learners fill the table for good: a fourth is refused.
   auto o = options(1);
   o.max_learners = 3;
-  o.heartbeat_timeout = 10s;             // a period, while no step time is known
-  o.membership.absent_half_life = 1.0;   // 10 s
-  o.membership.forget_after = 6.0;       // 60 s
+  o.heartbeat_timeout = 10s;            // a period, while no step time is known
+  o.membership.absent_half_life = 1.0;  // 10 s
+  o.membership.forget_after = 6.0;      // 60 s
   test_syncer s(layout, initial, syncer_end, o);
   join_all(s, 3);
   for (std::uint32_t i = 0; i < 3; ++i) {

@@ -576,10 +576,14 @@ BOOST_FIXTURE_TEST_CASE(every_bad_message_is_refused_for_its_own_reason_and_chan
   std::vector<int> reasons;
   for (const auto& m : told)
     if (m.header.kind == message_kind::reject) reasons.push_back(m.header.reason);
-  const std::vector<int> expected_reasons{int(reject_reason::unexpected_kind), int(reject_reason::unknown_incarnation),
-                                          int(reject_reason::bad_fragment), int(reject_reason::bad_size),
-                                          int(reject_reason::bad_size),     int(reject_reason::bad_codec),
-                                          int(reject_reason::no_work),      int(reject_reason::future_base),
+  const std::vector<int> expected_reasons{int(reject_reason::unexpected_kind),
+                                          int(reject_reason::unknown_incarnation),
+                                          int(reject_reason::bad_fragment),
+                                          int(reject_reason::bad_size),
+                                          int(reject_reason::bad_size),
+                                          int(reject_reason::bad_codec),
+                                          int(reject_reason::no_work),
+                                          int(reject_reason::future_base),
                                           int(reject_reason::stale)};
   BOOST_TEST(reasons == expected_reasons, boost::test_tools::per_element());
   // Refusals for a future and for a stale base send the learner the current
@@ -727,10 +731,11 @@ BOOST_AUTO_TEST_CASE(timeouts_come_from_one_setting_and_contradictions_are_refus
     edit(u);
     return u;
   };
-  BOOST_CHECK_THROW(broken([](timeouts& u) { u.dead_after = 5s; }).check(), std::invalid_argument);      // < 3 heartbeats
-  BOOST_CHECK_THROW(broken([](timeouts& u) { u.join_retry = 30s; }).check(), std::invalid_argument);     // > rejoin_after
-  BOOST_CHECK_THROW(broken([](timeouts& u) { u.rejoin_after = 3s; }).check(), std::invalid_argument);    // < 2 heartbeats
-  BOOST_CHECK_THROW(broken([](timeouts& u) { u.answer_timeout = 10s; }).check(), std::invalid_argument); // < rejoin_after
+  BOOST_CHECK_THROW(broken([](timeouts& u) { u.dead_after = 5s; }).check(), std::invalid_argument);    // < 3 heartbeats
+  BOOST_CHECK_THROW(broken([](timeouts& u) { u.join_retry = 30s; }).check(), std::invalid_argument);   // > rejoin_after
+  BOOST_CHECK_THROW(broken([](timeouts& u) { u.rejoin_after = 3s; }).check(), std::invalid_argument);  // < 2 heartbeats
+  BOOST_CHECK_THROW(broken([](timeouts& u) { u.answer_timeout = 10s; }).check(),
+                    std::invalid_argument);  // < rejoin_after
   BOOST_CHECK_THROW(broken([](timeouts& u) { u.heartbeat = 0s; }).check(), std::invalid_argument);
   BOOST_CHECK_THROW(fixture::options(1).with(broken([](timeouts& u) { u.dead_after = 1s; })), std::invalid_argument);
 }

@@ -54,8 +54,8 @@ struct bench {
     return m;
   }
 
-  static message contribution(std::uint32_t id, std::uint32_t incarnation, std::uint32_t fragment,
-                              std::uint64_t base, std::uint64_t sequence, std::vector<T> delta) {
+  static message contribution(std::uint32_t id, std::uint32_t incarnation, std::uint32_t fragment, std::uint64_t base,
+                              std::uint64_t sequence, std::vector<T> delta) {
     message m;
     auto& h = m.header;
     h.kind = message_kind::contribution;
@@ -236,13 +236,13 @@ BOOST_AUTO_TEST_CASE(counters_round_trip_field_by_field) {
   BOOST_TEST(back.staleness_max == 66u);   // the 22nd counter
   BOOST_TEST(back.partial_rounds == 69u);  // the 23rd
   BOOST_TEST(back.tokens_merged == 72u);
-  BOOST_TEST(back.steps_merged == 75u);    // the 25th
+  BOOST_TEST(back.steps_merged == 75u);            // the 25th
   BOOST_TEST(back.contributions_replayed == 78u);  // the 26th
-  BOOST_TEST(back.losses_ignored == 81u);  // the 27th
+  BOOST_TEST(back.losses_ignored == 81u);          // the 27th
   BOOST_TEST(back.payload_bytes_received == 84u);
-  BOOST_TEST(back.payload_bytes_sent == 87u);  // the 29th
+  BOOST_TEST(back.payload_bytes_sent == 87u);      // the 29th
   BOOST_TEST(back.steps_reported_earlier == 90u);  // the 30th
-  BOOST_TEST(back.counts_capped == 93u);  // the 31st
+  BOOST_TEST(back.counts_capped == 93u);           // the 31st
   BOOST_TEST(back.rejected_for(reject_reason::truncated) == 96u);
   BOOST_TEST(back.rejected_for(reject_reason::quarantined) == 168u);  // the 25th reason: (31 + 25) × 3
   BOOST_TEST(back.rejected_for(reject_reason::over_budget) == 171u);  // the 26th
@@ -295,19 +295,19 @@ BOOST_FIXTURE_TEST_CASE(a_version_3_state_with_raw_counters_is_read, bench) {
   serial::write_pod<std::uint64_t>(out, layout.size());
   serial::write_pod<std::uint32_t>(out, 2);
   for (std::uint32_t p = 0; p < 2; ++p) {
-    serial::write_pod<std::uint64_t>(out, 7 + p);                            // revision
-    serial::write_array(out, std::vector<T>(plan[p].size(), 0.5 + p));        // values
-    serial::write_pod<std::uint64_t>(out, 1);                                 // one idempotency key
-    serial::write_pod<std::uint32_t>(out, 0);                                 // learner 0
-    serial::write_pod<std::uint32_t>(out, 1);                                 // incarnation 1
-    serial::write_pod<std::uint64_t>(out, 6 + p);                             // base revision
-    serial::write_pod<std::uint64_t>(out, 40 + p);                            // sequence
+    serial::write_pod<std::uint64_t>(out, 7 + p);                       // revision
+    serial::write_array(out, std::vector<T>(plan[p].size(), 0.5 + p));  // values
+    serial::write_pod<std::uint64_t>(out, 1);                           // one idempotency key
+    serial::write_pod<std::uint32_t>(out, 0);                           // learner 0
+    serial::write_pod<std::uint32_t>(out, 1);                           // incarnation 1
+    serial::write_pod<std::uint64_t>(out, 6 + p);                       // base revision
+    serial::write_pod<std::uint64_t>(out, 40 + p);                      // sequence
   }
-  serial::write_pod<std::uint64_t>(out, 1);         // learners
-  serial::write_pod<std::uint32_t>(out, 0);         // id
-  serial::write_pod<std::uint32_t>(out, 1);         // incarnation
-  serial::write_pod<std::uint8_t>(out, 0);          // neither left nor quarantined
-  serial::write_pod<std::uint32_t>(out, 0);         // strikes
+  serial::write_pod<std::uint64_t>(out, 1);  // learners
+  serial::write_pod<std::uint32_t>(out, 0);  // id
+  serial::write_pod<std::uint32_t>(out, 1);  // incarnation
+  serial::write_pod<std::uint8_t>(out, 0);   // neither left nor quarantined
+  serial::write_pod<std::uint32_t>(out, 0);  // strikes
   serial::write_array(out, std::vector<double>{2.0, 2.0});
   for (std::uint64_t v = 1; v <= 47; ++v) serial::write_pod(out, v);
   outer::nesterov<T>().save(out);

@@ -109,8 +109,9 @@ BOOST_AUTO_TEST_CASE(decoupled_learners_on_threads_train_and_lose_nothing) {
   BOOST_TEST(o.syncer.leaves == learners);
   BOOST_TEST(o.syncer.outer_updates > 0u);
 
-  BOOST_TEST_MESSAGE("contributions " << sent << ", outer updates " << o.syncer.outer_updates << ", distance to the teacher "
-                                       << distance_to_teacher(o.initial) << " -> " << distance_to_teacher(o.global));
+  BOOST_TEST_MESSAGE("contributions " << sent << ", outer updates " << o.syncer.outer_updates
+                                      << ", distance to the teacher " << distance_to_teacher(o.initial) << " -> "
+                                      << distance_to_teacher(o.global));
   // The global model learned the teacher.
   for (T v : o.global) BOOST_TEST(std::isfinite(v));
   BOOST_TEST(distance_to_teacher(o.global) < 0.05 * distance_to_teacher(o.initial),

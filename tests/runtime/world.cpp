@@ -25,7 +25,8 @@ syncer_options world_of(std::uint32_t m) {
 
 /// Contributions of every learner in `ids` against revision `base`, Δ = 1
 /// everywhere (sequence `sequence`).
-void contribute(fixture& f, test_syncer& s, std::vector<std::uint32_t> ids, std::uint64_t base, std::uint64_t sequence) {
+void contribute(fixture& f, test_syncer& s, std::vector<std::uint32_t> ids, std::uint64_t base,
+                std::uint64_t sequence) {
   for (const auto id : ids) f.send(id, f.contribution(id, std::vector<double>(6, 1.0), base, 1, sequence));
   f.deliver(s);
 }
@@ -187,7 +188,7 @@ BOOST_AUTO_TEST_CASE(presets_set_the_world_and_decoupled_overlap_follows_h) {
   BOOST_TEST(presets::streaming_diloco(4, 50, 2, 5).world.size == 4u);
   BOOST_TEST(presets::decoupled_diloco(50, 4).world.size == 0u);
   BOOST_TEST(presets::decoupled_diloco(50, 4).training.overlap == 5u);
-  BOOST_TEST(presets::decoupled_diloco(3, 1).training.overlap == 2u);   // H − 1
+  BOOST_TEST(presets::decoupled_diloco(3, 1).training.overlap == 2u);  // H − 1
   BOOST_TEST(presets::decoupled_diloco(1, 1).training.overlap == 0u);
   BOOST_TEST(presets::decoupled_diloco(50, 4, 1, 7).training.overlap == 7u);
 }

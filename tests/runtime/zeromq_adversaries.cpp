@@ -52,7 +52,12 @@ huge_values huge_values_run(std::uint64_t from_step) {
     peer bad(x.context(), x.endpoint());
     constexpr std::uint32_t id = 66;
     BOOST_TEST_REQUIRE(bad.send(bad.join(id, 1)));
-    BOOST_TEST_REQUIRE(harness::wait_until([&] { bad.read(); return bad.welcomes == 1 && bad.updates >= 1; }, 5s));
+    BOOST_TEST_REQUIRE(harness::wait_until(
+        [&] {
+          bad.read();
+          return bad.welcomes == 1 && bad.updates >= 1;
+        },
+        5s));
     x.start_learner();
     BOOST_TEST_REQUIRE(harness::wait_until([&] { return x.honest_steps() >= from_step; }, 20s));
     x.attack_began();
@@ -143,8 +148,8 @@ BOOST_AUTO_TEST_CASE(finite_but_huge_contributions_are_clipped_then_quarantined)
   BOOST_TEST(all_finite(o.global));
   BOOST_TEST(sent > quarantine_after);
   BOOST_TEST(o.metrics.contributions_clipped == quarantine_after);  // each push, and no honest one
-  BOOST_TEST(o.metrics.weights_clipped == 0u);        // equal tokens: nothing to cut
-  BOOST_TEST(o.metrics.rounds_dropped == 0u);         // clipped, the results are finite
+  BOOST_TEST(o.metrics.weights_clipped == 0u);                      // equal tokens: nothing to cut
+  BOOST_TEST(o.metrics.rounds_dropped == 0u);                       // clipped, the results are finite
   BOOST_TEST(o.metrics.quarantines == 1u);
   BOOST_TEST(o.metrics.rejected_for(reject_reason::quarantined) == sent - quarantine_after);
   BOOST_TEST(o.metrics.contributions_merged == inner_steps / period + quarantine_after);
@@ -232,7 +237,12 @@ BOOST_AUTO_TEST_CASE(join_leave_flood_does_not_lock_out_a_new_learner) {
     }
     x.attack_ended();
     x.expect_leaves(flood + 1);
-    BOOST_TEST_REQUIRE(harness::wait_until([&] { (void)joiner.drain(); return x.syncer_leaves() >= flood; }, 10s));
+    BOOST_TEST_REQUIRE(harness::wait_until(
+        [&] {
+          (void)joiner.drain();
+          return x.syncer_leaves() >= flood;
+        },
+        10s));
   });
   report("join/leave flood of " + std::to_string(flood), o);
   BOOST_TEST_MESSAGE("  too_many_learners " << o.metrics.rejected_for(reject_reason::too_many_learners)
@@ -268,7 +278,12 @@ BOOST_AUTO_TEST_CASE(overflowing_counters_are_refused) {
     peer bad(x.context(), x.endpoint());
     constexpr std::uint32_t id = 77;
     BOOST_TEST_REQUIRE(bad.send(bad.join(id, 1)));
-    BOOST_TEST_REQUIRE(harness::wait_until([&] { bad.read(); return bad.welcomes == 1; }, 5s));
+    BOOST_TEST_REQUIRE(harness::wait_until(
+        [&] {
+          bad.read();
+          return bad.welcomes == 1;
+        },
+        5s));
     x.start_learner();
     BOOST_TEST_REQUIRE(harness::wait_until([&] { return x.honest_steps() >= period; }, 20s));
     std::this_thread::sleep_for(200ms);
@@ -288,9 +303,8 @@ BOOST_AUTO_TEST_CASE(overflowing_counters_are_refused) {
   });
   report("overflowing counters", o);
   BOOST_TEST_MESSAGE("  honest at step " << blocked_at << " 200 ms after its first send; sent " << sent
-                                         << ", bad_counts "
-                                         << o.metrics.rejected_for(reject_reason::bad_counts) << ", quarantined "
-                                         << o.metrics.rejected_for(reject_reason::quarantined));
+                                         << ", bad_counts " << o.metrics.rejected_for(reject_reason::bad_counts)
+                                         << ", quarantined " << o.metrics.rejected_for(reject_reason::quarantined));
   check_served(o, 10);
   check_costs(o);
   check_unchanged(o);
@@ -315,7 +329,12 @@ BOOST_AUTO_TEST_CASE(poisoned_start_is_refused) {
     peer poisoner(x.context(), x.endpoint());
     constexpr std::uint32_t id = 5;
     BOOST_TEST_REQUIRE(poisoner.send(poisoner.join(id, 1)));
-    BOOST_TEST_REQUIRE(harness::wait_until([&] { poisoner.read(); return poisoner.state_requests >= 1; }, 5s));
+    BOOST_TEST_REQUIRE(harness::wait_until(
+        [&] {
+          poisoner.read();
+          return poisoner.state_requests >= 1;
+        },
+        5s));
     const model_type model(features, model_seed);
     const auto description = wire::encode_layout(model.layout());
     message l = poisoner.next(message_kind::layout, id, 1);
@@ -386,9 +405,8 @@ BOOST_AUTO_TEST_CASE(impersonation_without_curve_is_refused) {
       if (i % 5 == 0) {
         BOOST_TEST_REQUIRE(claimant.send(claimant.join(honest_id, honest_incarnation)));
         ++claims;
-        BOOST_TEST_REQUIRE(claimant.send(contribution_of(honest_id, honest_incarnation,
-                                                         ++claimant.sequences[honest_id], claimant.revision, 160, 10,
-                                                         1000, small)));
+        BOOST_TEST_REQUIRE(claimant.send(contribution_of(honest_id, honest_incarnation, ++claimant.sequences[honest_id],
+                                                         claimant.revision, 160, 10, 1000, small)));
         ++claimed_contributions;
       }
       for (const auto& [kind, n] : spoof.drain()) spoof_got[kind] += n;
@@ -451,7 +469,12 @@ BOOST_AUTO_TEST_CASE(takeover_without_curve_is_told_to_the_displaced_learner) {
     x.attack_began();
     peer usurper(x.context(), x.endpoint());
     BOOST_TEST_REQUIRE(usurper.send(usurper.join(honest_id, honest_incarnation + 1)));
-    BOOST_TEST_REQUIRE(harness::wait_until([&] { usurper.read(); return usurper.welcomes >= 1; }, 5s));
+    BOOST_TEST_REQUIRE(harness::wait_until(
+        [&] {
+          usurper.read();
+          return usurper.welcomes >= 1;
+        },
+        5s));
     BOOST_TEST_REQUIRE(usurper.send(usurper.next(message_kind::leave, honest_id, honest_incarnation + 1)));
     const auto left = steady::now();
     BOOST_TEST(harness::wait_until([&] { return x.honest_done(); }, 5s));
@@ -491,7 +514,12 @@ BOOST_AUTO_TEST_CASE(with_curve_a_key_speaks_only_for_its_own_learners) {
     x.attack_began();
     peer intruder(x.context(), x.endpoint(), keys().client(keys().intruder));
     BOOST_TEST_REQUIRE(intruder.send(intruder.join(curve_keys::intruder_id, 1)));
-    BOOST_TEST_REQUIRE(harness::wait_until([&] { intruder.read(); return intruder.welcomes >= 1; }, 5s));
+    BOOST_TEST_REQUIRE(harness::wait_until(
+        [&] {
+          intruder.read();
+          return intruder.welcomes >= 1;
+        },
+        5s));
     const std::vector<T> small(features + 1, T(0.01));
     const auto end = steady::now() + 30s;
     for (int i = 0; x.honest_steps() < 400 && !x.honest_done() && steady::now() < end; ++i) {
@@ -572,7 +600,12 @@ BOOST_AUTO_TEST_CASE(log_flood_is_counted_not_written) {
         std::this_thread::sleep_for(15ms);  // spread over ~0.5 s of the honest run
       }
     }
-    BOOST_TEST(harness::wait_until([&] { (void)stranger.drain(); return x.syncer_rejected() >= flood; }, 20s));
+    BOOST_TEST(harness::wait_until(
+        [&] {
+          (void)stranger.drain();
+          return x.syncer_rejected() >= flood;
+        },
+        20s));
     x.attack_ended();
   });
   report("log flood", o);
@@ -589,7 +622,7 @@ BOOST_AUTO_TEST_CASE(log_flood_is_counted_not_written) {
   // The limiter: a burst of 5 per category, refilled at 5 per 10 s.
   const auto per_category = std::size_t(5 + 0.5 * o.wall_s);
   for (const char* reason : {"truncated", "bad_magic", "bad_checksum", "unknown_learner"}) {
-    BOOST_TEST(lines.count(reason) == 1u, reason);  // visible in the log...
+    BOOST_TEST(lines.count(reason) == 1u, reason);                                  // visible in the log...
     if (lines.count(reason)) BOOST_TEST(lines.at(reason) <= per_category, reason);  // ...but not flooded
   }
   BOOST_TEST(lines.count("summary") == 1u);
@@ -598,7 +631,6 @@ BOOST_AUTO_TEST_CASE(log_flood_is_counted_not_written) {
   BOOST_TEST(o.log_lines.size() <= 200u);
   BOOST_TEST(o.syncer_cpu_s / double(flood) < 50e-6);  // per refused message [~1.2 µs]
 }
-
 
 // Case 1 before the clipping reference exists (fewer than `min_reference`
 // = 3 norms in the fragment's history and round): the attack starts after
@@ -633,7 +665,12 @@ BOOST_AUTO_TEST_CASE(a_persistent_poisoner_cannot_hold_the_bootstrap) {
     const model_type model(features, model_seed);
     const auto description = wire::encode_layout(model.layout());
     BOOST_TEST_REQUIRE(poisoner.send(poisoner.join(id, 1)));
-    BOOST_TEST_REQUIRE(harness::wait_until([&] { poisoner.read(); return poisoner.state_requests >= 1; }, 5s));
+    BOOST_TEST_REQUIRE(harness::wait_until(
+        [&] {
+          poisoner.read();
+          return poisoner.state_requests >= 1;
+        },
+        5s));
     x.start_learner();
     const auto began = steady::now();
     for (std::uint64_t answered = 0; !x.syncer_serving() && seconds_since(began) < 8.0;) {
@@ -676,7 +713,13 @@ BOOST_AUTO_TEST_CASE(an_open_round_past_its_forget_deadline_does_not_spin) {
     peer a(x.context(), x.endpoint()), b(x.context(), x.endpoint());
     BOOST_TEST_REQUIRE(a.send(a.join(41, 1)));
     BOOST_TEST_REQUIRE(b.send(b.join(42, 1)));
-    BOOST_TEST_REQUIRE(harness::wait_until([&] { a.read(); b.read(); return a.welcomes == 1 && b.welcomes == 1; }, 5s));
+    BOOST_TEST_REQUIRE(harness::wait_until(
+        [&] {
+          a.read();
+          b.read();
+          return a.welcomes == 1 && b.welcomes == 1;
+        },
+        5s));
     auto c = contribution_of(41, 1, ++a.sequences[41], 0, 160, 10, 10, std::vector<T>(features + 1, T(0.01)));
     c.header.step_time_ns = 1000;
     BOOST_TEST_REQUIRE(a.send(std::move(c)));

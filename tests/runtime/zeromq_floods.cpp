@@ -63,7 +63,7 @@ BOOST_AUTO_TEST_CASE(unfinished_gigabyte_messages_hold_what_arrived) {
   });
   report("1500 unfinished 1 GiB messages", o);
   BOOST_TEST_MESSAGE("  peak held for unfinished messages " << o.peak_unfinished_bytes << " bytes, evicted "
-                                                             << o.messages_evicted);
+                                                            << o.messages_evicted);
   check_served(o, 0);  // the attack lasts a fraction of a second
   check_unchanged(o);
   BOOST_TEST(o.peak_unfinished_bytes <= std::uint64_t{attackers} * (4096 + 256));  // a page and its bookkeeping each

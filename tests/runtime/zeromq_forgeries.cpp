@@ -36,14 +36,18 @@ double loss_bound(const outcome& clean) {
 /// Joins `n` learners from `first` over `bad`, waits for their welcomes.
 void join_all(peer& bad, std::uint32_t first, std::uint32_t n) {
   for (std::uint32_t i = 0; i < n; ++i) BOOST_TEST_REQUIRE(bad.send(bad.join(first + i, 1)));
-  BOOST_TEST_REQUIRE(harness::wait_until([&] { bad.read(); return bad.welcomes >= n; }, 5s));
+  BOOST_TEST_REQUIRE(harness::wait_until(
+      [&] {
+        bad.read();
+        return bad.welcomes >= n;
+      },
+      5s));
 }
 
 /// Heartbeats from learners first … first + n − 1 every 100 ms (the test
 /// timeouts declare a learner dead after 1 s of silence) until the honest
 /// learner is done, with `loss` when given.
-void keep_alive(harness& x, peer& bad, std::uint32_t first, std::uint32_t n,
-                const std::vector<double>& losses = {}) {
+void keep_alive(harness& x, peer& bad, std::uint32_t first, std::uint32_t n, const std::vector<double>& losses = {}) {
   const auto end = steady::now() + 60s;
   for (std::size_t beat = 0; !x.honest_done() && steady::now() < end; ++beat) {
     for (std::uint32_t i = 0; i < n; ++i) {
@@ -67,12 +71,22 @@ outcome forged_weights_run(std::uint32_t ids) {
     peer bad(x.context(), x.endpoint());
     join_all(bad, first, ids);
     for (std::uint32_t i = 0; i < ids; ++i) {
-      BOOST_TEST_REQUIRE(harness::wait_until([&] { bad.read(); return bad.acks == i; }, 5s));
+      BOOST_TEST_REQUIRE(harness::wait_until(
+          [&] {
+            bad.read();
+            return bad.acks == i;
+          },
+          5s));
       auto c = contribution_of(first + i, 1, ++bad.sequences[first + i], bad.revision, 10 * (std::uint64_t{1} << 24),
                                10, 10, std::vector<T>(features + 1, T(0)));
       BOOST_TEST_REQUIRE(bad.send(std::move(c)));
     }
-    BOOST_TEST_REQUIRE(harness::wait_until([&] { bad.read(); return bad.acks >= ids; }, 5s));
+    BOOST_TEST_REQUIRE(harness::wait_until(
+        [&] {
+          bad.read();
+          return bad.acks >= ids;
+        },
+        5s));
     x.start_learner();
     x.attack_began();
     keep_alive(x, bad, first, ids);
@@ -164,10 +178,12 @@ BOOST_AUTO_TEST_CASE(a_ramped_pace_is_clipped_and_quarantined) {
     BOOST_TEST_REQUIRE(harness::wait_until([&] { return x.honest_steps() >= 50; }, 20s));
     // It starts at the size of the global model's last step, about the
     // honest learner's outer gradient.
-    BOOST_TEST_REQUIRE(harness::wait_until([&] {
-      bad.read();
-      return !bad.previous.empty() && bad.previous.size() == bad.fragment.size();
-    }, 5s));
+    BOOST_TEST_REQUIRE(harness::wait_until(
+        [&] {
+          bad.read();
+          return !bad.previous.empty() && bad.previous.size() == bad.fragment.size();
+        },
+        5s));
     double size = 0.0;
     for (std::size_t k = 0; k < bad.fragment.size(); ++k)
       size += double(bad.fragment[k] - bad.previous[k]) * double(bad.fragment[k] - bad.previous[k]);
@@ -195,8 +211,8 @@ BOOST_AUTO_TEST_CASE(a_ramped_pace_is_clipped_and_quarantined) {
   report("ramped pace", o);
   BOOST_TEST_MESSAGE("  sent " << sent << ", clipped " << o.metrics.contributions_clipped << ", quarantines "
                                << o.metrics.quarantines);
-  check_served(o, 0);  // the attack is over at the quarantine, a few revisions in
-  BOOST_TEST(sent > quarantine_after);    // it was merged before it passed the bound
+  check_served(o, 0);                   // the attack is over at the quarantine, a few revisions in
+  BOOST_TEST(sent > quarantine_after);  // it was merged before it passed the bound
   check_costs(o);
   BOOST_TEST(o.metrics.quarantines == 1u);
   BOOST_TEST(o.metrics.contributions_clipped >= quarantine_after);
@@ -242,7 +258,8 @@ BOOST_AUTO_TEST_CASE(lying_loss_reports_do_not_move_the_training_loss) {
 // the window at 0.9 s (about 1 revision a second). The lower median of the two reports is the honest learner's, so
 // the revisions per run are at least half of a run without the liar.
 BOOST_AUTO_TEST_CASE(lying_step_times_cannot_slow_the_rounds) {
-  const training_config decoupled{.fragments = 1, .sync_period = period, .overlap = 2, .mixing = 0.0, .lock_step = false};
+  const training_config decoupled{
+      .fragments = 1, .sync_period = period, .overlap = 2, .mixing = 0.0, .lock_step = false};
   harness clean_h(run_settings{.training = decoupled, .max_grace = 900ms});
   const auto clean = clean_h.run([](harness& x) { x.start_learner(); });
   report("decoupled, clean", clean);

@@ -131,7 +131,7 @@ outcome run(bool attack) {
   ::zmq::socket_t stranger(context, ::zmq::socket_type::dealer);
   stranger.set(::zmq::sockopt::linger, 0);
   stranger.connect(server.endpoint());
-  scripted ghost(context, server.endpoint(), 0, 1);  // learner 0's dead first incarnation
+  scripted ghost(context, server.endpoint(), 0, 1);   // learner 0's dead first incarnation
   scripted nobody(context, server.endpoint(), 9, 1);  // never joined
 
   for (std::uint64_t r = 0; r < round_count; ++r) {
@@ -150,13 +150,13 @@ outcome run(bool attack) {
       damaged.payload.data()[3] ^= std::byte{0x40};
       oversized.element_count = std::uint64_t{1} << 40;
       const auto oversized_header = wire::encode_header(oversized, {});
-      raw(stranger, {std::span<const std::byte>(good).first(17)});             // truncated
-      raw(stranger, {bad_magic, cb.payload.bytes()});                          // wrong magic
-      raw(stranger, {bad_version, cb.payload.bytes()});                        // wrong version
-      raw(stranger, {good, damaged.payload.bytes()});                          // bad checksum
-      raw(stranger, {oversized_header});                                       // oversized element count
-      must_send(nobody, nobody.contribution(r));                               // unknown learner
-      auto late = ghost.contribution(r);                                       // dead incarnation
+      raw(stranger, {std::span<const std::byte>(good).first(17)});  // truncated
+      raw(stranger, {bad_magic, cb.payload.bytes()});               // wrong magic
+      raw(stranger, {bad_version, cb.payload.bytes()});             // wrong version
+      raw(stranger, {good, damaged.payload.bytes()});               // bad checksum
+      raw(stranger, {oversized_header});                            // oversized element count
+      must_send(nobody, nobody.contribution(r));                    // unknown learner
+      auto late = ghost.contribution(r);                            // dead incarnation
       late.header.base_revision = a.revision;
       must_send(ghost, std::move(late));
     }
@@ -176,9 +176,9 @@ BOOST_AUTO_TEST_CASE(bad_messages_are_refused_for_their_own_reasons_and_change_n
   const auto attacked = run(true);
 
   BOOST_TEST(clean.metrics.rejected_total() == 0u);
-  for (auto reason : {reject_reason::truncated, reject_reason::bad_magic, reject_reason::bad_version,
-                      reject_reason::bad_checksum, reject_reason::oversized, reject_reason::unknown_learner,
-                      reject_reason::dead_incarnation})
+  for (auto reason :
+       {reject_reason::truncated, reject_reason::bad_magic, reject_reason::bad_version, reject_reason::bad_checksum,
+        reject_reason::oversized, reject_reason::unknown_learner, reject_reason::dead_incarnation})
     BOOST_TEST(attacked.metrics.rejected_for(reason) == 1u, to_string(reason));
   BOOST_TEST(attacked.metrics.rejected_for(reject_reason::duplicate) == round_count - 1);
   BOOST_TEST(attacked.metrics.rejected_total() == 7u + (round_count - 1));
@@ -187,10 +187,12 @@ BOOST_AUTO_TEST_CASE(bad_messages_are_refused_for_their_own_reasons_and_change_n
   BOOST_TEST(attacked.metrics.outer_updates == round_count);
   BOOST_TEST(attacked.metrics.contributions_merged == clean.metrics.contributions_merged);
   BOOST_TEST_REQUIRE(attacked.parameters.size() == clean.parameters.size());
-  BOOST_TEST(std::memcmp(attacked.parameters.data(), clean.parameters.data(), clean.parameters.size() * sizeof(T)) == 0);
+  BOOST_TEST(std::memcmp(attacked.parameters.data(), clean.parameters.data(), clean.parameters.size() * sizeof(T)) ==
+             0);
   // And they moved: Θ − Σ_r mean(Δ_a, Δ_b), Δ_i,r[k] = 0.01(i+1)(r+1) + 0.001k.
   double expected0 = 1.0;
-  for (std::uint64_t r = 0; r < round_count; ++r) expected0 -= (0.01 * 1 * double(r + 1) + 0.01 * 2 * double(r + 1)) / 2;
+  for (std::uint64_t r = 0; r < round_count; ++r)
+    expected0 -= (0.01 * 1 * double(r + 1) + 0.01 * 2 * double(r + 1)) / 2;
   BOOST_TEST(clean.parameters[0] == expected0, boost::test_tools::tolerance(1e-12));
 }
 

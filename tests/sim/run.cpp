@@ -33,7 +33,8 @@ struct outcome {
 outcome run(std::uint64_t network_seed) {
   using namespace diloco;
   toy::linear_regression<T> initial(features, 3);
-  sim::network net(network_seed, sim::link_options{.latency = 20ms, .bytes_per_second = 1e5, .jitter = 10ms, .loss = 0.02});
+  sim::network net(network_seed,
+                   sim::link_options{.latency = 20ms, .bytes_per_second = 1e5, .jitter = 10ms, .loss = 0.02});
   auto options = presets::decoupled_diloco<T>(20, 4, 1, 3);
   options.heartbeat_timeout = 10s;
   options.log = [](const std::string&) {};
@@ -47,9 +48,9 @@ outcome run(std::uint64_t network_seed) {
   std::vector<toy::teacher<T>> teachers;
   for (std::uint32_t i = 0; i < 4; ++i) {
     models.push_back(std::make_unique<toy::linear_regression<T>>(features, 3));
-    learners.push_back(std::make_unique<learner_type>(
-        *models.back(), net.attach(i), learner_options{.id = i, .heartbeat_interval = 2s},
-        inner::adamw<T>({.learning_rate = 0.01, .weight_decay = 0.0})));
+    learners.push_back(std::make_unique<learner_type>(*models.back(), net.attach(i),
+                                                      learner_options{.id = i, .heartbeat_interval = 2s},
+                                                      inner::adamw<T>({.learning_rate = 0.01, .weight_decay = 0.0})));
     teachers.emplace_back(features, 50 + i);
   }
   const std::vector<sim::learner_plan> plans{

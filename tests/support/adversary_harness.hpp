@@ -38,7 +38,6 @@
 
 namespace adversary {
 
-
 using namespace std::chrono_literals;
 using namespace diloco;
 using T = float;
@@ -52,10 +51,10 @@ using process_memory::status_kib;
 constexpr std::size_t features = 8;
 constexpr std::uint64_t model_seed = 1, data_seed = 11, eval_seed = 999;
 constexpr std::uint32_t honest_id = 1, honest_incarnation = 1;
-constexpr std::uint32_t period = 10;           // H
-constexpr std::uint64_t inner_steps = 600;     // 60 rounds
-constexpr std::size_t batch_size = 16;         // tokens per inner step
-constexpr auto default_step_pause = 1ms;      // simulated compute per inner step
+constexpr std::uint32_t period = 10;        // H
+constexpr std::uint64_t inner_steps = 600;  // 60 rounds
+constexpr std::size_t batch_size = 16;      // tokens per inner step
+constexpr auto default_step_pause = 1ms;    // simulated compute per inner step
 
 inline training_config config() {
   return {.fragments = 1, .sync_period = period, .overlap = 0, .mixing = 0.0, .lock_step = true};
@@ -114,8 +113,8 @@ inline message make(message_kind kind, std::uint32_t learner, std::uint32_t inca
 
 /// A contribution to fragment 0 (the only one) carrying `values`.
 inline message contribution_of(std::uint32_t learner, std::uint32_t incarnation, std::uint64_t sequence,
-                        std::uint64_t base_revision, std::uint64_t tokens, std::uint64_t steps,
-                        std::uint64_t local_step, const std::vector<T>& values) {
+                               std::uint64_t base_revision, std::uint64_t tokens, std::uint64_t steps,
+                               std::uint64_t local_step, const std::vector<T>& values) {
   message m = make(message_kind::contribution, learner, incarnation, sequence);
   m.header.codec = codec_id::f32;
   m.header.base_revision = base_revision;
@@ -155,8 +154,8 @@ inline const curve_keys& keys() {
 struct peer {
   zeromq::client socket;
   std::map<std::uint32_t, std::uint64_t> sequences;  ///< per learner id
-  std::uint64_t revision = 0;                          ///< newest revision of fragment 0 received
-  std::vector<T> fragment, previous;                   ///< fragment 0 at the newest and the revision before
+  std::uint64_t revision = 0;                        ///< newest revision of fragment 0 received
+  std::vector<T> fragment, previous;                 ///< fragment 0 at the newest and the revision before
   std::uint64_t welcomes = 0, state_requests = 0, updates = 0, acks = 0;
   std::array<std::uint64_t, reject_reason_count + 1> rejects{};
 
@@ -270,17 +269,17 @@ struct raw_dealer {
 struct run_settings {
   std::uint32_t quorum = 1;
   std::uint32_t max_learners = 4096;
-  bool bootstrap = false;                 ///< start without a model, as tools/diloco_syncer does
+  bool bootstrap = false;                               ///< start without a model, as tools/diloco_syncer does
   std::chrono::nanoseconds bootstrap_patience = 300ms;  ///< the service's default is 10 s
-  std::uint64_t leaves_expected = 1;      ///< leaves the syncer must see before it is stopped
+  std::uint64_t leaves_expected = 1;                    ///< leaves the syncer must see before it is stopped
   std::chrono::milliseconds step_pause = default_step_pause;
-  bool curve = false;                     ///< CURVE with `keys()`: each key speaks for its own learner id only
-  training_config training = config();    ///< lock-step, τ = 0, one fragment unless a case says otherwise
-  zeromq::socket_options server_socket = quick_close();  ///< the syncer's socket settings
+  bool curve = false;                   ///< CURVE with `keys()`: each key speaks for its own learner id only
+  training_config training = config();  ///< lock-step, τ = 0, one fragment unless a case says otherwise
+  zeromq::socket_options server_socket = quick_close();    ///< the syncer's socket settings
   std::optional<std::uint64_t> max_tokens = std::nullopt;  ///< the syncer's end rule on merged tokens
-  std::size_t features = adversary::features;  ///< the model: linear regression on this many features
-  std::uint64_t steps = inner_steps;           ///< the honest learner's inner steps
-  std::chrono::nanoseconds max_grace = 100ms;  ///< the syncer's bound on a grace window
+  std::size_t features = adversary::features;              ///< the model: linear regression on this many features
+  std::uint64_t steps = inner_steps;                       ///< the honest learner's inner steps
+  std::chrono::nanoseconds max_grace = 100ms;              ///< the syncer's bound on a grace window
 };
 
 struct round_record {
@@ -297,7 +296,7 @@ struct outcome {
   syncer_metrics metrics;
   std::vector<round_record> rounds;
   std::vector<std::string> log_lines;
-  std::optional<std::string> ended;          ///< why the syncer ended the run, if an end rule did
+  std::optional<std::string> ended;  ///< why the syncer ended the run, if an end rule did
   // The syncer's transport: the most it held for its peers (sampled after
   // each message), and what it refused for its memory budget.
   std::uint64_t peak_queued_bytes = 0, peak_unfinished_bytes = 0, messages_evicted = 0, sends_over_budget = 0;
@@ -426,7 +425,9 @@ class harness {
     o.max_grace = settings_.max_grace;
     o.max_learners = settings_.max_learners;
     o.log = [this](const std::string& line) { out_.log_lines.push_back(line); };
-    o.on_update = [this](const update_event& e) { out_.rounds.push_back({e.revision, e.contributors, e.scale, e.training_loss}); };
+    o.on_update = [this](const update_event& e) {
+      out_.rounds.push_back({e.revision, e.contributors, e.scale, e.training_loss});
+    };
     const model_type model(settings_.features, model_seed);
     std::optional<test_syncer> s;
     if (settings_.bootstrap) {
@@ -469,7 +470,8 @@ class harness {
     toy::teacher<T> data(settings_.features, data_seed);
     std::optional<zeromq::client_security> security;
     if (settings_.curve) security = keys().client(keys().honest);
-    zeromq::client socket(*context_, endpoint_, honest_id, honest_incarnation, {}, security);  // lingers: the leave goes out
+    zeromq::client socket(*context_, endpoint_, honest_id, honest_incarnation, {},
+                          security);  // lingers: the leave goes out
     auto options = learner_options{.id = honest_id, .incarnation = honest_incarnation}.with(test_timeouts());
     options.join_timeout = 20s;
     honest_learner l(model, socket, options, inner::adamw<T>({.learning_rate = 0.02}));
@@ -505,12 +507,11 @@ inline void report(const std::string& name, const outcome& o) {
   BOOST_TEST_MESSAGE(name << ": final loss " << o.loss << ", " << o.metrics.outer_updates << " outer updates; honest "
                           << o.honest_steps << " steps, " << o.honest.updates_adopted << " revisions adopted ("
                           << o.adopted_at_attack_start << " -> " << o.adopted_at_attack_end << " during the "
-                          << o.attack_s << " s attack); " << o.metrics.rejected_total() << " refused; wall "
-                          << o.wall_s << " s, syncer cpu " << o.syncer_cpu_s << " s ("
-                          << 100.0 * o.syncer_cpu_s / o.wall_s << " %), quiet-window cpu " << o.quiet_cpu_s
-                          << " s of " << o.quiet_window_s << " s; rss " << o.rss_before_kib << " -> "
-                          << o.rss_after_kib << " KiB (peak " << o.rss_peak_kib << "); " << o.log_lines.size()
-                          << " log lines");
+                          << o.attack_s << " s attack); " << o.metrics.rejected_total() << " refused; wall " << o.wall_s
+                          << " s, syncer cpu " << o.syncer_cpu_s << " s (" << 100.0 * o.syncer_cpu_s / o.wall_s
+                          << " %), quiet-window cpu " << o.quiet_cpu_s << " s of " << o.quiet_window_s << " s; rss "
+                          << o.rss_before_kib << " -> " << o.rss_after_kib << " KiB (peak " << o.rss_peak_kib << "); "
+                          << o.log_lines.size() << " log lines");
 }
 
 /// (iv) Bounded costs. Measured on a 2-core machine, in brackets; the bounds

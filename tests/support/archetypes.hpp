@@ -40,8 +40,8 @@
 #include <diloco/error.hpp>
 #include <diloco/params/fragments.hpp>
 #include <diloco/params/layout.hpp>
-#include <diloco/serialize.hpp>
 #include <diloco/protocol/message.hpp>
+#include <diloco/serialize.hpp>
 
 namespace archetypes {
 
@@ -296,14 +296,10 @@ struct model_types<model_req::batch_type> {
 
 template <model_req R>
 struct model_lacking : model_types<R> {
-  const diloco::parameter_layout& layout() const
-    requires(R != model_req::layout);
-  std::span<float> parameters()
-    requires(R != model_req::parameters);
-  std::span<const float> gradients()
-    requires(R != model_req::gradients);
-  diloco::step_stats compute_gradients(const batch&)
-    requires(R != model_req::compute_gradients);
+  const diloco::parameter_layout& layout() const requires(R != model_req::layout);
+  std::span<float> parameters() requires(R != model_req::parameters);
+  std::span<const float> gradients() requires(R != model_req::gradients);
+  diloco::step_stats compute_gradients(const batch&) requires(R != model_req::compute_gradients);
 };
 
 /// Every member there, but on `int`s: requirement 1 asks for float or double.
@@ -346,10 +342,8 @@ struct inner_types<inner_req::options_type> {
 
 template <inner_req R>
 struct inner_lacking : inner_types<R>, movable_if<R != inner_req::move_constructible> {
-  void step(std::span<float>, std::span<const float>)
-    requires(R != inner_req::step);
-  inner_options& options()
-    requires(R != inner_req::options);
+  void step(std::span<float>, std::span<const float>) requires(R != inner_req::step);
+  inner_options& options() requires(R != inner_req::options);
 };
 
 /// Every member there, but on `int`s: requirement 1 asks for float or double.
@@ -380,14 +374,10 @@ struct outer_types<outer_req::options_type> {
 
 template <outer_req R>
 struct outer_lacking : outer_types<R>, movable_if<R != outer_req::move_constructible> {
-  void step(std::uint32_t, std::span<float>, std::span<const float>)
-    requires(R != outer_req::step);
-  void reset(std::uint32_t)
-    requires(R != outer_req::reset);
-  void save(std::ostream&) const
-    requires(R != outer_req::save);
-  void load(std::istream&)
-    requires(R != outer_req::load);
+  void step(std::uint32_t, std::span<float>, std::span<const float>) requires(R != outer_req::step);
+  void reset(std::uint32_t) requires(R != outer_req::reset);
+  void save(std::ostream&) const requires(R != outer_req::save);
+  void load(std::istream&) requires(R != outer_req::load);
 };
 
 /// Every member there, but on `int`s: requirement 1 asks for float or double.
@@ -404,33 +394,26 @@ enum class merge_req { none, weight, merge, move_constructible };
 
 template <merge_req R>
 struct merge_lacking : movable_if<R != merge_req::move_constructible> {
-  double weight(std::uint64_t, std::uint64_t) const
-    requires(R != merge_req::weight);
-  void merge(std::span<const diloco::weighted_delta<float>>, std::span<const diloco::fragment_slice>,
-             std::span<float>, double) const
-    requires(R != merge_req::merge);
+  double weight(std::uint64_t, std::uint64_t) const requires(R != merge_req::weight);
+  void merge(std::span<const diloco::weighted_delta<float>>, std::span<const diloco::fragment_slice>, std::span<float>,
+             double) const requires(R != merge_req::merge);
 };
 
 enum class transport_req { none, try_send, try_receive, receive_for };
 
 template <transport_req R>
 struct transport_lacking {
-  std::error_code try_send(diloco::peer_id, diloco::message&)
-    requires(R != transport_req::try_send);
-  std::optional<diloco::envelope> try_receive()
-    requires(R != transport_req::try_receive);
-  std::optional<diloco::envelope> receive_for(std::chrono::nanoseconds)
-    requires(R != transport_req::receive_for);
+  std::error_code try_send(diloco::peer_id, diloco::message&) requires(R != transport_req::try_send);
+  std::optional<diloco::envelope> try_receive() requires(R != transport_req::try_receive);
+  std::optional<diloco::envelope> receive_for(std::chrono::nanoseconds) requires(R != transport_req::receive_for);
 };
 
 enum class checkpointable_req { none, save, load };
 
 template <checkpointable_req R>
 struct checkpointable_lacking {
-  void save(std::ostream&) const
-    requires(R != checkpointable_req::save);
-  void load(std::istream&)
-    requires(R != checkpointable_req::load);
+  void save(std::ostream&) const requires(R != checkpointable_req::save);
+  void load(std::istream&) requires(R != checkpointable_req::load);
 };
 
 }  // namespace archetypes

@@ -11,8 +11,8 @@
 #include <cstring>
 #include <random>
 #include <span>
-#include <system_error>
 #include <stop_token>
+#include <system_error>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -87,7 +87,8 @@ void send_within(Endpoint& e, diloco::peer_id to, diloco::message m,
 /// Who sent the next `joins` joins that `server` receives (5 s each at
 /// most): the peer of learner `reader`, and the others' in order.
 template <class Server>
-std::pair<diloco::peer_id, std::vector<diloco::peer_id>> peers_of_joins(Server& server, int joins, std::uint32_t reader) {
+std::pair<diloco::peer_id, std::vector<diloco::peer_id>> peers_of_joins(Server& server, int joins,
+                                                                        std::uint32_t reader) {
   std::pair<diloco::peer_id, std::vector<diloco::peer_id>> out{0, {}};
   for (int i = 0; i < joins; ++i) {
     auto e = server.receive_for(std::chrono::seconds(5));

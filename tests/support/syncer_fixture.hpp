@@ -62,7 +62,9 @@ struct fixture {
     return got;
   }
 
-  void send(std::uint32_t from_endpoint, message m) { BOOST_TEST_REQUIRE(!ends[from_endpoint]->try_send(syncer_peer, m)); }
+  void send(std::uint32_t from_endpoint, message m) {
+    BOOST_TEST_REQUIRE(!ends[from_endpoint]->try_send(syncer_peer, m));
+  }
 
   message join(std::uint32_t id, std::uint32_t incarnation = 1) {
     message m;

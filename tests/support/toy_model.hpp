@@ -8,8 +8,8 @@
 #include <vector>
 
 #include <diloco/concepts/model.hpp>
-#include <diloco/random.hpp>
 #include <diloco/params/layout.hpp>
+#include <diloco/random.hpp>
 
 namespace toy {
 

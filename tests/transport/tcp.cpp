@@ -416,7 +416,8 @@ BOOST_AUTO_TEST_CASE(a_full_receive_queue_stops_reading_and_a_full_send_queue_re
     m = patterned(message_kind::contribution, sent + 1, message_bytes);
   }
   BOOST_TEST_REQUIRE(refused == make_error_code(errc::queue_full), "sent " << sent << " MiB without backpressure");
-  BOOST_TEST_MESSAGE("refused after " << sent << " MiB; " << server.receive_queue_bytes() << " bytes wait at the server");
+  BOOST_TEST_MESSAGE("refused after " << sent << " MiB; " << server.receive_queue_bytes()
+                                      << " bytes wait at the server");
   BOOST_TEST(m.payload.size() == message_bytes);  // kept for a retry
   BOOST_TEST(has_pattern(m, sent + 1));
   // At most one message past the budget waits at the server.
@@ -568,7 +569,7 @@ BOOST_AUTO_TEST_CASE(serve_returns_promptly_when_stopped) {
   auto options = presets::decoupled_diloco(10, 1);
   options.log = [](const std::string&) {};
   syncer<outer::nesterov<float>, merge::token_weighted, tcp::server> s(initial.layout(), initial.parameters(), server,
-                                                                      options);
+                                                                       options);
   std::stop_source already;
   already.request_stop();
   const auto t0 = std::chrono::steady_clock::now();

@@ -34,10 +34,10 @@ namespace transport_tcp_budget_test {
 using namespace std::chrono_literals;
 using namespace diloco;
 using transport_test::join_of;
-using transport_test::send_within;
-using transport_test::random_bytes;
 using transport_test::layout_of;
+using transport_test::random_bytes;
 using transport_test::same_bytes;
+using transport_test::send_within;
 using namespace process_memory;
 using steady = std::chrono::steady_clock;
 
@@ -166,8 +166,8 @@ BOOST_AUTO_TEST_CASE(stalled_connections_past_the_budget_are_closed_least_recent
     BOOST_TEST_REQUIRE(fds.back() >= 0);
     BOOST_TEST_REQUIRE(write_all(fds.back(), opening));
   }
-  const bool settled = wait_for(
-      [&] { return server.messages_evicted() == 1245u && server.unfinished_bytes() == 255 * each; }, 30s);
+  const bool settled =
+      wait_for([&] { return server.messages_evicted() == 1245u && server.unfinished_bytes() == 255 * each; }, 30s);
   BOOST_TEST(settled, server.messages_evicted() << " evicted, " << server.unfinished_bytes() << " bytes held");
   BOOST_TEST(wait_for([&] { return syncer.over_budget == 1245; }, 5s));
   const long rss_stalled = resident_kib();
@@ -254,10 +254,10 @@ BOOST_AUTO_TEST_CASE(peers_that_never_read_share_one_budget_and_a_reader_gets_ev
   BOOST_TEST(server.queued_bytes() <= bound);
   BOOST_TEST(server.sends_over_budget() > 0u);
   const double growth = mib(rss_after - rss_before);
-  BOOST_TEST_MESSAGE("three sleepers took " << taken / (1 << 20) << " MiB; queued now "
-                                            << server.queued_bytes() / (1 << 20) << " MiB (most "
-                                            << most_queued / (1 << 20) << "); RSS +" << growth << " MiB; "
-                                            << server.sends_over_budget() << " sends over budget");
+  BOOST_TEST_MESSAGE("three sleepers took "
+                     << taken / (1 << 20) << " MiB; queued now " << server.queued_bytes() / (1 << 20) << " MiB (most "
+                     << most_queued / (1 << 20) << "); RSS +" << growth << " MiB; " << server.sends_over_budget()
+                     << " sends over budget");
   if (rss_measures_the_program) BOOST_TEST(growth < mib(long(bound / 1024)) + 64.0);
   for (const int fd : sleepers) ::close(fd);
 }

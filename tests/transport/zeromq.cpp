@@ -3,10 +3,6 @@
 // ephemeral loopback port. Every wait is bounded.
 #include <boost/test/unit_test.hpp>
 
-#include <atomic>
-#include <chrono>
-#include <csignal>
-#include <cstring>
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -15,6 +11,10 @@
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <cstring>
 
 #include <filesystem>
 #include <fstream>
@@ -84,7 +84,8 @@ BOOST_AUTO_TEST_CASE(round_trip_over_tcp_on_an_ephemeral_port) { round_trip("tcp
 BOOST_AUTO_TEST_CASE(each_learner_incarnation_is_its_own_peer) {
   ::zmq::context_t context;
   zeromq::server server(context, "inproc://peers");
-  zeromq::client a(context, server.endpoint(), 1, 1), b(context, server.endpoint(), 2, 1), a2(context, server.endpoint(), 1, 2);
+  zeromq::client a(context, server.endpoint(), 1, 1), b(context, server.endpoint(), 2, 1),
+      a2(context, server.endpoint(), 1, 2);
   send_within(a, syncer_peer, join_of(1));
   send_within(b, syncer_peer, join_of(2));
   send_within(a2, syncer_peer, join_of(1));
@@ -201,7 +202,7 @@ BOOST_AUTO_TEST_CASE(a_learner_send_before_the_syncer_is_up_waits_for_the_connec
   auto m = update_with({1.0f, 2.0f});
   m.header.kind = message_kind::contribution;
   BOOST_TEST(client.try_send(5, m) == make_error_code(errc::unknown_peer));
-  BOOST_TEST(m.payload.size() == 8u);  // kept
+  BOOST_TEST(m.payload.size() == 8u);            // kept
   BOOST_TEST(!client.try_send(syncer_peer, m));  // taken: it waits for the connection
   zeromq::server server(context, endpoint);
   const auto e = server.receive_for(10s);
@@ -343,9 +344,11 @@ BOOST_AUTO_TEST_CASE(curve_admits_allowed_learners_only) {
   const auto syncer_keys = zeromq::generate_keypair();
   const auto allowed_keys = zeromq::generate_keypair();
   const auto stranger_keys = zeromq::generate_keypair();
-  zeromq::server server(context, "tcp://127.0.0.1:*", {}, zeromq::server_security{syncer_keys, {{allowed_keys.public_key, zeromq::learner_ids::any()}}});
+  zeromq::server server(context, "tcp://127.0.0.1:*", {},
+                        zeromq::server_security{syncer_keys, {{allowed_keys.public_key, zeromq::learner_ids::any()}}});
 
-  zeromq::client allowed(context, server.endpoint(), 1, 1, {}, zeromq::client_security{allowed_keys, syncer_keys.public_key});
+  zeromq::client allowed(context, server.endpoint(), 1, 1, {},
+                         zeromq::client_security{allowed_keys, syncer_keys.public_key});
   send_within(allowed, syncer_peer, join_of(1));
   auto e = receive_within(server);
   BOOST_TEST_REQUIRE(e.has_value());
@@ -354,7 +357,8 @@ BOOST_AUTO_TEST_CASE(curve_admits_allowed_learners_only) {
 
   // A key not on the list, and no CURVE at all: the handshake never
   // completes, so nothing reaches the syncer.
-  zeromq::client stranger(context, server.endpoint(), 2, 1, {}, zeromq::client_security{stranger_keys, syncer_keys.public_key});
+  zeromq::client stranger(context, server.endpoint(), 2, 1, {},
+                          zeromq::client_security{stranger_keys, syncer_keys.public_key});
   zeromq::client plain(context, server.endpoint(), 3, 1);
   const auto end = std::chrono::steady_clock::now() + 1500ms;
   while (std::chrono::steady_clock::now() < end) {
@@ -404,8 +408,7 @@ BOOST_AUTO_TEST_CASE(learner_ids_parse_ranges_and_any) {
 }
 
 struct temp_dir {
-  std::filesystem::path path =
-      std::filesystem::temp_directory_path() / ("diloco-allow-" + std::to_string(::getpid()));
+  std::filesystem::path path = std::filesystem::temp_directory_path() / ("diloco-allow-" + std::to_string(::getpid()));
   temp_dir() { std::filesystem::create_directories(path); }
   ~temp_dir() { std::filesystem::remove_all(path); }
   std::filesystem::path write(const std::string& name, const std::string& text) const {
@@ -427,9 +430,9 @@ std::string load_error(const std::filesystem::path& file) {
 BOOST_AUTO_TEST_CASE(allow_lists_bind_each_key_to_learner_ids) {
   const temp_dir dir;
   const auto a = zeromq::generate_keypair(), b = zeromq::generate_keypair();
-  const auto list = zeromq::load_allow_list(dir.write("two.allow", "# learners of site A\npublic-key = " + a.public_key +
-                                                                       "\n\n  learners = 0-3, 7\n#\npublic-key = " +
-                                                                       b.public_key + "\nlearners = *\n"));
+  const auto list = zeromq::load_allow_list(
+      dir.write("two.allow", "# learners of site A\npublic-key = " + a.public_key +
+                                 "\n\n  learners = 0-3, 7\n#\npublic-key = " + b.public_key + "\nlearners = *\n"));
   BOOST_TEST_REQUIRE(list.size() == 2u);
   BOOST_TEST(list[0].public_key == a.public_key);
   BOOST_TEST(list[0].learners.to_string() == "0-3,7");
@@ -725,7 +728,7 @@ BOOST_AUTO_TEST_CASE(out_of_descriptors_the_server_sheds_new_connections_instead
   BOOST_TEST(child.wait_for(10s) == 0);
   ::close(report[0]);
   BOOST_TEST(failures > 0u);
-  BOOST_TEST(shed >= 31u);  // at least 40 - 9 of the first round
+  BOOST_TEST(shed >= 31u);   // at least 40 - 9 of the first round
   BOOST_TEST(pauses == 0u);  // shedding never failed: no need to let libzmq wait
 }
 

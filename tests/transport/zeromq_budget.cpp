@@ -8,7 +8,6 @@
 // byte and close, and three learners that never read. Every wait is bounded.
 #include <boost/test/unit_test.hpp>
 
-
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -33,10 +32,10 @@ namespace transport_zeromq_budget_test {
 using namespace std::chrono_literals;
 using namespace diloco;
 using transport_test::join_of;
-using transport_test::send_within;
-using transport_test::random_bytes;
 using transport_test::layout_of;
+using transport_test::random_bytes;
 using transport_test::same_bytes;
+using transport_test::send_within;
 using namespace process_memory;
 using zeromq::detail::encode_continuation;
 using zeromq::detail::inbox;
@@ -265,9 +264,10 @@ BOOST_AUTO_TEST_CASE(connections_that_announce_a_gigabyte_and_leave_hold_a_page_
   // for connections that came and went, which malloc keeps. Before messages
   // grew as they arrived, each held a 2 MiB huge page: 3 GB.
   const double growth = mib(rss_after - rss_before);
-  BOOST_TEST_MESSAGE("1500 connections in " << attack_seconds << " s: RSS +" << growth << " MiB"
-                                            << (peak_known ? ", peak +" + std::to_string(mib(peak - rss_before)) : std::string())
-                                            << " MiB, held " << server.unfinished_bytes() << " bytes");
+  BOOST_TEST_MESSAGE("1500 connections in "
+                     << attack_seconds << " s: RSS +" << growth << " MiB"
+                     << (peak_known ? ", peak +" + std::to_string(mib(peak - rss_before)) : std::string())
+                     << " MiB, held " << server.unfinished_bytes() << " bytes");
   // The peak also counts the attackers' own libzmq sockets, in this
   // process: reported, not bounded.
   if (rss_measures_the_program) BOOST_TEST(growth < 64.0);
@@ -405,9 +405,10 @@ BOOST_AUTO_TEST_CASE(learners_that_never_read_share_one_budget_and_a_reader_gets
   // What libzmq holds of the sleepers' queues stays resident; the kernel's
   // socket buffers took the rest of what was taken.
   const double growth = mib(rss_after - rss_before);
-  BOOST_TEST_MESSAGE("three sleepers took " << taken / (1 << 20) << " MiB; queued now " << server.queued_bytes() / (1 << 20)
-                                            << " MiB (most " << most_queued / (1 << 20) << "); RSS +" << growth
-                                            << " MiB; " << server.sends_over_budget() << " sends over budget");
+  BOOST_TEST_MESSAGE("three sleepers took "
+                     << taken / (1 << 20) << " MiB; queued now " << server.queued_bytes() / (1 << 20) << " MiB (most "
+                     << most_queued / (1 << 20) << "); RSS +" << growth << " MiB; " << server.sends_over_budget()
+                     << " sends over budget");
   if (rss_measures_the_program) BOOST_TEST(growth < mib(long(bound / 1024)) + 64.0);
 }
 

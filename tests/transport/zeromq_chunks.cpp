@@ -30,10 +30,10 @@ namespace transport_zeromq_chunks_test {
 using namespace std::chrono_literals;
 using namespace diloco;
 using transport_test::join_of;
-using transport_test::send_within;
-using transport_test::random_bytes;
 using transport_test::layout_of;
+using transport_test::random_bytes;
 using transport_test::same_bytes;
+using transport_test::send_within;
 using zeromq::detail::continuation;
 using zeromq::detail::encode_continuation;
 using zeromq::detail::inbox;

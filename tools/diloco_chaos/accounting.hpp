@@ -35,9 +35,12 @@ inline accounting account_contributions(const std::vector<event>& evs, const syn
     } else if (is(e, "syncer", "accepted")) {
       ++a.accepted;
       const auto merged = records.last_merge.find(key);
-      if (merged != records.last_merge.end() && merged->second > k) ++a.merged;
-      else if (const auto kill = records.last_kill(); kill && *kill > k) ++a.lost_in_syncer_restart;
-      else unaccounted(key, "accepted by the syncer, never merged, no syncer kill after it");
+      if (merged != records.last_merge.end() && merged->second > k)
+        ++a.merged;
+      else if (const auto kill = records.last_kill(); kill && *kill > k)
+        ++a.lost_in_syncer_restart;
+      else
+        unaccounted(key, "accepted by the syncer, never merged, no syncer kill after it");
     } else if (is(e, "syncer", "rejected")) {
       ++a.rejected, ++a.rejected_by_reason[e.get<std::string>("reason") ? std::string(e.text("reason")) : "unknown"];
     }

@@ -26,7 +26,8 @@ inline void judge(report& r, bool anyone_alive) {
                          " s: no revision advanced for longer than the bound while a learner was alive");
   if (r.advances == 0 && anyone_alive)
     r.failures.push_back("no fragment revision advanced in the run window although a learner was alive");
-  if (r.counts.unaccounted > 0) r.failures.push_back(std::to_string(r.counts.unaccounted) + " unaccounted contribution(s)");
+  if (r.counts.unaccounted > 0)
+    r.failures.push_back(std::to_string(r.counts.unaccounted) + " unaccounted contribution(s)");
   if (!r.violations.empty())
     r.failures.push_back(std::to_string(r.violations.size()) + " revision(s) seen going backwards by a learner");
   if (r.counts.unanswered > 0)

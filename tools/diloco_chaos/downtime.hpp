@@ -51,8 +51,7 @@ inline void measure_downtime(const std::vector<event>& evs, const run_window& w,
     }
   }
   std::sort(between.begin(), between.end());
-  if (!between.empty())
-    r.median_gap_s = seconds(between[(between.size() - 1) / 2] + between[between.size() / 2]) / 2;
+  if (!between.empty()) r.median_gap_s = seconds(between[(between.size() - 1) / 2] + between[between.size() / 2]) / 2;
 }
 
 }  // namespace diloco_chaos

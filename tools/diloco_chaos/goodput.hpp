@@ -101,7 +101,8 @@ inline void measure_goodput(const std::vector<event>& evs, const run_window& w, 
       iw.work_known = false;
     const auto spawn = lanes.spawned_at.find({learner, inc});
     const auto c = cursors.find({learner, inc});
-    const cursor prev = c != cursors.end() ? c->second : cursor{spawn != lanes.spawned_at.end() ? spawn->second : e.t, 0};
+    const cursor prev =
+        c != cursors.end() ? c->second : cursor{spawn != lanes.spawned_at.end() ? spawn->second : e.t, 0};
     const std::int64_t wait_us = e.integer("wait_us").value_or(prev.wait_us);
     cursors[{learner, inc}] = {e.t, wait_us};
     const std::int64_t b = std::max(prev.t, w.lo), end = std::min(e.t, w.hi);

@@ -32,7 +32,8 @@ struct process_track {
     return !present ? lane_state::down : paused ? lane_state::paused : joined ? lane_state::up : lane_state::restarting;
   }
   /// Applies `change` at time t; a state change closes the current segment (clipped to [lo, hi]).
-  template <class Change> void at(std::int64_t t, std::int64_t lo, std::int64_t hi, Change change) {
+  template <class Change>
+  void at(std::int64_t t, std::int64_t lo, std::int64_t hi, Change change) {
     const lane_state before = state();
     change(*this);
     if (state() != before) close(t, lo, hi, before);
@@ -51,11 +52,11 @@ struct process_track {
 
 /// What trace_lanes() finds.
 struct lanes {
-  std::uint32_t learners = 0;                ///< M: from the runner's "begin", else the learner ids seen
-  std::vector<learner_report> per_learner;   ///< by id, with incarnations, state times and spans filled in
+  std::uint32_t learners = 0;               ///< M: from the runner's "begin", else the learner ids seen
+  std::vector<learner_report> per_learner;  ///< by id, with incarnations, state times and spans filled in
   std::vector<lane_span> syncer_spans;
-  std::vector<interval> alive;               ///< some learner spawned, not gone and not paused
-  std::map<std::int64_t, std::vector<interval>> paused;                       ///< per learner id
+  std::vector<interval> alive;                           ///< some learner spawned, not gone and not paused
+  std::map<std::int64_t, std::vector<interval>> paused;  ///< per learner id
   std::map<std::pair<std::int64_t, std::int64_t>, std::int64_t> spawned_at;  ///< (learner, incarnation) -> t
 };
 
@@ -70,8 +71,10 @@ inline learner_report* find_learner(std::vector<learner_report>& per_learner, st
 inline std::vector<lane_span> to_spans(const std::vector<lane_segment>& segments, const run_window& w) {
   std::vector<lane_span> out;
   for (const lane_segment& s : segments)
-    if (!out.empty() && out.back().state == s.state && out.back().end_s == w.at(s.begin)) out.back().end_s = w.at(s.end);
-    else out.push_back({w.at(s.begin), w.at(s.end), s.state});
+    if (!out.empty() && out.back().state == s.state && out.back().end_s == w.at(s.begin))
+      out.back().end_s = w.at(s.end);
+    else
+      out.push_back({w.at(s.begin), w.at(s.end), s.state});
   return out;
 }
 

@@ -66,7 +66,8 @@ std::vector<std::string> words(const std::string& command) {
 }
 
 std::string replace_all(std::string s, std::string_view from, const std::string& to) {
-  for (auto at = s.find(from); at != std::string::npos; at = s.find(from, at + to.size())) s.replace(at, from.size(), to);
+  for (auto at = s.find(from); at != std::string::npos; at = s.find(from, at + to.size()))
+    s.replace(at, from.size(), to);
   return s;
 }
 
@@ -148,35 +149,58 @@ int main(int argc, char** argv) {
   const auto non_negative = diloco_tools::non_negative(), positive = diloco_tools::positive();
   app.add_option("--out", out, "the run's directory")->type_name("DIR");
   app.add_option("--report", report_only, "analyze DIR/events.jsonl again (no run)")->type_name("DIR");
-  app.add_option("--learners", plan.learners, "learner processes")->type_name("M")
+  app.add_option("--learners", plan.learners, "learner processes")
+      ->type_name("M")
       ->check(diloco_tools::whole_at_least(1));
   app.add_option("--duration", plan.duration_seconds, "length of the run")->type_name("SEC")->check(positive);
   app.add_option("--syncer", syncer, "the syncer's command")->type_name("CMD");
   app.add_option("--learner", learner, "a learner's command")->type_name("CMD");
-  app.add_option("--mtbf", plan.mtbf_seconds, "mean up-time of a learner between faults")->type_name("SEC")
-      ->check(positive)->capture_default_str();
+  app.add_option("--mtbf", plan.mtbf_seconds, "mean up-time of a learner between faults")
+      ->type_name("SEC")
+      ->check(positive)
+      ->capture_default_str();
   app.add_option("--recovery", plan.recovery_seconds, "how long a killed learner stays down or a paused one paused")
-      ->type_name("SEC")->check(non_negative)->capture_default_str();
+      ->type_name("SEC")
+      ->check(non_negative)
+      ->capture_default_str();
   app.add_option("--pause-share", plan.pause_share, "share of faults that are SIGSTOP pauses rather than SIGKILLs")
-      ->type_name("P")->check(diloco_tools::in(diloco_tools::interval<double>{0, 1}))->capture_default_str();
+      ->type_name("P")
+      ->check(diloco_tools::in(diloco_tools::interval<double>{0, 1}))
+      ->capture_default_str();
   app.add_option("--syncer-kill-at", plan.syncer_kills_at, "kill the syncer at these times (none)")
-      ->type_name("S,..")->delimiter(',')->check(non_negative)->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+      ->type_name("S,..")
+      ->delimiter(',')
+      ->check(non_negative)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   std::uint32_t shards = 1, kill_shard = 0;
   app.add_option("--shards", shards, "syncer processes: the shards of a sharded syncer (1: not sharded)")
-      ->type_name("N")->check(diloco_tools::whole_at_least(1))->capture_default_str();
+      ->type_name("N")
+      ->check(diloco_tools::whole_at_least(1))
+      ->capture_default_str();
   app.add_option("--kill-shard", kill_shard, "with --shards: the shard --syncer-kill-at kills")
-      ->type_name("S")->capture_default_str();
+      ->type_name("S")
+      ->capture_default_str();
   app.add_option("--syncer-recovery", plan.syncer_recovery_seconds, "how long the syncer stays down")
-      ->type_name("SEC")->check(non_negative)->capture_default_str();
-  app.add_option("--quiet-start", plan.quiet_start_seconds, "no fault before")->type_name("SEC")
-      ->check(non_negative)->capture_default_str();
-  app.add_option("--quiet-end", plan.quiet_end_seconds, "no fault in the last")->type_name("SEC")
-      ->check(non_negative)->capture_default_str();
+      ->type_name("SEC")
+      ->check(non_negative)
+      ->capture_default_str();
+  app.add_option("--quiet-start", plan.quiet_start_seconds, "no fault before")
+      ->type_name("SEC")
+      ->check(non_negative)
+      ->capture_default_str();
+  app.add_option("--quiet-end", plan.quiet_end_seconds, "no fault in the last")
+      ->type_name("SEC")
+      ->check(non_negative)
+      ->capture_default_str();
   app.add_flag("--no-faults", no_faults, "the same run without any fault (a baseline)");
-  app.add_option("--seed", plan.seed, "seed of the fault schedule")->type_name("N")
-      ->check(diloco_tools::whole_at_least(0))->capture_default_str();
+  app.add_option("--seed", plan.seed, "seed of the fault schedule")
+      ->type_name("N")
+      ->check(diloco_tools::whole_at_least(0))
+      ->capture_default_str();
   app.add_option("--downtime-bound", downtime_bound, "a gap between outer updates longer than this is downtime")
-      ->type_name("SEC")->check(non_negative)->capture_default_str();
+      ->type_name("SEC")
+      ->check(non_negative)
+      ->capture_default_str();
   app.add_option("--title", title, "the timeline's title (words joined by '_' are shown with spaces)")
       ->type_name("TEXT");
   if (const auto status = diloco_tools::parse(app, argc, argv)) return *status;
@@ -218,9 +242,8 @@ int main(int argc, char** argv) {
       endpoints.push_back("tcp://127.0.0.1:" + ports.back());
       every_endpoint += (i ? "," : "") + endpoints.back();
     }
-    const double stop_at =
-        std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count() +
-        plan.duration_seconds;
+    const double stop_at = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count() +
+                           plan.duration_seconds;
     auto expand = [&](const std::string& command, const std::string& endpoint, const std::string& port) {
       std::string c = replace_all(command, "{endpoint}", endpoint);
       c = replace_all(c, "{port}", port);
@@ -251,9 +274,9 @@ int main(int argc, char** argv) {
     if (!no_faults) o.begin_fields.update({{"mtbf_s", plan.mtbf_seconds}, {"recovery_s", plan.recovery_seconds}});
     o.log = [](const std::string& line) { std::cerr << "diloco_chaos: " << line << '\n'; };
     const auto counts = chaos::count_faults(o.faults);
-    std::cerr << "diloco_chaos: " << plan.learners << " learners for " << plan.duration_seconds << " s on " << every_endpoint
-              << "; scheduled " << counts.kills << " kills, " << counts.pauses << " pauses, " << counts.syncer_kills
-              << " syncer kills\n";
+    std::cerr << "diloco_chaos: " << plan.learners << " learners for " << plan.duration_seconds << " s on "
+              << every_endpoint << "; scheduled " << counts.kills << " kills, " << counts.pauses << " pauses, "
+              << counts.syncer_kills << " syncer kills\n";
     diloco::trace_writer trace(events);
     const auto r = chaos::run(o, trace);
     std::cerr << "diloco_chaos: done: " << r.learner_kills << " learner kills, " << r.learner_pauses << " pauses, "

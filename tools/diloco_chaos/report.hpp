@@ -67,10 +67,10 @@ struct learner_report {
   std::uint64_t incarnations = 0, sent = 0, merged = 0;  ///< spawns; "sent" events; those of them merged
   /// busy = good + lost; good = busy x the share of the incarnation's computed work that was merged
   double busy_s = 0, good_s = 0, lost_s = 0;
-  double wait_deducted_s = 0;                            ///< wait_us growth deducted from the sent windows
+  double wait_deducted_s = 0;  ///< wait_us growth deducted from the sent windows
   double up_s = 0, waiting_s = 0, down_s = 0, paused_s = 0, restarting_s = 0;  ///< lane states; sum = window
-  std::vector<lane_span> spans;                          ///< the lane, seconds since the run began
-  work_account work;                                     ///< summed over its incarnations
+  std::vector<lane_span> spans;  ///< the lane, seconds since the run began
+  work_account work;             ///< summed over its incarnations
 };
 
 /// All times in seconds since the run began.
@@ -104,16 +104,16 @@ struct accounting {
 /// What analyze() finds; times in seconds (since the run began where a point in time).
 struct report {
   std::string mode;
-  std::int64_t seed = 0, begin_us = 0;             ///< begin_us: the run's start, wall microseconds
-  std::uint32_t learners = 0;                      ///< M
-  double window_s = 0, allocated_s = 0;            ///< run window; M x window
+  std::int64_t seed = 0, begin_us = 0;   ///< begin_us: the run's start, wall microseconds
+  std::uint32_t learners = 0;            ///< M
+  double window_s = 0, allocated_s = 0;  ///< run window; M x window
   double goodput = 0, busy_s = 0, good_s = 0, lost_s = 0;
-  work_account work;                               ///< summed over the learners
-  std::vector<learner_report> per_learner;         ///< by learner id
+  work_account work;                        ///< summed over the learners
+  std::vector<learner_report> per_learner;  ///< by learner id
   std::vector<lane_span> syncer_spans;
   std::vector<double> syncer_kills_s;
   double downtime_bound_s = 0, global_downtime_s = 0, longest_gap_s = 0, median_gap_s = 0, syncer_restart_s = 0;
-  std::uint64_t advances = 0;                      ///< "merged" events inside the run window
+  std::uint64_t advances = 0;  ///< "merged" events inside the run window
   std::vector<downtime_gap> gaps;
   std::vector<syncer_restart> syncer_restarts;
   accounting counts;

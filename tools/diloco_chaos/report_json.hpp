@@ -45,9 +45,10 @@ inline nlohmann::ordered_json timeline_json(const report& r) {
 
 /// Where the work went, in fragment-steps (see work_account).
 inline nlohmann::ordered_json work_json(const work_account& a) {
-  return {{"computed", a.computed}, {"merged", a.merged}, {"overwritten", a.overwritten}, {"refused", a.refused},
-          {"dropped", a.dropped}, {"lost_in_flight", a.lost_in_flight}, {"unsent", a.unsent},
-          {"unmeasured_incarnations", a.unmeasured_incarnations}};
+  return {{"computed", a.computed},       {"merged", a.merged},
+          {"overwritten", a.overwritten}, {"refused", a.refused},
+          {"dropped", a.dropped},         {"lost_in_flight", a.lost_in_flight},
+          {"unsent", a.unsent},           {"unmeasured_incarnations", a.unmeasured_incarnations}};
 }
 
 /// The report as one JSON object (see report.hpp for what each number is).
@@ -56,41 +57,79 @@ inline nlohmann::ordered_json report_json(const report& r) {
   const auto s = significant;
   json per_learner = json::array();
   for (const learner_report& l : r.per_learner)
-    per_learner.push_back({{"learner", l.learner}, {"incarnations", l.incarnations}, {"sent", l.sent},
-                           {"merged", l.merged}, {"busy_s", s(l.busy_s)}, {"good_s", s(l.good_s)},
-                           {"lost_s", s(l.lost_s)}, {"wait_deducted_s", s(l.wait_deducted_s)}, {"up_s", s(l.up_s)},
-                           {"waiting_s", s(l.waiting_s)}, {"down_s", s(l.down_s)}, {"paused_s", s(l.paused_s)},
-                           {"restarting_s", s(l.restarting_s)}, {"work", work_json(l.work)}});
+    per_learner.push_back({{"learner", l.learner},
+                           {"incarnations", l.incarnations},
+                           {"sent", l.sent},
+                           {"merged", l.merged},
+                           {"busy_s", s(l.busy_s)},
+                           {"good_s", s(l.good_s)},
+                           {"lost_s", s(l.lost_s)},
+                           {"wait_deducted_s", s(l.wait_deducted_s)},
+                           {"up_s", s(l.up_s)},
+                           {"waiting_s", s(l.waiting_s)},
+                           {"down_s", s(l.down_s)},
+                           {"paused_s", s(l.paused_s)},
+                           {"restarting_s", s(l.restarting_s)},
+                           {"work", work_json(l.work)}});
   json gaps = json::array(), restarts = json::array(), per_fragment = json::array(), violations = json::array();
   for (const downtime_gap& g : r.gaps)
     gaps.push_back({{"begin_s", s(g.begin_s)}, {"end_s", s(g.end_s)}, {"alive_s", s(g.alive_s)}});
   for (const syncer_restart& x : r.syncer_restarts)
     restarts.push_back({{"kill_s", s(x.kill_s)}, {"recovered_s", s(x.recovered_s)}, {"recovered", x.recovered}});
   for (const fragment_report& f : r.per_fragment)
-    per_fragment.push_back({{"fragment", f.fragment}, {"merges", f.merges}, {"final_revision", f.final_revision},
-                            {"staleness_mean", s(f.staleness_mean)}, {"staleness_max", s(f.staleness_max)}});
+    per_fragment.push_back({{"fragment", f.fragment},
+                            {"merges", f.merges},
+                            {"final_revision", f.final_revision},
+                            {"staleness_mean", s(f.staleness_mean)},
+                            {"staleness_max", s(f.staleness_max)}});
   for (const revision_violation& v : r.violations)
-    violations.push_back({{"learner", v.learner}, {"incarnation", v.incarnation}, {"fragment", v.fragment},
-                          {"from", v.from}, {"to", v.to}, {"t_s", s(v.t_s)}});
+    violations.push_back({{"learner", v.learner},
+                          {"incarnation", v.incarnation},
+                          {"fragment", v.fragment},
+                          {"from", v.from},
+                          {"to", v.to},
+                          {"t_s", s(v.t_s)}});
   const accounting& a = r.counts;
   json by_reason = json::object();
   for (const auto& [reason, n] : a.rejected_by_reason) by_reason[reason] = n;
   return {
-      {"mode", r.mode}, {"seed", r.seed}, {"begin_us", r.begin_us}, {"learners", r.learners},
-      {"window_s", s(r.window_s)}, {"allocated_learner_s", s(r.allocated_s)}, {"goodput", s(r.goodput)},
-      {"busy_s", s(r.busy_s)}, {"good_s", s(r.good_s)}, {"lost_s", s(r.lost_s)}, {"work", work_json(r.work)},
+      {"mode", r.mode},
+      {"seed", r.seed},
+      {"begin_us", r.begin_us},
+      {"learners", r.learners},
+      {"window_s", s(r.window_s)},
+      {"allocated_learner_s", s(r.allocated_s)},
+      {"goodput", s(r.goodput)},
+      {"busy_s", s(r.busy_s)},
+      {"good_s", s(r.good_s)},
+      {"lost_s", s(r.lost_s)},
+      {"work", work_json(r.work)},
       {"per_learner", per_learner},
       {"downtime",
-       {{"bound_s", s(r.downtime_bound_s)}, {"global_downtime_s", s(r.global_downtime_s)},
-        {"longest_gap_s", s(r.longest_gap_s)}, {"median_gap_s", s(r.median_gap_s)}, {"advances", r.advances},
-        {"gaps", gaps}, {"syncer_restart_s", s(r.syncer_restart_s)}, {"syncer_restarts", restarts}}},
+       {{"bound_s", s(r.downtime_bound_s)},
+        {"global_downtime_s", s(r.global_downtime_s)},
+        {"longest_gap_s", s(r.longest_gap_s)},
+        {"median_gap_s", s(r.median_gap_s)},
+        {"advances", r.advances},
+        {"gaps", gaps},
+        {"syncer_restart_s", s(r.syncer_restart_s)},
+        {"syncer_restarts", restarts}}},
       {"accounting",
-       {{"sent", a.sent}, {"accepted", a.accepted}, {"merged", a.merged}, {"rejected", a.rejected},
-        {"lost_in_syncer_restart", a.lost_in_syncer_restart}, {"unanswered", a.unanswered},
-        {"unaccounted", a.unaccounted}, {"rejected_by_reason", by_reason}, {"unaccounted_keys", a.unaccounted_keys}}},
+       {{"sent", a.sent},
+        {"accepted", a.accepted},
+        {"merged", a.merged},
+        {"rejected", a.rejected},
+        {"lost_in_syncer_restart", a.lost_in_syncer_restart},
+        {"unanswered", a.unanswered},
+        {"unaccounted", a.unaccounted},
+        {"rejected_by_reason", by_reason},
+        {"unaccounted_keys", a.unaccounted_keys}}},
       {"revisions",
-       {{"fragments", r.fragments}, {"staleness_mean", s(r.staleness_mean)}, {"staleness_max", s(r.staleness_max)},
-        {"per_fragment", per_fragment}, {"violations", violations}}},
+       {{"fragments", r.fragments},
+        {"staleness_mean", s(r.staleness_mean)},
+        {"staleness_max", s(r.staleness_max)},
+        {"per_fragment", per_fragment},
+        {"violations", violations}}},
       {"malformed_lines", r.malformed_lines},
       {"invariants", {{"ok", r.ok}, {"failures", r.failures}, {"warnings", r.warnings}}},
       {"timeline", timeline_json(r)},

@@ -67,14 +67,16 @@ inline runner_result run(const runner_options& o, diloco::trace_writer& trace) {
   using steady = std::chrono::steady_clock;
   using json = nlohmann::ordered_json;
   const auto begin = steady::now();
-  auto at = [&](double s) { return begin + std::chrono::duration_cast<steady::duration>(std::chrono::duration<double>(s)); };
+  auto at = [&](double s) {
+    return begin + std::chrono::duration_cast<steady::duration>(std::chrono::duration<double>(s));
+  };
   auto elapsed = [&] { return std::chrono::duration<double>(steady::now() - begin).count(); };
   runner_result result;
   std::filesystem::create_directories(o.log_dir);
 
   struct member {
     std::string name;  ///< "learner 3", "syncer", "syncer 1" (a shard)
-    json fields;       ///< "target" and, for a learner, "learner" (a shard: "shard"): the first fields of its trace lines
+    json fields;  ///< "target" and, for a learner, "learner" (a shard: "shard"): the first fields of its trace lines
     std::optional<child_process> process;
     std::uint32_t starts = 0;
     std::optional<double> restart_at;  ///< down: when it starts again
@@ -116,7 +118,7 @@ inline runner_result run(const runner_options& o, diloco::trace_writer& trace) {
     const bool syncer = is_syncer(i);
     const std::uint32_t n = ++m.starts;
     const auto argv = syncer ? o.syncer_command(i - o.learners, n - 1) : o.learner_command(i, n);
-    std::string file = !syncer ? std::string("learner").append(std::to_string(i))
+    std::string file = !syncer         ? std::string("learner").append(std::to_string(i))
                        : o.shards == 1 ? std::string("syncer")
                                        : std::string("syncer").append(std::to_string(i - o.learners));
     const auto log = o.log_dir / file.append("-").append(std::to_string(n)).append(".log");
@@ -186,8 +188,9 @@ inline runner_result run(const runner_options& o, diloco::trace_writer& trace) {
           m.restart_at = now + 1.0;
         }
     }
-    std::this_thread::sleep_until(std::min(at(o.duration_seconds), steady::now() + std::chrono::duration_cast<steady::duration>(
-                                                                         std::chrono::duration<double>(o.tick_seconds))));
+    std::this_thread::sleep_until(std::min(
+        at(o.duration_seconds),
+        steady::now() + std::chrono::duration_cast<steady::duration>(std::chrono::duration<double>(o.tick_seconds))));
   }
 
   // The end: learners finish by themselves (final contributions, leave),
@@ -199,7 +202,8 @@ inline runner_result run(const runner_options& o, diloco::trace_writer& trace) {
       members[i].resume_at.reset();
       record(members[i], "resume");
     }
-  const auto drain = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::duration<double>(o.drain_seconds));
+  const auto drain =
+      std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::duration<double>(o.drain_seconds));
   const auto drain_end = steady::now() + drain;
   for (std::uint32_t i = 0; i < o.learners; ++i) {
     auto& m = members[i];

@@ -42,14 +42,14 @@ struct syncer_fault {
 /// How often and how things fail. All times in seconds.
 struct schedule_options {
   std::uint32_t learners = 0;
-  double duration_seconds = 0;         ///< length of the run
-  double mtbf_seconds = 60;            ///< mean up-time of a learner between its faults
-  double recovery_seconds = 10;        ///< how long a learner stays down (killed) or paused
-  double pause_share = 0.5;            ///< probability that a fault is a pause rather than a kill, in [0, 1]
-  double quiet_start_seconds = 5;      ///< no fault starts before this
-  double quiet_end_seconds = 5;        ///< every process is back this long before the end
-  std::vector<double> syncer_kills_at; ///< when the syncer is killed, in any order
-  double syncer_recovery_seconds = 2;  ///< how long the syncer stays down
+  double duration_seconds = 0;          ///< length of the run
+  double mtbf_seconds = 60;             ///< mean up-time of a learner between its faults
+  double recovery_seconds = 10;         ///< how long a learner stays down (killed) or paused
+  double pause_share = 0.5;             ///< probability that a fault is a pause rather than a kill, in [0, 1]
+  double quiet_start_seconds = 5;       ///< no fault starts before this
+  double quiet_end_seconds = 5;         ///< every process is back this long before the end
+  std::vector<double> syncer_kills_at;  ///< when the syncer is killed, in any order
+  double syncer_recovery_seconds = 2;   ///< how long the syncer stays down
   std::uint64_t seed = 1;
 
   /// Throws `std::invalid_argument` naming the first field that makes no
@@ -88,7 +88,8 @@ struct schedule_options {
     const double last = duration_seconds - quiet_end_seconds - syncer_recovery_seconds;
     for (std::size_t i = 0; i < kills.size(); ++i) {
       if (!(kills[i] >= quiet_start_seconds && kills[i] <= last))
-        fail("syncer_kills_at: " + number(kills[i]) + " lies outside [quiet_start_seconds, duration_seconds - "
+        fail("syncer_kills_at: " + number(kills[i]) +
+             " lies outside [quiet_start_seconds, duration_seconds - "
              "quiet_end_seconds - syncer_recovery_seconds]");
       if (i > 0 && kills[i] < kills[i - 1] + syncer_recovery_seconds)
         fail("syncer_kills_at: " + number(kills[i]) + " falls while the syncer is down from the kill at " +
@@ -99,8 +100,8 @@ struct schedule_options {
 
 /// What happens to whom, and when.
 struct schedule {
-  std::vector<fault> learner_faults;       ///< by time, then learner
-  std::vector<syncer_fault> syncer_faults; ///< by time
+  std::vector<fault> learner_faults;        ///< by time, then learner
+  std::vector<syncer_fault> syncer_faults;  ///< by time
 };
 
 /// Draws the schedule. Each learner fails on its own as a renewal process in

@@ -183,10 +183,10 @@ BOOST_FIXTURE_TEST_CASE(the_leaders_exit_takes_its_group_with_it, scratch) {
   const auto go = dir / "go";
   // The leader exits once the grandchild has been seen running (the file
   // `go`), at most 10 s on.
-  auto child = child_process::spawn(
-      sh("sleep 30 & echo $!; i=0; while [ ! -e '" + go.string() + "' ] && [ $i -lt 1000 ]; do sleep 0.01; "
-         "i=$((i+1)); done; exit 5",
-         out));
+  auto child = child_process::spawn(sh("sleep 30 & echo $!; i=0; while [ ! -e '" + go.string() +
+                                           "' ] && [ $i -lt 1000 ]; do sleep 0.01; "
+                                           "i=$((i+1)); done; exit 5",
+                                       out));
   const pid_t grandchild = first_pid_in(out);
   BOOST_TEST_REQUIRE(running(grandchild));
   { std::ofstream touch(go); }
@@ -238,7 +238,8 @@ BOOST_AUTO_TEST_CASE(a_child_starts_with_a_clean_signal_state) {
   sigemptyset(&term);
   sigaddset(&term, SIGTERM);
   BOOST_TEST_REQUIRE(::pthread_sigmask(SIG_BLOCK, &term, &previous_mask) == 0);
-  struct sigaction ignore {}, previous_int {};
+  struct sigaction ignore {
+  }, previous_int{};
   ignore.sa_handler = SIG_IGN;
   BOOST_TEST_REQUIRE(::sigaction(SIGINT, &ignore, &previous_int) == 0);
   auto a = child_process::spawn({{"sleep", "30"}});

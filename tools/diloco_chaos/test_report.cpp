@@ -390,8 +390,9 @@ BOOST_AUTO_TEST_CASE(main_scenario) {
         "main: timeline mark at the syncer kill");
   check(t["fragments"] == 2 && t["revisions"].size() == 8 && std::fabs(t["duration_s"].get<double>() - 10) < 1e-9,
         "main: timeline revisions");
-  check(t["lanes"][0]["spans"].size() == 9 && t["lanes"][0]["spans"][4] == nlohmann::json::parse(R"([2.5, 3, "paused"])"),
-        "main: timeline spans of learner 0 with their states");
+  check(
+      t["lanes"][0]["spans"].size() == 9 && t["lanes"][0]["spans"][4] == nlohmann::json::parse(R"([2.5, 3, "paused"])"),
+      "main: timeline spans of learner 0 with their states");
 }
 
 namespace {

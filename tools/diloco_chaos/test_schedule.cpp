@@ -185,13 +185,20 @@ BOOST_AUTO_TEST_CASE(check_refuses_options_that_make_no_sense) {
       {"quiet_end_seconds", [&](auto& o) { o.quiet_end_seconds = nan; }},
       {"quiet_start_seconds + quiet_end_seconds", [](auto& o) { o.quiet_start_seconds = o.quiet_end_seconds = 1801; }},
       {"syncer_recovery_seconds", [](auto& o) { o.syncer_recovery_seconds = -2; }},
-      {"mtbf_seconds + recovery_seconds", [](auto& o) {
+      {"mtbf_seconds + recovery_seconds",
+       [](auto& o) {
          o.mtbf_seconds = 1e-6;
          o.recovery_seconds = 0;
        }},
-      {"syncer_kills_at: 3 ", [](auto& o) { o.syncer_kills_at = {100, 3}; }},
+      {"syncer_kills_at: 3 ",
+       [](auto& o) {
+         o.syncer_kills_at = {100, 3};
+       }},
       {"syncer_kills_at: 3594 ", [](auto& o) { o.syncer_kills_at = {3594}; }},
-      {"syncer_kills_at: 101 ", [](auto& o) { o.syncer_kills_at = {101, 100}; }},
+      {"syncer_kills_at: 101 ",
+       [](auto& o) {
+         o.syncer_kills_at = {101, 100};
+       }},
   };
   BOOST_CHECK_NO_THROW(hour(1, 1).check());
   for (const auto& [field, spoil] : cases) {

@@ -33,7 +33,8 @@ struct event {
   std::map<std::string, value, std::less<>> fields;  ///< every field but t, src and ev
 
   /// The field `key` if present and of type T, else nullptr.
-  template <class T> const T* get(std::string_view key) const {
+  template <class T>
+  const T* get(std::string_view key) const {
     const auto it = fields.find(key);
     return it == fields.end() ? nullptr : std::get_if<T>(&it->second);
   }
@@ -136,8 +137,10 @@ inline trace read_trace(const std::filesystem::path& path) {
   trace out;
   for (std::string line; std::getline(in, line);) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
-    if (auto e = parse_line(line)) out.events.push_back(std::move(*e));
-    else ++out.malformed_lines;
+    if (auto e = parse_line(line))
+      out.events.push_back(std::move(*e));
+    else
+      ++out.malformed_lines;
   }
   std::stable_sort(out.events.begin(), out.events.end(), [](const event& a, const event& b) { return a.t < b.t; });
   return out;

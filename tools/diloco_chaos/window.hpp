@@ -49,9 +49,12 @@ inline std::vector<interval> unite(std::vector<interval> v) {
   std::sort(v.begin(), v.end());
   std::vector<interval> out;
   for (const interval& x : v)
-    if (x.second <= x.first) continue;
-    else if (!out.empty() && x.first <= out.back().second) out.back().second = std::max(out.back().second, x.second);
-    else out.push_back(x);
+    if (x.second <= x.first)
+      continue;
+    else if (!out.empty() && x.first <= out.back().second)
+      out.back().second = std::max(out.back().second, x.second);
+    else
+      out.push_back(x);
   return out;
 }
 

@@ -45,9 +45,10 @@ inline std::optional<int> parse_command_line(int argc, const char* const* argv, 
   std::uint32_t learners = 8, quorum = 1;
   const interval<double> seconds{0.0, 1e9};
 
-  diloco_tools::add_choice(app, "--method", r.kind,
-                           {{"dp", method::data_parallel}, {"elastic", method::elastic}, {"decoupled", method::decoupled}},
-                           "method", "dp (data parallel), elastic (elastic data parallel) or decoupled (Decoupled DiLoCo)")
+  diloco_tools::add_choice(
+      app, "--method", r.kind,
+      {{"dp", method::data_parallel}, {"elastic", method::elastic}, {"decoupled", method::decoupled}}, "method",
+      "dp (data parallel), elastic (elastic data parallel) or decoupled (Decoupled DiLoCo)")
       ->required();
   add_number<std::uint64_t>(app, "--chips", r.chips, {1, 10'000'000'000ull}, "N: chips in all", "N")->required();
   auto* learners_opt = add_number<std::uint32_t>(app, "--learners", learners, {1, run_options::max_learners},
@@ -57,10 +58,10 @@ inline std::optional<int> parse_command_line(int argc, const char* const* argv, 
   add_number<double>(app, "--mtbi-years", m.chip_mtbi_years, {.min = 0.0, .max = 1e12, .open_min = true},
                      "Y: each chip's mean time between interruptions, years (" + shown(m.chip_mtbi_years) + ")", "Y");
   add_number<std::uint64_t>(app, "--seed", r.seed, {0}, "seed of std::mt19937_64 (1)", "S");
-  add_number<double>(app, "--failures", r.expected_failures, {1.0, run_options::max_expected_failures},
-                     "horizon: the time in which the N chips see this many failures on average (" +
-                         shown(r.expected_failures) + ")",
-                     "F");
+  add_number<double>(
+      app, "--failures", r.expected_failures, {1.0, run_options::max_expected_failures},
+      "horizon: the time in which the N chips see this many failures on average (" + shown(r.expected_failures) + ")",
+      "F");
   add_number<double>(app, "--days", r.horizon_days, {.min = 0.0, .max = 1e9, .open_min = true},
                      "horizon in simulated days instead of --failures", "D");
   app.add_flag("--json", c.json, "print a JSON line after the human one");
@@ -99,8 +100,7 @@ inline std::optional<int> parse_command_line(int argc, const char* const* argv, 
                   "SEC"),
        method::decoupled},
       {add_number(app, "--speed-spread", m.speed_spread, {0.0, 0.5},
-                  "decoupled: standard deviation of a learner's speed around 1 (" + shown(m.speed_spread) + ")",
-                  "SD"),
+                  "decoupled: standard deviation of a learner's speed around 1 (" + shown(m.speed_spread) + ")", "SD"),
        method::decoupled},
       {learners_opt, method::decoupled},
       {quorum_opt, method::decoupled},

@@ -64,8 +64,8 @@ struct model_options {
   double repair_s = 1800;            ///< T_rep: from a slice's failure until it is back, repaired or replaced
 
   // Decoupled DiLoCo.
-  double restart_s = 23;               ///< R_l: from a failure until the learner computes again
-  double contribution_interval_s = 10; ///< H: a learner's computing time between two contributions, at speed 1
+  double restart_s = 23;                ///< R_l: from a failure until the learner computes again
+  double contribution_interval_s = 10;  ///< H: a learner's computing time between two contributions, at speed 1
   /// Standard deviation of a learner's speed s around 1 (normal, clamped to
   /// [0.5, 1.5], drawn once per learner): it contributes every H / s.
   double speed_spread = 0;
@@ -74,10 +74,10 @@ struct model_options {
 /// One cell: a method at a scale, for a seeded horizon.
 struct run_options {
   method kind = method::decoupled;
-  std::uint64_t chips = 0;       ///< N
-  std::uint32_t learners = 1;    ///< M (decoupled; 1 otherwise)
-  std::uint32_t quorum = 1;      ///< K: learners up for the global model to advance (decoupled; 1 otherwise)
-  std::uint64_t seed = 1;        ///< seeds std::mt19937_64
+  std::uint64_t chips = 0;         ///< N
+  std::uint32_t learners = 1;      ///< M (decoupled; 1 otherwise)
+  std::uint32_t quorum = 1;        ///< K: learners up for the global model to advance (decoupled; 1 otherwise)
+  std::uint64_t seed = 1;          ///< seeds std::mt19937_64
   double expected_failures = 1e5;  ///< horizon: the time in which N chips see this many failures on average
   double horizon_days = 0;         ///< horizon in days instead, when > 0
   model_options model;
@@ -125,8 +125,10 @@ struct run_options {
     check_time(model.contribution_interval_s, "contribution_interval_s", true);
     if (!(model.speed_spread >= 0 && model.speed_spread <= 0.5))
       fail("speed_spread must be in [0, 0.5], not " + std::to_string(model.speed_spread));
-    if (horizon_days > 0) check_time(horizon_days, "horizon_days", true);
-    else check_time(expected_failures, "expected_failures", true);
+    if (horizon_days > 0)
+      check_time(horizon_days, "horizon_days", true);
+    else
+      check_time(expected_failures, "expected_failures", true);
     if (!(failure_rate() * horizon_s() <= max_expected_failures))
       fail("the horizon holds " + std::to_string(failure_rate() * horizon_s()) +
            " expected failures; at most 1e8 are simulated");
@@ -135,10 +137,10 @@ struct run_options {
 
 /// What a cell measured.
 struct result {
-  double goodput = 0;     ///< chip-seconds spent on work that counted / (N · horizon)
-  double goodput_se = 0;  ///< standard error of `goodput`, by batch means over `batches` equal spans of time
-  double uptime = 0;      ///< share of the horizon in which the global model could advance
-  double simulated_s = 0; ///< the horizon
+  double goodput = 0;          ///< chip-seconds spent on work that counted / (N · horizon)
+  double goodput_se = 0;       ///< standard error of `goodput`, by batch means over `batches` equal spans of time
+  double uptime = 0;           ///< share of the horizon in which the global model could advance
+  double simulated_s = 0;      ///< the horizon
   std::uint64_t events = 0;    ///< events the simulator handled (failures, returns, ends of pauses and restarts)
   std::uint64_t failures = 0;  ///< failures that stopped work (a chip failing during a recovery joins that recovery)
   std::uint64_t slices = 0;    ///< elastic: the job's slices (the last one may be smaller); 0 otherwise

@@ -42,9 +42,8 @@ BOOST_AUTO_TEST_CASE(reproduces_the_papers_table_within_five_points) {
     o.chips = c.chips;
     o.learners = c.learners;
     const result r = simulate(o);
-    BOOST_TEST_MESSAGE(method_name(c.kind) << " N=" << c.chips << " M=" << c.learners << ": goodput "
-                                           << 100 * r.goodput << " % (paper " << c.goodput_percent << " %), se "
-                                           << 100 * r.goodput_se);
+    BOOST_TEST_MESSAGE(method_name(c.kind) << " N=" << c.chips << " M=" << c.learners << ": goodput " << 100 * r.goodput
+                                           << " % (paper " << c.goodput_percent << " %), se " << 100 * r.goodput_se);
     BOOST_TEST_INFO(method_name(c.kind) << " N=" << c.chips << " M=" << c.learners);
     BOOST_TEST(std::abs(100 * r.goodput - c.goodput_percent) <= 5.0);
     BOOST_TEST(100 * r.goodput_se < 0.25);

@@ -189,7 +189,9 @@ BOOST_AUTO_TEST_CASE(slower_learners_lose_more_time_per_failure) {
   o.model.speed_spread = 0.3;
   const double lambda = rate_of(10'000), r_l = o.model.restart_s, h = 600, sd = 0.3;
   auto g = [&](double s) { return renewal_goodput(lambda, r_l, h / s); };
-  auto pdf = [&](double s) { return std::exp(-0.5 * (s - 1) * (s - 1) / (sd * sd)) / (sd * std::sqrt(2 * std::numbers::pi)); };
+  auto pdf = [&](double s) {
+    return std::exp(-0.5 * (s - 1) * (s - 1) / (sd * sd)) / (sd * std::sqrt(2 * std::numbers::pi));
+  };
   const double tail = normal_cdf(-0.5 / sd);  // mass clamped to each of 0.5 and 1.5
   double expected = tail * (g(0.5) + g(1.5));
   const int steps = 2000;  // Simpson's rule over [0.5, 1.5]
@@ -251,7 +253,10 @@ BOOST_AUTO_TEST_CASE(refuses_options_that_make_no_sense) {
   BOOST_TEST(refused(with([](run_options& o) { o.model.slice_chips = 0; })));
   BOOST_TEST(refused(with([](run_options& o) { o.model.speed_spread = 0.6; })));
   BOOST_TEST(refused(with([](run_options& o) { o.expected_failures = 2e8; })));
-  BOOST_TEST(refused(with([](run_options& o) { o.chips = 10'000'000'000; o.horizon_days = 1e6; })));
+  BOOST_TEST(refused(with([](run_options& o) {
+    o.chips = 10'000'000'000;
+    o.horizon_days = 1e6;
+  })));
   BOOST_CHECK_THROW(simulate(with([](run_options& o) { o.quorum = 9; })), std::invalid_argument);
 }
 

@@ -14,8 +14,9 @@
 
 int main(int argc, char** argv) {
   std::string name, ids;
-  CLI::App app{"Writes NAME.key (the key pair; keep it secret) and NAME.pub (the public key, to give to the other side).",
-               "diloco_keygen"};
+  CLI::App app{
+      "Writes NAME.key (the key pair; keep it secret) and NAME.pub (the public key, to give to the other side).",
+      "diloco_keygen"};
   app.add_option("NAME", name, "the key's name: the files are NAME.key and NAME.pub")->required();
   const CLI::Option* learners_option =
       app.add_option("--learners", ids,

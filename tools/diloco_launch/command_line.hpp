@@ -68,7 +68,7 @@ inline std::optional<int> parse_command_line(int argc, const char* const* argv, 
   bool no_syncer = false;
   double restart_delay = 1.0, learner_grace = 30.0, syncer_grace = 90.0, kill_after = 10.0;
   auto* learners = diloco_tools::add_number<std::uint32_t>(app, "--learners", p.learners, {1, 65536},
-                                                            "M: the number of learners, ids 0 .. M-1", "M");
+                                                           "M: the number of learners, ids 0 .. M-1", "M");
   learners->required();
   app.add_option("--learner-ids", ids_text,
                  "the learners started here, e.g. 4-7 or 0,2,5 (all M); for learners spread over machines")
@@ -105,7 +105,8 @@ inline std::optional<int> parse_command_line(int argc, const char* const* argv, 
 
   app.final_callback([&] {
     auto refuse = [](const std::string& why) { throw CLI::ValidationError(why); };
-    if (split == argc) refuse("missing the learner command: put it after --, e.g. diloco_launch --learners 4 -- ./train");
+    if (split == argc)
+      refuse("missing the learner command: put it after --, e.g. diloco_launch --learners 4 -- ./train");
     if (split + 1 == argc) refuse("missing the learner command after --");
     p.learner.assign(argv + split + 1, argv + argc);
     if (no_syncer && !syncer_text.empty()) refuse("--no-syncer and --syncer exclude each other");

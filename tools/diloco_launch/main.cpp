@@ -26,7 +26,8 @@ nlohmann::ordered_json summary(const launch::launch_report& r, int exit_status) 
   };
   nlohmann::ordered_json learners = nlohmann::ordered_json::array();
   for (const auto& l : r.learners)
-    learners.push_back({{"id", l.id}, {"incarnation", l.incarnation}, {"restarts", l.restarts}, {"status", status(l.status)}});
+    learners.push_back(
+        {{"id", l.id}, {"incarnation", l.incarnation}, {"restarts", l.restarts}, {"status", status(l.status)}});
   return {{"exit_status", exit_status},
           {"syncer", r.has_syncer ? status(r.syncer) : nlohmann::ordered_json("none")},
           {"learners", std::move(learners)},

@@ -48,7 +48,8 @@ BOOST_AUTO_TEST_CASE(splits_words_as_sh_does) {
 BOOST_AUTO_TEST_CASE(replaces_placeholders) {
   const launch::placeholder_values learner{"tcp://127.0.0.1:5555", 8, 3, 2};
   BOOST_TEST(launch::substitute("--endpoint={endpoint}", learner, "x") == "--endpoint=tcp://127.0.0.1:5555");
-  BOOST_TEST(launch::substitute("shard-{id}-of-{learners}.{incarnation}:{port}", learner, "x") == "shard-3-of-8.2:5555");
+  BOOST_TEST(launch::substitute("shard-{id}-of-{learners}.{incarnation}:{port}", learner, "x") ==
+             "shard-3-of-8.2:5555");
   BOOST_TEST(launch::substitute("{{id}} {{}}", learner, "x") == "{id} {}");
   BOOST_TEST(launch::substitute(launch::escape_braces("a{b}c"), learner, "x") == "a{b}c");
   BOOST_TEST(launch::substitute("plain", learner, "x") == "plain");

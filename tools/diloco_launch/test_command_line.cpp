@@ -28,10 +28,34 @@ parsed parse(std::initializer_list<const char*> args) {
 BOOST_AUTO_TEST_SUITE(launch_command_line)
 
 BOOST_AUTO_TEST_CASE(reads_a_full_command_line) {
-  const auto p = parse({"--learners", "8", "--learner-ids", "4-7", "--syncer", "my_syncer --bind {endpoint} --m {learners}",
-                        "--syncer-endpoint", "tcp://0.0.0.0:5555", "--endpoint", "tcp://host:5555", "--max-restarts",
-                        "5", "--restart-delay", "0.5", "--learner-grace", "2", "--syncer-grace", "4", "--kill-after", "3", "--summary", "--", "python3",
-                        "train.py", "--id", "{id}", "--", "x"});
+  const auto p = parse({"--learners",
+                        "8",
+                        "--learner-ids",
+                        "4-7",
+                        "--syncer",
+                        "my_syncer --bind {endpoint} --m {learners}",
+                        "--syncer-endpoint",
+                        "tcp://0.0.0.0:5555",
+                        "--endpoint",
+                        "tcp://host:5555",
+                        "--max-restarts",
+                        "5",
+                        "--restart-delay",
+                        "0.5",
+                        "--learner-grace",
+                        "2",
+                        "--syncer-grace",
+                        "4",
+                        "--kill-after",
+                        "3",
+                        "--summary",
+                        "--",
+                        "python3",
+                        "train.py",
+                        "--id",
+                        "{id}",
+                        "--",
+                        "x"});
   BOOST_TEST(!p.status.has_value());
   const auto& plan = p.c.plan;
   BOOST_TEST(plan.learners == 8u);
@@ -66,8 +90,10 @@ BOOST_AUTO_TEST_CASE(refuses_bad_flags_naming_them) {
   BOOST_TEST(refused(parse({"--learners", "-1", "--", "t"}), "bad value '-1' for --learners"));
   BOOST_TEST(refused(parse({"--learners", "two", "--", "t"}), "bad value 'two' for --learners"));
   BOOST_TEST(refused(parse({"--", "t"}), "--learners is required"));
-  BOOST_TEST(refused(parse({"--learners", "2", "--max-restarts", "-1", "--", "t"}), "bad value '-1' for --max-restarts"));
-  BOOST_TEST(refused(parse({"--learners", "2", "--syncer-grace", "nan", "--", "t"}), "bad value 'nan' for --syncer-grace"));
+  BOOST_TEST(
+      refused(parse({"--learners", "2", "--max-restarts", "-1", "--", "t"}), "bad value '-1' for --max-restarts"));
+  BOOST_TEST(
+      refused(parse({"--learners", "2", "--syncer-grace", "nan", "--", "t"}), "bad value 'nan' for --syncer-grace"));
   BOOST_TEST(refused(parse({"--learners", "2", "--learner-ids", "2", "--", "t"}), "bad value '2' for --learner-ids"));
   BOOST_TEST(refused(parse({"--learners", "2", "--syncer", "s 'x", "--", "t"}), "unclosed '"));
   BOOST_TEST(refused(parse({"--learners", "2", "--syncer", " ", "--", "t"}), "--syncer is empty"));

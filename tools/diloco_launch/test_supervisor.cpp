@@ -45,9 +45,9 @@ launch::launch_plan plan_of(std::string syncer_script, std::string learner_scrip
 run_result run(const launch::launch_plan& plan) {
   run_result r;
   launch::launch_sinks sinks{[&](const launch::process_name& p, launch::stream s, std::string_view line) {
-                               const auto who = p.syncer ? std::string("syncer")
-                                                         : "learner " + std::to_string(p.id) + "." +
-                                                               std::to_string(p.incarnation);
+                               const auto who =
+                                   p.syncer ? std::string("syncer")
+                                            : "learner " + std::to_string(p.id) + "." + std::to_string(p.incarnation);
                                (s == launch::stream::out ? r.out : r.err).push_back(who + ": " + std::string(line));
                              },
                              [&](const std::string& note) { r.notes.push_back(note); }};
@@ -124,8 +124,9 @@ BOOST_AUTO_TEST_CASE(a_syncer_that_outlives_the_learners_is_terminated_then_kill
   BOOST_TEST_REQUIRE(mkdtemp(dir) != nullptr);
   const std::string ready = std::string(dir) + "/ready";
   const auto r = run(plan_of("trap '' TERM; touch " + ready + "; sleep 30 & wait; sleep 30",
-                             "i=0; while [ ! -e " + ready + " ] && [ $i -lt 150 ]; do sleep 0.02; i=$((i+1)); done; "
-                             "exit 0",
+                             "i=0; while [ ! -e " + ready +
+                                 " ] && [ $i -lt 150 ]; do sleep 0.02; i=$((i+1)); done; "
+                                 "exit 0",
                              2));
   std::remove(ready.c_str());
   rmdir(dir);
@@ -142,8 +143,9 @@ BOOST_AUTO_TEST_CASE(passes_sigterm_on_and_exits_with_128_plus_it) {
   BOOST_TEST_REQUIRE(mkdtemp(dir) != nullptr);
   const std::string ready = std::string(dir) + "/ready";
   auto plan = plan_of("trap 'echo bye; exit 0' TERM; touch " + ready + "; sleep 30 & wait",
-                      "if [ {id} = 1 ]; then i=0; while [ ! -e " + ready + " ] && [ $i -lt 150 ]; do "
-                      "sleep 0.02; i=$((i+1)); done; kill -TERM $PPID; fi; exec sleep 30",
+                      "if [ {id} = 1 ]; then i=0; while [ ! -e " + ready +
+                          " ] && [ $i -lt 150 ]; do "
+                          "sleep 0.02; i=$((i+1)); done; kill -TERM $PPID; fi; exec sleep 30",
                       2);
   plan.kill_after = 5s;
   const auto r = run(plan);

@@ -37,7 +37,7 @@ struct settings {
   std::string layout_file, curve_secret, save_file, metrics_file, checkpoint_dir, trace_file, metrics_jsonl;
   std::optional<std::uint16_t> metrics_port;  ///< serve the counters for Prometheus on 127.0.0.1
   double metrics_interval = 10;               ///< seconds between two lines of `metrics_jsonl`
-  bool journal_sync = false;  ///< fdatasync the journal after each contribution
+  bool journal_sync = false;                  ///< fdatasync the journal after each contribution
   std::vector<std::string> allow_files;
   double durability_seconds = 0;  ///< 0: before every published update
   std::uint64_t learners = 0;
@@ -55,9 +55,10 @@ inline std::optional<int> parse_command_line(int argc, const char* const* argv, 
   using diloco_tools::interval;
   auto& o = s.options;
   auto& t = o.training;
-  CLI::App app{"Serves Decoupled DiLoCo learners over ZeroMQ. Logs one line per outer update\n"
-               "and, when it stops, prints its counters as one JSON line.",
-               "diloco_syncer"};
+  CLI::App app{
+      "Serves Decoupled DiLoCo learners over ZeroMQ. Logs one line per outer update\n"
+      "and, when it stops, prints its counters as one JSON line.",
+      "diloco_syncer"};
   // A repeated option keeps its last value (--allow excepted), as it always did.
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   const auto whole = diloco_tools::whole_at_least(0), one_or_more = diloco_tools::whole_at_least(1);
@@ -73,8 +74,9 @@ inline std::optional<int> parse_command_line(int argc, const char* const* argv, 
       "");
   const CLI::Validator durability(
       [non_negative](std::string& text) {
-        return text == "update" || non_negative(text).empty() ? std::string()
-                                                                : "takes 'update' or a number of seconds >= 0, not " + text;
+        return text == "update" || non_negative(text).empty()
+                   ? std::string()
+                   : "takes 'update' or a number of seconds >= 0, not " + text;
       },
       "");
   double heartbeat_s = std::chrono::duration<double>(o.heartbeat_timeout).count();
@@ -85,53 +87,85 @@ inline std::optional<int> parse_command_line(int argc, const char* const* argv, 
   std::string partial = "all", durability_text = "update";
   std::string contribution_codec = "fp32", update_codec = "fp32";
 
-  app.add_option("--endpoint", s.endpoint, "tcp://HOST:PORT or ipc://PATH to bind")->type_name("URL")
+  app.add_option("--endpoint", s.endpoint, "tcp://HOST:PORT or ipc://PATH to bind")
+      ->type_name("URL")
       ->capture_default_str();
-  app.add_option("--fragments", t.fragments, "fragments of the model")->type_name("P")->check(one_or_more)
+  app.add_option("--fragments", t.fragments, "fragments of the model")
+      ->type_name("P")
+      ->check(one_or_more)
       ->capture_default_str();
-  app.add_option("--H", t.sync_period, "inner steps between two sends of a fragment")->type_name("H")
-      ->check(one_or_more)->capture_default_str();
+  app.add_option("--H", t.sync_period, "inner steps between two sends of a fragment")
+      ->type_name("H")
+      ->check(one_or_more)
+      ->capture_default_str();
   const CLI::Option* overlap =
       app.add_option("--overlap", t.overlap, "steps between a send and the use of its answer (default: H/10)")
-          ->type_name("TAU")->check(whole);
-  app.add_option("--alpha", t.mixing, "mixing on adoption, in [0, 1); 0 overwrites")->type_name("A")->check(fraction)
+          ->type_name("TAU")
+          ->check(whole);
+  app.add_option("--alpha", t.mixing, "mixing on adoption, in [0, 1); 0 overwrites")
+      ->type_name("A")
+      ->check(fraction)
       ->capture_default_str();
   app.add_flag("--lock-step", t.lock_step, "learners wait for each answer (synchronous DiLoCo)");
   const auto codecs = CLI::IsMember({"fp32", "bf16", "int8", "fp8", "int4"}).description("");
   app.add_option("--codec", contribution_codec, "outer gradients, learners to syncer (fp32: full precision)")
-      ->type_name("fp32|bf16|int8|fp8|int4")->check(codecs)->capture_default_str();
+      ->type_name("fp32|bf16|int8|fp8|int4")
+      ->check(codecs)
+      ->capture_default_str();
   app.add_option("--update-codec", update_codec, "global fragments, syncer to learners")
-      ->type_name("fp32|bf16|int8|fp8|int4")->check(codecs)->capture_default_str();
+      ->type_name("fp32|bf16|int8|fp8|int4")
+      ->check(codecs)
+      ->capture_default_str();
   app.add_option("--codec-block", t.codecs.block, "values per scaled block of int8, fp8 and int4, in [1, 65536]")
-      ->type_name("B")->check(CLI::Range(1u, diloco::max_codec_block).description(""))->capture_default_str();
-  app.add_option("--quorum", o.quorum, "distinct learners before a round may close")->type_name("K")
-      ->check(one_or_more)->capture_default_str();
+      ->type_name("B")
+      ->check(CLI::Range(1u, diloco::max_codec_block).description(""))
+      ->capture_default_str();
+  app.add_option("--quorum", o.quorum, "distinct learners before a round may close")
+      ->type_name("K")
+      ->check(one_or_more)
+      ->capture_default_str();
   app.add_option("--world-size", o.world.size,
                  "M: a fixed world of learners 0..M-1 (synchronous modes): nobody trains before all M have joined, "
                  "and every round waits for every live one (0: open membership)")
-      ->type_name("M")->check(whole)->capture_default_str();
+      ->type_name("M")
+      ->check(whole)
+      ->capture_default_str();
   app.add_option("--rendezvous-timeout", rendezvous_s,
                  "with --world-size: fail (exit 3, naming the missing ids) unless all M learners joined within SEC")
-      ->type_name("SEC")->check(in(interval<double>{.min = 0, .max = 1e9, .open_min = true}))->capture_default_str();
+      ->type_name("SEC")
+      ->check(in(interval<double>{.min = 0, .max = 1e9, .open_min = true}))
+      ->capture_default_str();
   app.add_option("--on-learner-loss", on_loss,
                  "with --world-size, a learner declared dead: rounds wait --loss-wait longer, then continue without "
                  "it (continue), or the run fails (fail, exit 3)")
-      ->type_name("continue|fail")->check(CLI::IsMember({"continue", "fail"}).description(""))->capture_default_str();
+      ->type_name("continue|fail")
+      ->check(CLI::IsMember({"continue", "fail"}).description(""))
+      ->capture_default_str();
   app.add_option("--loss-wait", loss_wait_s, "with --world-size: how long a dead learner still holds the rounds, s")
-      ->type_name("SEC")->check(in(interval<double>{.min = 0, .max = 1e9}))->capture_default_str();
+      ->type_name("SEC")
+      ->check(in(interval<double>{.min = 0, .max = 1e9}))
+      ->capture_default_str();
   app.add_option("--max-outer-updates", o.end.max_outer_updates,
                  "end the run after this many outer updates, all fragments together (0: no limit)")
-      ->type_name("N")->check(whole)->capture_default_str();
+      ->type_name("N")
+      ->check(whole)
+      ->capture_default_str();
   app.add_option("--max-tokens", o.end.max_tokens,
                  "end the run once this many tokens, all learners together, are merged into the global model "
                  "(per fragment; work still unsent or thrown away does not count; 0: no limit)")
-      ->type_name("N")->check(whole)->capture_default_str();
+      ->type_name("N")
+      ->check(whole)
+      ->capture_default_str();
   app.add_option("--max-steps", o.end.max_steps,
                  "end the run once this many inner steps, all learners together, are merged into the global model "
                  "(per fragment: steps computed but not merged yet, or thrown away, do not count; 0: no limit)")
-      ->type_name("N")->check(whole)->capture_default_str();
+      ->type_name("N")
+      ->check(whole)
+      ->capture_default_str();
   app.add_option("--deadline", deadline_s, "end the run SEC seconds after the first message (0: none)")
-      ->type_name("SEC")->check(in(interval<double>{.min = 0, .max = 1e9}))->capture_default_str();
+      ->type_name("SEC")
+      ->check(in(interval<double>{.min = 0, .max = 1e9}))
+      ->capture_default_str();
   app.add_option("--end-when-gone", end_when_gone,
                  "end the run once every learner that joined has left or been dead SEC seconds, and with "
                  "--learners N once N have joined (never: keep serving)")
@@ -142,105 +176,149 @@ inline std::optional<int> parse_command_line(int argc, const char* const* argv, 
           },
           ""))
       ->capture_default_str();
-  app.add_option("--grace", o.grace_factor, "grace-window factor gamma in [0, 1)")->type_name("G")->check(fraction)
+  app.add_option("--grace", o.grace_factor, "grace-window factor gamma in [0, 1)")
+      ->type_name("G")
+      ->check(fraction)
       ->capture_default_str();
   app.add_option("--max-staleness", o.max_staleness, "refuse outer gradients more than S revisions old")
-      ->type_name("S")->check(whole)->capture_default_str();
+      ->type_name("S")
+      ->check(whole)
+      ->capture_default_str();
   const CLI::Option* heartbeat =
       app.add_option("--heartbeat-timeout", heartbeat_s, "silence before a learner counts as dead, in (0, 1e9] s")
-          ->type_name("SEC")->check(in(interval<double>{.min = 0, .max = 1e9, .open_min = true}))->capture_default_str();
+          ->type_name("SEC")
+          ->check(in(interval<double>{.min = 0, .max = 1e9, .open_min = true}))
+          ->capture_default_str();
   app.add_option("--outer", s.outer,
                  "outer optimizer; adamw with --outer-lr as its learning rate is data parallelism's optimizer "
                  "(learners: SGD, rate 1, H=1)")
       ->type_name("nesterov|sgd|delayed-nesterov|adamw")
-      ->check(CLI::IsMember({"nesterov", "sgd", "delayed-nesterov", "adamw"}).description(""))->capture_default_str();
+      ->check(CLI::IsMember({"nesterov", "sgd", "delayed-nesterov", "adamw"}).description(""))
+      ->capture_default_str();
   app.add_option("--threads", s.threads,
                  "threads of the outer Nesterov step and the weighted-mean merges (0: every core; the result is the "
                  "same bit for bit)")
-      ->type_name("N")->capture_default_str();
+      ->type_name("N")
+      ->capture_default_str();
   const auto decoupled = diloco::presets::decoupled_outer_options();
   const auto lock_step = diloco::presets::diloco_outer_options();
   app.add_option("--outer-lr", s.outer_lr,
                  "outer learning rate, >= 0 (" + diloco_tools::shown(decoupled.learning_rate) +
                      "; with --lock-step or --world-size " + diloco_tools::shown(lock_step.learning_rate) + ")")
-      ->type_name("ETA")->check(non_negative);
+      ->type_name("ETA")
+      ->check(non_negative);
   app.add_option("--outer-momentum", s.outer_momentum,
                  "outer momentum, in [0, 1) (" + diloco_tools::shown(decoupled.momentum) +
                      "; with --lock-step or --world-size " + diloco_tools::shown(lock_step.momentum) + ")")
-      ->type_name("MU")->check(fraction);
-  app.add_option("--delay", s.delay, "delayed Nesterov: outer steps per momentum update")->type_name("N")
-      ->check(one_or_more)->capture_default_str();
-  app.add_option("--merge", s.merge, "merge rule")->type_name("tokens|average|rda")
-      ->check(CLI::IsMember({"tokens", "average", "rda"}).description(""))->capture_default_str();
-  app.add_option("--partial-rounds", partial, "size of partial rounds")->type_name("all|live|full")
-      ->check(CLI::IsMember({"all", "live", "full"}).description(""))->capture_default_str();
+      ->type_name("MU")
+      ->check(fraction);
+  app.add_option("--delay", s.delay, "delayed Nesterov: outer steps per momentum update")
+      ->type_name("N")
+      ->check(one_or_more)
+      ->capture_default_str();
+  app.add_option("--merge", s.merge, "merge rule")
+      ->type_name("tokens|average|rda")
+      ->check(CLI::IsMember({"tokens", "average", "rda"}).description(""))
+      ->capture_default_str();
+  app.add_option("--partial-rounds", partial, "size of partial rounds")
+      ->type_name("all|live|full")
+      ->check(CLI::IsMember({"all", "live", "full"}).description(""))
+      ->capture_default_str();
   app.add_option("--absent-half-life", o.membership.absent_half_life,
                  "a departed learner's weight in partial rounds halves every N periods (H steps at the learners' "
                  "mean step time), in (0, 10000]")
-      ->type_name("N")->check(in(interval<double>{.min = 0, .max = 10000, .open_min = true}))->capture_default_str();
+      ->type_name("N")
+      ->check(in(interval<double>{.min = 0, .max = 10000, .open_min = true}))
+      ->capture_default_str();
   app.add_option("--forget-after", o.membership.forget_after,
                  "a departed learner's table place is freed after N half-lives, in (0, 64]")
-      ->type_name("N")->check(in(interval<double>{.min = 0, .max = 64, .open_min = true}))->capture_default_str();
-  app.add_option("--max-learners", o.max_learners, "learners kept track of at once")->type_name("N")
-      ->check(one_or_more)->capture_default_str();
+      ->type_name("N")
+      ->check(in(interval<double>{.min = 0, .max = 64, .open_min = true}))
+      ->capture_default_str();
+  app.add_option("--max-learners", o.max_learners, "learners kept track of at once")
+      ->type_name("N")
+      ->check(one_or_more)
+      ->capture_default_str();
   app.add_option("--clip", o.screening.clip_factor,
                  "clip outer gradients and merge weights above C x the lower median of recent ones (0: off, "
                  "else >= 1)")
-      ->type_name("C")->check(clip_factor)->capture_default_str();
+      ->type_name("C")
+      ->check(clip_factor)
+      ->capture_default_str();
   app.add_option("--quarantine-after", o.screening.quarantine_after,
                  "refuse a learner (until it rejoins) after N of its contributions in a row were norm-clipped "
                  "or refused for their content (0: never)")
-      ->type_name("N")->check(whole)->capture_default_str();
+      ->type_name("N")
+      ->check(whole)
+      ->capture_default_str();
   app.add_option("--max-update-ratio", o.screening.max_update_ratio,
                  "do not publish an outer step that moves a fragment by more than R x its norm (0: no bound)")
-      ->type_name("R")->check(non_negative)->capture_default_str();
+      ->type_name("R")
+      ->check(non_negative)
+      ->capture_default_str();
   app.add_option("--max-tokens-per-step", o.screening.max_tokens_per_step,
                  "refuse contributions claiming more tokens per step")
-      ->type_name("N")->check(one_or_more)->capture_default_str();
+      ->type_name("N")
+      ->check(one_or_more)
+      ->capture_default_str();
   app.add_option("--layout", s.layout_file, "accept only this layout: lines \"name size [dense|embedding]\"")
       ->type_name("FILE");
   app.add_option("--learners", s.learners, "stop once N learners have left and none is live (0: until SIGINT/SIGTERM)")
-      ->type_name("N")->check(whole)->capture_default_str();
+      ->type_name("N")
+      ->check(whole)
+      ->capture_default_str();
   app.add_option("--curve-secret", s.curve_secret, "the syncer's CURVE key pair (diloco_keygen); needs --allow")
       ->type_name("FILE");
   app.add_option("--allow", s.allow_files,
                  "learners' public keys (repeatable): each \"public-key = KEY\" line followed by \"learners = IDS\", "
                  "the learner ids that key may speak for (\"0-3,7\", or \"*\" for any); diloco_keygen NAME "
                  "--learners IDS writes such a file")
-      ->type_name("FILE")->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+      ->type_name("FILE")
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   app.add_flag("--insecure", s.insecure, "allow binding a non-loopback address without CURVE");
   app.add_option("--chunk-bytes", s.sockets.chunk_bytes,
                  "send payloads larger than this in parts of this size (docs/protocol.md, \"Framing\"; 0: whole)")
-      ->type_name("BYTES")->check(whole)->capture_default_str();
+      ->type_name("BYTES")
+      ->check(whole)
+      ->capture_default_str();
   app.add_option("--memory-budget", s.sockets.memory_bytes,
                  "bytes peers can make the endpoint hold, all together: unfinished inbound messages and queued "
                  "sends (docs/protocol.md, \"Framing\")")
-      ->type_name("BYTES")->check(one_or_more)->capture_default_str();
-  app.add_option("--save", s.save_file, "write the final global parameters (raw little-endian f32)")
-      ->type_name("FILE");
+      ->type_name("BYTES")
+      ->check(one_or_more)
+      ->capture_default_str();
+  app.add_option("--save", s.save_file, "write the final global parameters (raw little-endian f32)")->type_name("FILE");
   app.add_option("--metrics", s.metrics_file, "also write the final counters (the JSON line) to FILE")
       ->type_name("FILE");
   std::uint64_t metrics_port = 0;
-  const CLI::Option* metrics_port_given = app.add_option("--metrics-port", metrics_port,
-                 "serve the counters in the Prometheus text format at http://127.0.0.1:PORT/metrics (0: a free "
-                 "port, logged)")
-      ->type_name("PORT")->check(in(interval<std::uint64_t>{.min = 0, .max = 65535}));
+  const CLI::Option* metrics_port_given =
+      app.add_option("--metrics-port", metrics_port,
+                     "serve the counters in the Prometheus text format at http://127.0.0.1:PORT/metrics (0: a free "
+                     "port, logged)")
+          ->type_name("PORT")
+          ->check(in(interval<std::uint64_t>{.min = 0, .max = 65535}));
   app.add_option("--metrics-jsonl", s.metrics_jsonl,
                  "append every counter to FILE as one JSON line every --metrics-interval seconds, and once at the end")
       ->type_name("FILE");
   app.add_option("--metrics-interval", s.metrics_interval, "seconds between two --metrics-jsonl lines")
-      ->type_name("SEC")->check(in(interval<double>{.min = 0, .max = 1e9, .open_min = true}))->capture_default_str();
-  app.add_option("--checkpoint-dir", s.checkpoint_dir, "keep checkpoints there; on start, resume from the newest "
-                                                        "intact one")
+      ->type_name("SEC")
+      ->check(in(interval<double>{.min = 0, .max = 1e9, .open_min = true}))
+      ->capture_default_str();
+  app.add_option("--checkpoint-dir", s.checkpoint_dir,
+                 "keep checkpoints there; on start, resume from the newest "
+                 "intact one")
       ->type_name("DIR");
   app.add_flag("--journal-sync", s.journal_sync,
                "with --checkpoint-dir: flush the contribution journal to disk before each acknowledgement, so that "
                "it survives the machine and not only the process (one disk flush per contribution)");
   app.add_option("--durability", durability_text,
                  "checkpoint before every outer update is published (update), or every SEC seconds")
-      ->type_name("update|SEC")->check(durability)->capture_default_str();
-  app.add_option("--trace", s.trace_file, "append contributions and outer updates to FILE as JSON lines "
-                                          "(docs/chaos.md)")
+      ->type_name("update|SEC")
+      ->check(durability)
+      ->capture_default_str();
+  app.add_option("--trace", s.trace_file,
+                 "append contributions and outer updates to FILE as JSON lines "
+                 "(docs/chaos.md)")
       ->type_name("FILE");
   app.add_flag("--quiet", s.quiet, "no per-update lines");
   std::string shard = "0/1";

@@ -73,7 +73,8 @@ std::size_t number_of(const std::string& text, const std::string& path, int line
   std::istringstream in(text);
   std::size_t v = 0;
   if (!(in >> v) || !in.eof() || v == 0)
-    throw std::runtime_error(path + ":" + std::to_string(line) + ": size must be a positive integer, got '" + text + "'");
+    throw std::runtime_error(path + ":" + std::to_string(line) + ": size must be a positive integer, got '" + text +
+                             "'");
   return v;
 }
 
@@ -86,12 +87,13 @@ diloco::parameter_layout read_layout(const std::string& path) {
     std::istringstream fields(line);
     std::string name, size, role = "dense";
     if (!(fields >> name) || name.front() == '#') continue;
-    if (!(fields >> size)) throw std::runtime_error(path + ":" + std::to_string(number) + ": expected 'name size [role]'");
+    if (!(fields >> size))
+      throw std::runtime_error(path + ":" + std::to_string(number) + ": expected 'name size [role]'");
     fields >> role;
     if (role != "dense" && role != "embedding")
       throw std::runtime_error(path + ":" + std::to_string(number) + ": role must be dense or embedding");
-    layout.add(name, number_of(size, path, number), role == "embedding" ? diloco::tensor_role::embedding
-                                                                        : diloco::tensor_role::dense);
+    layout.add(name, number_of(size, path, number),
+               role == "embedding" ? diloco::tensor_role::embedding : diloco::tensor_role::dense);
   }
   if (layout.tensor_count() == 0) throw std::runtime_error(path + ": no tensors");
   return layout;
@@ -126,8 +128,9 @@ nlohmann::ordered_json counters_json(const Syncer& sync, double seconds) {
   const auto& m = sync.metrics();
   const auto g = diloco::syncer_gauges::of(sync);
   nlohmann::ordered_json line;
-  line["time"] = std::round(std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count() *
-                            1000) / 1000;
+  line["time"] =
+      std::round(std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count() * 1000) /
+      1000;
   line["seconds"] = std::round(seconds * 1000) / 1000;
   for (const auto& c : diloco::syncer_counter_descriptions) line[std::string(c.name)] = m.*c.field;
   nlohmann::ordered_json rejected = nlohmann::ordered_json::object();
@@ -236,7 +239,9 @@ int serve(const settings& s, diloco::zeromq::server& server, start& from, diloco
     jsonl.emplace(s.metrics_jsonl, std::ios::app);
     if (!*jsonl) throw std::runtime_error("cannot write " + s.metrics_jsonl);
   }
-  const auto since_start = [&] { return std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count(); };
+  const auto since_start = [&] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  };
   auto write_jsonl = [&] {
     *jsonl << counters_json(sync, since_start()).dump() << '\n' << std::flush;
     if (!*jsonl) log("error: cannot write " + s.metrics_jsonl);
@@ -270,7 +275,8 @@ int serve(const settings& s, diloco::zeromq::server& server, start& from, diloco
   if (!s.save_file.empty()) {
     const auto params = sync.parameters();
     std::ofstream out(s.save_file, std::ios::binary | std::ios::trunc);
-    out.write(reinterpret_cast<const char*>(params.data()), static_cast<std::streamsize>(params.size() * sizeof(float)));
+    out.write(reinterpret_cast<const char*>(params.data()),
+              static_cast<std::streamsize>(params.size() * sizeof(float)));
     if (!out) log("error: cannot write " + s.save_file);
   }
   // One JSON line, keys in a fixed order; "rejected" counts by reason, only the reasons that occurred.
@@ -338,14 +344,14 @@ int with_outer(const settings& s, diloco::zeromq::server& server, start& from, d
     return serve(s, server, from, store, stop,
                  presets::data_parallel_outer<float>(inner::adamw_options{.learning_rate = *s.outer_lr}), merge);
   if (s.outer == "delayed-nesterov")
-    return serve(s, server, from, store, stop,
-                 outer::delayed_nesterov<float>(
-                     {.learning_rate = *s.outer_lr, .momentum = *s.outer_momentum, .delay = s.delay}),
-                 merge);
-  return serve(s, server, from, store, stop,
-               outer::nesterov<float>(
-                   {.learning_rate = *s.outer_lr, .momentum = *s.outer_momentum, .threads = s.threads}),
-               merge);
+    return serve(
+        s, server, from, store, stop,
+        outer::delayed_nesterov<float>({.learning_rate = *s.outer_lr, .momentum = *s.outer_momentum, .delay = s.delay}),
+        merge);
+  return serve(
+      s, server, from, store, stop,
+      outer::nesterov<float>({.learning_rate = *s.outer_lr, .momentum = *s.outer_momentum, .threads = s.threads}),
+      merge);
 }
 
 }  // namespace
@@ -354,8 +360,9 @@ int main(int argc, char** argv) {
   settings s;
   if (const auto status = diloco_syncer::parse_command_line(argc, argv, s)) return *status;
   if (s.metrics_port && !diloco_syncer::metrics_server::available) {
-    std::fprintf(stderr, "diloco_syncer: --metrics-port needs a diloco_syncer built with standalone Asio "
-                         "(Debian: libasio-dev)\n");
+    std::fprintf(stderr,
+                 "diloco_syncer: --metrics-port needs a diloco_syncer built with standalone Asio "
+                 "(Debian: libasio-dev)\n");
     return diloco_tools::bad_usage;
   }
 
@@ -389,8 +396,9 @@ int main(int argc, char** argv) {
       throw usage_error("refusing to bind " + s.endpoint +
                         " without CURVE keys (--curve-secret, --allow); pass --insecure to do it anyway");
     } else {
-      log(diloco::zeromq::is_local_endpoint(s.endpoint) ? "no CURVE keys: serving this machine only (loopback or ipc)"
-                                 : "no CURVE keys and --insecure: anyone who reaches " + s.endpoint + " can join");
+      log(diloco::zeromq::is_local_endpoint(s.endpoint)
+              ? "no CURVE keys: serving this machine only (loopback or ipc)"
+              : "no CURVE keys and --insecure: anyone who reaches " + s.endpoint + " can join");
     }
     std::optional<diloco::parameter_layout> expected;
     if (!s.layout_file.empty()) expected = read_layout(s.layout_file);
@@ -425,7 +433,8 @@ int main(int argc, char** argv) {
     if (!from) {
       diloco::bootstrap<float, diloco::zeromq::server> boot(server, s.options.training, expected);
       while (!stop.stop_requested() && !boot.ready())
-        if (auto e = server.receive_for(std::chrono::milliseconds(100))) boot.handle(std::move(*e), diloco::clock::now());
+        if (auto e = server.receive_for(std::chrono::milliseconds(100)))
+          boot.handle(std::move(*e), diloco::clock::now());
       if (boot.ready()) {
         log("model from the first learner: " + std::to_string(boot.layout().tensor_count()) + " tensors, " +
             std::to_string(boot.layout().size()) + " parameters");
@@ -451,9 +460,12 @@ int main(int argc, char** argv) {
       merge::average average;
       merge::token_weighted tokens;
       average.threads = tokens.threads = s.threads;
-      if (s.merge == "average") status = with_outer(s, server, *from, st, stop.get_token(), average);
-      else if (s.merge == "rda") status = with_outer(s, server, *from, st, stop.get_token(), merge::radial_directional<>{});
-      else status = with_outer(s, server, *from, st, stop.get_token(), tokens);
+      if (s.merge == "average")
+        status = with_outer(s, server, *from, st, stop.get_token(), average);
+      else if (s.merge == "rda")
+        status = with_outer(s, server, *from, st, stop.get_token(), merge::radial_directional<>{});
+      else
+        status = with_outer(s, server, *from, st, stop.get_token(), tokens);
     }
   } catch (const usage_error& e) {
     std::fprintf(stderr, "diloco_syncer: %s\n", e.what());

@@ -56,7 +56,8 @@ class metrics_server {
     if (!ec) acceptor_.set_option(asio::socket_base::reuse_address(true), ec);
     if (!ec) acceptor_.bind(at, ec);
     if (!ec) acceptor_.listen(16, ec);
-    if (ec) throw std::runtime_error("metrics: cannot listen on 127.0.0.1:" + std::to_string(port) + ": " + ec.message());
+    if (ec)
+      throw std::runtime_error("metrics: cannot listen on 127.0.0.1:" + std::to_string(port) + ": " + ec.message());
     port_ = acceptor_.local_endpoint().port();
     accept();
     thread_ = std::thread([this] { io_.run(); });
@@ -107,8 +108,10 @@ class metrics_server {
         return;
       }
       serve(std::make_shared<connection>(std::move(socket)));
-      if (open_ < max_connections) accept();
-      else accept_when_one_closes_ = true;
+      if (open_ < max_connections)
+        accept();
+      else
+        accept_when_one_closes_ = true;
     });
   }
 
@@ -186,7 +189,7 @@ class metrics_server {
   asio::ip::tcp::acceptor acceptor_;
   asio::steady_timer retry_;
   std::uint16_t port_ = 0;
-  std::size_t open_ = 0;                  ///< connections being served
+  std::size_t open_ = 0;                 ///< connections being served
   bool accept_when_one_closes_ = false;  ///< `max_connections` reached: accepting paused
   std::mutex mutex_;
   std::string page_;

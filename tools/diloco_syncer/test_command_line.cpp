@@ -50,9 +50,9 @@ BOOST_AUTO_TEST_CASE(defaults) {
 }
 
 BOOST_AUTO_TEST_CASE(reads_what_it_is_given) {
-  const auto p = parse({"--H", "120", "--fragments", "3", "--lock-step", "--shard", "2/5", "--metrics-port", "0",
-                        "--durability", "30", "--world-size", "4", "--heartbeat-timeout", "2.5", "--merge",
-                        "average", "--learners", "6"});
+  const auto p =
+      parse({"--H", "120", "--fragments", "3", "--lock-step", "--shard", "2/5", "--metrics-port", "0", "--durability",
+             "30", "--world-size", "4", "--heartbeat-timeout", "2.5", "--merge", "average", "--learners", "6"});
   BOOST_TEST_REQUIRE(!p.status.has_value());
   const auto& s = p.c;
   const auto& o = s.options;

@@ -62,8 +62,10 @@ struct interval {
     std::ostringstream out;
     if constexpr (std::is_integral_v<T>) {
       out << "a whole number";
-      if (max == std::numeric_limits<T>::max()) out << " >= " << +min;
-      else out << " from " << +min << " to " << +max;
+      if (max == std::numeric_limits<T>::max())
+        out << " >= " << +min;
+      else
+        out << " from " << +min << " to " << +max;
     } else if (max == std::numeric_limits<T>::max()) {
       out << "a number " << (open_min ? "> " : ">= ") << min;
     } else {
@@ -125,8 +127,8 @@ CLI::Option* add_number(CLI::App& app, const std::string& flag, T& into, interva
 /// `flag NAME` with NAME one of `choices`, stored into `into`; anything else
 /// is refused with "unknown WHAT 'NAME' (a, b or c)".
 template <class T>
-CLI::Option* add_choice(CLI::App& app, const std::string& flag, T& into,
-                        std::vector<std::pair<std::string, T>> choices, const std::string& what, const std::string& help) {
+CLI::Option* add_choice(CLI::App& app, const std::string& flag, T& into, std::vector<std::pair<std::string, T>> choices,
+                        const std::string& what, const std::string& help) {
   std::string names, type_name;
   for (std::size_t i = 0; i < choices.size(); ++i) {
     names += (i == 0 ? "" : i + 1 == choices.size() ? " or " : ", ") + choices[i].first;
@@ -171,9 +173,12 @@ inline std::optional<std::size_t> parse_size(std::string_view s) {
   std::size_t shift = 0;
   if (!s.empty()) {
     switch (s.back()) {
-      case 'K': case 'k': shift = 10; break;
-      case 'M': case 'm': shift = 20; break;
-      case 'G': case 'g': shift = 30; break;
+      case 'K':
+      case 'k': shift = 10; break;
+      case 'M':
+      case 'm': shift = 20; break;
+      case 'G':
+      case 'g': shift = 30; break;
       default: break;
     }
     if (shift != 0) s.remove_suffix(1);

@@ -19,7 +19,8 @@ namespace diloco_tools {
 inline diloco::json_fields trace_fields(const nlohmann::ordered_json& object) {
   diloco::json_fields fields;
   if (!object.is_object()) return fields;
-  for (const auto& [key, value] : object.items()) fields.add_serialized(key, value.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace));
+  for (const auto& [key, value] : object.items())
+    fields.add_serialized(key, value.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace));
   return fields;
 }
 

@@ -30,7 +30,8 @@ inline int free_loopback_port() {
                   ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length) == 0;
   const int error = errno;
   ::close(fd);
-  if (!ok) throw std::runtime_error(std::string("diloco_tools: cannot find a free loopback port: ") + std::strerror(error));
+  if (!ok)
+    throw std::runtime_error(std::string("diloco_tools: cannot find a free loopback port: ") + std::strerror(error));
   return ntohs(address.sin_port);
 }
 

@@ -33,7 +33,7 @@ struct process_spec {
   std::vector<std::string> argv{};
   std::filesystem::path stdout_path{};  ///< empty: inherit the parent's stdout
   std::filesystem::path stderr_path{};  ///< empty: inherit the parent's stderr; equal to `stdout_path`: one shared file
-  bool append = true;                 ///< append to the files; false truncates them
+  bool append = true;                   ///< append to the files; false truncates them
   int stdout_fd = -1;  ///< >= 0: this descriptor (a pipe's write end) becomes its stdout, `stdout_path` unused
   int stderr_fd = -1;  ///< >= 0: this descriptor becomes its stderr, `stderr_path` unused
   std::vector<std::string> environment{};  ///< "NAME=VALUE" entries that replace or add to the inherited ones
@@ -79,7 +79,8 @@ class child_process {
     if (setup.error) fail(setup.error);
     const int flags = O_WRONLY | O_CREAT | (spec.append ? O_APPEND : O_TRUNC);
     int error = 0;
-    if (spec.null_stdin) error = posix_spawn_file_actions_addopen(&setup.actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
+    if (spec.null_stdin)
+      error = posix_spawn_file_actions_addopen(&setup.actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
     if (!error && spec.stdout_fd >= 0)
       error = posix_spawn_file_actions_adddup2(&setup.actions, spec.stdout_fd, STDOUT_FILENO);
     else if (!error && !spec.stdout_path.empty())
@@ -87,9 +88,10 @@ class child_process {
     if (!error && spec.stderr_fd >= 0) {
       error = posix_spawn_file_actions_adddup2(&setup.actions, spec.stderr_fd, STDERR_FILENO);
     } else if (!error && !spec.stderr_path.empty()) {
-      error = spec.stderr_path == spec.stdout_path
-                  ? posix_spawn_file_actions_adddup2(&setup.actions, STDOUT_FILENO, STDERR_FILENO)
-                  : posix_spawn_file_actions_addopen(&setup.actions, STDERR_FILENO, spec.stderr_path.c_str(), flags, 0644);
+      error =
+          spec.stderr_path == spec.stdout_path
+              ? posix_spawn_file_actions_adddup2(&setup.actions, STDOUT_FILENO, STDERR_FILENO)
+              : posix_spawn_file_actions_addopen(&setup.actions, STDERR_FILENO, spec.stderr_path.c_str(), flags, 0644);
     }
     if (error) fail(error);
     std::vector<char*> argv;
@@ -154,7 +156,8 @@ class child_process {
     // WNOWAIT keeps the leader a zombie, so its group id stays reserved while
     // the rest of the group is killed.
     while (::waitid(P_PID, static_cast<id_t>(pid_), &info, WEXITED | WNOHANG | WNOWAIT) != 0)
-      if (errno != EINTR) throw std::system_error(errno, std::generic_category(), "diloco_tools::child_process: waitid");
+      if (errno != EINTR)
+        throw std::system_error(errno, std::generic_category(), "diloco_tools::child_process: waitid");
     if (info.si_pid == 0) return std::nullopt;
     ::kill(-pid_, SIGKILL);
     return reap();
@@ -168,7 +171,8 @@ class child_process {
       if (auto s = poll()) return s;
       const auto now = std::chrono::steady_clock::now();
       if (now >= deadline) return std::nullopt;
-      std::this_thread::sleep_for(std::min<std::chrono::steady_clock::duration>(deadline - now, std::chrono::milliseconds(2)));
+      std::this_thread::sleep_for(
+          std::min<std::chrono::steady_clock::duration>(deadline - now, std::chrono::milliseconds(2)));
     }
   }
 
@@ -201,7 +205,8 @@ class child_process {
       sigfillset(&all);
       sigdelset(&all, SIGKILL);
       sigdelset(&all, SIGSTOP);
-      error = posix_spawnattr_setflags(&attributes, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
+      error =
+          posix_spawnattr_setflags(&attributes, POSIX_SPAWN_SETPGROUP | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
       if (!error) error = posix_spawnattr_setpgroup(&attributes, 0);
       if (!error) error = posix_spawnattr_setsigmask(&attributes, &none);
       if (!error) error = posix_spawnattr_setsigdefault(&attributes, &all);
@@ -218,7 +223,8 @@ class child_process {
   exit_status reap() {
     int raw = 0;
     while (::waitpid(pid_, &raw, 0) < 0)
-      if (errno != EINTR) throw std::system_error(errno, std::generic_category(), "diloco_tools::child_process: waitpid");
+      if (errno != EINTR)
+        throw std::system_error(errno, std::generic_category(), "diloco_tools::child_process: waitpid");
     status_ = WIFEXITED(raw) ? exit_status{true, WEXITSTATUS(raw), 0} : exit_status{false, 0, WTERMSIG(raw)};
     return *status_;
   }

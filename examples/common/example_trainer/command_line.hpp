@@ -99,9 +99,11 @@ inline void add_transport(CLI::App& app, run_settings& s) {
 
 /// --codec, --update-codec, --codec-block, --error-feedback.
 inline void add_codecs(CLI::App& app, run_settings& s) {
-  const std::vector<std::pair<std::string, diloco::codec::format>> formats{
-      {"fp32", diloco::codec::format::fp32}, {"bf16", diloco::codec::format::bf16},
-      {"int8", diloco::codec::format::int8}, {"fp8", diloco::codec::format::fp8}, {"int4", diloco::codec::format::int4}};
+  const std::vector<std::pair<std::string, diloco::codec::format>> formats{{"fp32", diloco::codec::format::fp32},
+                                                                           {"bf16", diloco::codec::format::bf16},
+                                                                           {"int8", diloco::codec::format::int8},
+                                                                           {"fp8", diloco::codec::format::fp8},
+                                                                           {"int4", diloco::codec::format::int4}};
   add_choice(app, "--codec", s.codecs.contributions, formats, "codec",
              "outer gradients, learners to syncer: fp32, or compressed: bf16, int8, fp8 (E4M3), int4 (fp32)");
   add_choice(app, "--update-codec", s.codecs.updates, formats, "codec",
@@ -150,10 +152,14 @@ inline void add_processes(CLI::App& app, run_settings& s, parsed_run& p,
   app.add_option_function<std::string>(
          "--role",
          [&s, &p](const std::string& v) {
-           if (v == "all") p.launch_all = true;
-           else if (v == "syncer") s.part = role::syncer;
-           else if (v == "learner") s.part = role::learner;
-           else throw CLI::ValidationError("unknown role '" + v + "' (syncer, learner or all)");
+           if (v == "all")
+             p.launch_all = true;
+           else if (v == "syncer")
+             s.part = role::syncer;
+           else if (v == "learner")
+             s.part = role::learner;
+           else
+             throw CLI::ValidationError("unknown role '" + v + "' (syncer, learner or all)");
          },
          "run as separate processes over ZeroMQ: this process is the syncer, one learner, or starts 1 syncer + M "
          "learner processes (all)")

@@ -38,8 +38,8 @@ struct run_outcome {
   std::uint64_t steps_overwritten = 0;
   std::uint64_t steps_refused = 0;
   std::uint64_t steps_unsent = 0;
-  double seconds = 0.0;              ///< wall time of training
-  double virtual_seconds = 0.0;      ///< simulated time (simulator only)
+  double seconds = 0.0;          ///< wall time of training
+  double virtual_seconds = 0.0;  ///< simulated time (simulator only)
   bool completed = true;
   std::string error;
 

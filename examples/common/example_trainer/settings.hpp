@@ -26,14 +26,14 @@ struct run_settings {
   transport via = transport::threads;
   role part = role::in_process;
   std::uint32_t learners = 4;
-  std::uint64_t steps = 1000;      ///< inner steps per learner
-  std::uint32_t sync_period = 50;  ///< H: inner steps between two sends of a fragment
-  std::uint32_t fragments = 8;     ///< P (`check_run_settings` sets the mode's default unless given)
+  std::uint64_t steps = 1000;            ///< inner steps per learner
+  std::uint32_t sync_period = 50;        ///< H: inner steps between two sends of a fragment
+  std::uint32_t fragments = 8;           ///< P (`check_run_settings` sets the mode's default unless given)
   std::optional<std::uint32_t> quorum;   ///< K; default: 1 for decoupled, every learner otherwise
   std::optional<std::uint32_t> overlap;  ///< τ; default: H/10 for decoupled, 0 otherwise
   double alpha = 0.0;                    ///< mixing on adoption, 0 overwrites
   std::uint64_t seed = 1;
-  std::vector<double> speeds;  ///< relative learner speeds; empty: all 1
+  std::vector<double> speeds;            ///< relative learner speeds; empty: all 1
   std::optional<double> outer_lr;        ///< η; default: the mode's preset (`nesterov_options_of`)
   std::optional<double> outer_momentum;  ///< μ; idem
   /// The trainer's own outer defaults in every mode, where its task was
@@ -41,16 +41,17 @@ struct run_settings {
   std::optional<diloco::outer::nesterov_options> outer_default;
   diloco::codec_options codecs{};  ///< how outer gradients (`--codec`) and updates (`--update-codec`) travel
   bool error_feedback = false;     ///< learners carry each fragment's encoding error into its next send
-  diloco::adoption_rule adopt = diloco::learner_options{}.adopt;  ///< how learners take in global fragments (not lock-step)
+  diloco::adoption_rule adopt =
+      diloco::learner_options{}.adopt;  ///< how learners take in global fragments (not lock-step)
   diloco::partial_rounds partial = diloco::partial_rounds::all_share;  ///< how partial rounds are sized
-  diloco::membership_options membership{};                          ///< how departed learners count in them
-  std::string endpoint;            ///< the syncer's ZeroMQ endpoint (roles syncer and learner)
-  std::uint32_t learner_id = 0;    ///< role learner
-  std::uint32_t incarnation = 1;   ///< role learner
-  std::string curve_secret;        ///< this process's CURVE key pair (diloco_keygen)
-  std::string curve_peer;          ///< syncer: the learners' public key; learner: the syncer's
-  bool insecure = false;           ///< syncer: bind a non-loopback endpoint without CURVE
-  double progress_seconds = 2.0;   ///< between two progress lines; 0: none
+  diloco::membership_options membership{};                             ///< how departed learners count in them
+  std::string endpoint;           ///< the syncer's ZeroMQ endpoint (roles syncer and learner)
+  std::uint32_t learner_id = 0;   ///< role learner
+  std::uint32_t incarnation = 1;  ///< role learner
+  std::string curve_secret;       ///< this process's CURVE key pair (diloco_keygen)
+  std::string curve_peer;         ///< syncer: the learners' public key; learner: the syncer's
+  bool insecure = false;          ///< syncer: bind a non-loopback endpoint without CURVE
+  double progress_seconds = 2.0;  ///< between two progress lines; 0: none
 
   /// Learner `i`'s relative speed (1 unless `--speeds` says otherwise).
   double speed_of(std::uint32_t i) const { return i < speeds.size() ? speeds[i] : 1.0; }
@@ -118,7 +119,7 @@ inline diloco::learner_options learner_options_for(const run_settings& s, std::u
 /// for Decoupled DiLoCo, `presets::diloco_outer_options` otherwise), with
 /// the command line's rate and momentum where given.
 inline diloco::outer::nesterov_options nesterov_options_of(const run_settings& s) {
-  auto o = s.outer_default                ? *s.outer_default
+  auto o = s.outer_default                 ? *s.outer_default
            : s.run_mode == mode::decoupled ? diloco::presets::decoupled_outer_options()
                                            : diloco::presets::diloco_outer_options();
   if (s.outer_lr) o.learning_rate = *s.outer_lr;

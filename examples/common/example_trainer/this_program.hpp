@@ -20,9 +20,9 @@
 #include <string_view>
 #include <vector>
 
-#include <nlohmann/json.hpp>
 #include <diloco_tools/launch/supervisor.hpp>
 #include <diloco_tools/loopback.hpp>
+#include <nlohmann/json.hpp>
 
 namespace example_trainer {
 
@@ -70,8 +70,7 @@ inline int run_this_program(int argc, char** argv, const std::string& program, s
   std::string result;
   std::map<std::uint32_t, std::string> learner_results;
   auto sinks = prefixed_sinks(program);
-  sinks.line = [print = sinks.line, &result, &learner_results](const process_name& p, stream s,
-                                                               std::string_view line) {
+  sinks.line = [print = sinks.line, &result, &learner_results](const process_name& p, stream s, std::string_view line) {
     if (s == stream::out && p.syncer) {
       if (!line.empty()) result = line;
       return;

@@ -14,10 +14,10 @@
 #include <utility>
 #include <vector>
 
-#include "diloco/concepts/transport.hpp"
-#include "diloco/random.hpp"
 #include "diloco/clock.hpp"
+#include "diloco/concepts/transport.hpp"
 #include "diloco/protocol/message.hpp"
+#include "diloco/random.hpp"
 
 namespace diloco::chaos {
 
@@ -31,10 +31,11 @@ struct window {
 struct fault_plan {
   double drop = 0.0;       ///< the message disappears
   double duplicate = 0.0;  ///< it arrives twice
-  double corrupt = 0.0;    ///< it arrives damaged: an envelope with `wire_error::bad_checksum`, as a checksummed wire delivers it
-  double delay = 0.0;      ///< it arrives up to `max_delay` late
+  double corrupt =
+      0.0;  ///< it arrives damaged: an envelope with `wire_error::bad_checksum`, as a checksummed wire delivers it
+  double delay = 0.0;  ///< it arrives up to `max_delay` late
   std::chrono::nanoseconds max_delay{0};
-  double reorder = 0.0;    ///< it is held back for `max_hold`, so that other senders' messages overtake it
+  double reorder = 0.0;  ///< it is held back for `max_hold`, so that other senders' messages overtake it
   std::chrono::nanoseconds max_hold{std::chrono::milliseconds(50)};
   std::vector<window> partitions;
   std::uint64_t seed = 1;
@@ -42,8 +43,7 @@ struct fault_plan {
 
 /// What the decorator did.
 struct fault_counts {
-  std::uint64_t passed = 0, dropped = 0, duplicated = 0, corrupted = 0, delayed = 0, reordered = 0,
-                partitioned = 0;
+  std::uint64_t passed = 0, dropped = 0, duplicated = 0, corrupted = 0, delayed = 0, reordered = 0, partitioned = 0;
 };
 
 /// Wraps an endpoint `Inner` (held by reference). Faults apply to what this
@@ -78,9 +78,7 @@ class faulty {
     return release();
   }
 
-  std::optional<envelope> receive_for(std::chrono::nanoseconds timeout)
-    requires blocking_transport<Inner>
-  {
+  std::optional<envelope> receive_for(std::chrono::nanoseconds timeout) requires blocking_transport<Inner> {
     const time_point deadline = clock_() + timeout;
     for (;;) {
       if (auto e = try_receive()) return e;
@@ -94,9 +92,7 @@ class faulty {
   }
 
   /// When the next message becomes available (for the simulator).
-  std::optional<time_point> next_arrival() const
-    requires requirements::transport::next_arrival<Inner>
-  {
+  std::optional<time_point> next_arrival() const requires requirements::transport::next_arrival<Inner> {
     auto t = inner_.next_arrival();
     if (!ready_.empty() && (!t || ready_.front().at < *t)) t = ready_.front().at;
     return t;
@@ -146,8 +142,8 @@ class faulty {
   /// order whatever the outcome, so one decision never shifts the others.
   void ingest(envelope&& e) {
     const time_point now = clock_();
-    const double u_drop = rng_.uniform(), u_dup = rng_.uniform(), u_corrupt = rng_.uniform(),
-                 u_delay = rng_.uniform(), delay_fraction = rng_.uniform(), u_reorder = rng_.uniform();
+    const double u_drop = rng_.uniform(), u_dup = rng_.uniform(), u_corrupt = rng_.uniform(), u_delay = rng_.uniform(),
+                 delay_fraction = rng_.uniform(), u_reorder = rng_.uniform();
     if (partitioned(now)) return void(++counts_.partitioned);
     if (u_drop < plan_.drop) return void(++counts_.dropped);
     if (u_corrupt < plan_.corrupt) {

@@ -17,9 +17,7 @@ namespace diloco::codec {
 /// (Karimireddy et al. 2019, arXiv 1901.09847, "EF-SGD").
 struct outer_gradient {
   DILOCO_HOST_DEVICE float operator()(float base, float theta) const { return base - theta; }
-  DILOCO_HOST_DEVICE float operator()(float base, float theta, float residual) const {
-    return base - theta + residual;
-  }
+  DILOCO_HOST_DEVICE float operator()(float base, float theta, float residual) const { return base - theta + residual; }
 };
 
 /// The largest magnitude of a run of values as the bits of a non-negative

@@ -235,9 +235,12 @@ void decode(format f, std::size_t n, std::size_t block, std::span<const std::byt
         const std::byte* codes = p + 4;
         for (std::size_t i = 0; i < len; ++i) {
           float unit = 0.0f;
-          if (f == format::int8) unit = from_int8(static_cast<std::int8_t>(std::to_integer<std::uint8_t>(codes[i])));
-          else if (f == format::fp8) unit = from_fp8(std::to_integer<std::uint8_t>(codes[i]));
-          else unit = from_int4(std::to_integer<unsigned>(codes[i / 2]) >> (4 * (i % 2)));
+          if (f == format::int8)
+            unit = from_int8(static_cast<std::int8_t>(std::to_integer<std::uint8_t>(codes[i])));
+          else if (f == format::fp8)
+            unit = from_fp8(std::to_integer<std::uint8_t>(codes[i]));
+          else
+            unit = from_int4(std::to_integer<unsigned>(codes[i / 2]) >> (4 * (i % 2)));
           put(first + i, mul_rn(unit, absmax));  // |unit| ≤ 1: never beyond absmax, never overflowing
         }
         p += 4 + code_bytes(f, len);

@@ -111,9 +111,7 @@ DILOCO_HOST_DEVICE inline e4m3_rounding round_to_e4m3(float x) {
 DILOCO_HOST_DEVICE inline std::uint8_t to_e4m3(float x) { return round_to_e4m3(x).code; }
 
 /// `y` rounded to the nearest integer, halves away from zero.
-DILOCO_HOST_DEVICE inline float round_half_away(float y) {
-  return std::copysign(std::floor(std::fabs(y) + 0.5f), y);
-}
+DILOCO_HOST_DEVICE inline float round_half_away(float y) { return std::copysign(std::floor(std::fabs(y) + 0.5f), y); }
 
 /// `a · b` rounded once, to nearest even, and never fused with a neighbouring
 /// addition: nvcc contracts `a·b + c` into one FMA by default (`-fmad=true`),
@@ -136,9 +134,7 @@ DILOCO_HOST_DEVICE inline float mul_rn(float a, float b) {
 /// is ±⌊|y| + ½⌋ (IEEE addition is symmetric in sign, and truncation is ⌊⌋
 /// for positive values), and which, unlike `std::floor` under the default
 /// -ftrapping-math, vectorizes.
-DILOCO_HOST_DEVICE inline int round_half_away_to_int(float y) {
-  return static_cast<int>(y + std::copysign(0.5f, y));
-}
+DILOCO_HOST_DEVICE inline int round_half_away_to_int(float y) { return static_cast<int>(y + std::copysign(0.5f, y)); }
 
 /// The int8 code of a unit (|unit| ≤ 2^20): `round_half_away(unit · 127)`
 /// clamped to [−127, 127].

@@ -63,15 +63,14 @@ bool encode_delta(format f, std::size_t block, std::span<const Run> runs, const 
   const detail::chunking c(f, n, block);
   std::atomic<bool> failed{false};
   auto run = [&]<format F, bool Feedback>() {
-    ::diloco::detail::parallel_for(
-        c.count, ::diloco::detail::threads_for(n, threads, detail::min_values_per_thread),
-        [&](std::size_t first, std::size_t last) {
-          detail::theta_runs<Run> gather{runs, theta, 0, {}};
-          ::diloco::detail::with_best_isa([&] {
-            detail::encode_delta_chunks<F, Feedback>(base.data(), gather, residual.data(), n, c, first, last,
-                                                     out.data(), failed);
-          });
-        });
+    ::diloco::detail::parallel_for(c.count, ::diloco::detail::threads_for(n, threads, detail::min_values_per_thread),
+                                   [&](std::size_t first, std::size_t last) {
+                                     detail::theta_runs<Run> gather{runs, theta, 0, {}};
+                                     ::diloco::detail::with_best_isa([&] {
+                                       detail::encode_delta_chunks<F, Feedback>(base.data(), gather, residual.data(), n,
+                                                                                c, first, last, out.data(), failed);
+                                     });
+                                   });
   };
   auto with_format = [&]<bool Feedback>() {
     switch (f) {
@@ -82,8 +81,10 @@ bool encode_delta(format f, std::size_t block, std::span<const Run> runs, const 
       case format::int4: return run.template operator()<format::int4, Feedback>();
     }
   };
-  if (residual.empty()) with_format.template operator()<false>();
-  else with_format.template operator()<true>();
+  if (residual.empty())
+    with_format.template operator()<false>();
+  else
+    with_format.template operator()<true>();
   if (failed.load()) {
     for (float& r : residual) r = 0.0f;
     return false;
@@ -117,13 +118,12 @@ inline void decode_accumulate(format f, std::size_t block, std::span<const std::
   assert(in.size() == encoded_size(f, n, block) && (!block_scaled(f) || block > 0));
   const detail::chunking c(f, n, block);
   auto run = [&]<format F>() {
-    ::diloco::detail::parallel_for(c.count, ::diloco::detail::threads_for(n, threads, detail::min_values_per_thread),
-                                   [&](std::size_t first, std::size_t last) {
-                                     ::diloco::detail::with_best_isa([&] {
-                                       detail::decode_accumulate_chunks<F>(in.data(), n, c, first, last, weight,
-                                                                           acc.data());
-                                     });
-                                   });
+    ::diloco::detail::parallel_for(
+        c.count, ::diloco::detail::threads_for(n, threads, detail::min_values_per_thread),
+        [&](std::size_t first, std::size_t last) {
+          ::diloco::detail::with_best_isa(
+              [&] { detail::decode_accumulate_chunks<F>(in.data(), n, c, first, last, weight, acc.data()); });
+        });
   };
   switch (f) {
     case format::fp32: return run.template operator()<format::fp32>();

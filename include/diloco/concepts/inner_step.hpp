@@ -17,11 +17,16 @@ namespace requirements::inner_step {
 ///    element type it updates. An integer type is refused: parameters and
 ///    gradients are real numbers, and the learner's model must share it.
 template <class S>
-concept scalar_type = requires { typename S::scalar_type; } && scalar<typename S::scalar_type>;
+concept scalar_type = requires {
+  typename S::scalar_type;
+}
+&&scalar<typename S::scalar_type>;
 
 /// 2. `typename S::options_type` — a plain aggregate of hyperparameters.
 template <class S>
-concept options_type = requires { typename S::options_type; };
+concept options_type = requires {
+  typename S::options_type;
+};
 
 /// 3. `s.step(params, grads)` with `std::span<scalar_type>` parameters and
 ///    `std::span<const scalar_type>` gradients of the same length, returning
@@ -50,8 +55,8 @@ concept move_constructible = std::move_constructible<S>;
 /// (examples: `inner::sgd<T>`, `inner::adamw<T>`).
 template <class S>
 concept inner_step = requirements::inner_step::scalar_type<S> && requirements::inner_step::options_type<S> &&
-                     requirements::inner_step::step<S> && requirements::inner_step::options<S> &&
-                     requirements::inner_step::move_constructible<S>;
+    requirements::inner_step::step<S> && requirements::inner_step::options<S> &&
+    requirements::inner_step::move_constructible<S>;
 
 /// Returns true if `S` is an inner step; otherwise, with `on_unmet::fail`,
 /// stops compilation naming the first requirement `S` misses.

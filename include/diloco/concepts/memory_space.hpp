@@ -119,9 +119,9 @@ concept pack = requires(S& s, std::span<const fragment_slice> slices, std::span<
 /// the time it returns: the learner may send `out`, or write θ, right after.
 template <class S, class T>
 concept memory_space = requirements::memory_space::buffer<S, T> && requirements::memory_space::encode_delta<S, T> &&
-                       requirements::memory_space::adopt<S, T> && requirements::memory_space::scatter<S, T> &&
-                       requirements::memory_space::gather<S, T> && requirements::memory_space::copies<S, T> &&
-                       requirements::memory_space::pack<S, T>;
+    requirements::memory_space::adopt<S, T> && requirements::memory_space::scatter<S, T> &&
+    requirements::memory_space::gather<S, T> && requirements::memory_space::copies<S, T> &&
+    requirements::memory_space::pack<S, T>;
 
 /// Returns true if `S` is a memory space for `T`s; otherwise, with
 /// `on_unmet::fail`, stops compilation naming the first requirement missed.

@@ -62,7 +62,7 @@ concept move_constructible = std::move_constructible<P>;
 /// `merge::trimmed_mean<W>`, `merge::coordinate_median<W>`).
 template <class P, class T>
 concept merge_policy = requirements::merge_policy::weight<P> && requirements::merge_policy::merge<P, T> &&
-                       requirements::merge_policy::move_constructible<P>;
+    requirements::merge_policy::move_constructible<P>;
 
 namespace merge {
 

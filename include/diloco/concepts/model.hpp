@@ -8,8 +8,8 @@
 
 #include "diloco/concepts/check.hpp"
 #include "diloco/concepts/memory_space.hpp"
-#include "diloco/scalar.hpp"
 #include "diloco/params/layout.hpp"
+#include "diloco/scalar.hpp"
 
 namespace diloco {
 
@@ -25,11 +25,16 @@ namespace requirements::model {
 
 /// 1. `typename M::scalar_type` — `float` or `double` (`diloco::scalar`).
 template <class M>
-concept scalar_type = requires { typename M::scalar_type; } && scalar<typename M::scalar_type>;
+concept scalar_type = requires {
+  typename M::scalar_type;
+}
+&&scalar<typename M::scalar_type>;
 
 /// 2. `typename M::batch_type` — whatever one inner step consumes.
 template <class M>
-concept batch_type = requires { typename M::batch_type; };
+concept batch_type = requires {
+  typename M::batch_type;
+};
 
 /// 3. `m.layout()` on a `const M` — returns `const parameter_layout&` (names,
 ///    sizes, roles of its parameters), constant for the model's lifetime.
@@ -67,9 +72,13 @@ concept compute_gradients = requires(M& m, const typename M::batch_type& batch) 
 ///    per-fragment buffers there and does its outer-loop passes through it;
 ///    the inner step must work on that memory too. Without it, host memory.
 template <class M>
-concept memory = !requires(M& m) { m.memory(); } || requires(M& m) {
+concept memory = !requires(M & m) {
+  m.memory();
+}
+|| requires(M& m) {
   requires std::is_lvalue_reference_v<decltype(m.memory())>;
-  requires diloco::memory_space<std::remove_cvref_t<decltype(m.memory())>, typename M::scalar_type>;
+  requires diloco::memory_space < std::remove_cvref_t<decltype(m.memory())>,
+  typename M::scalar_type > ;
 };
 
 }  // namespace requirements::model
@@ -78,9 +87,8 @@ concept memory = !requires(M& m) { m.memory(); } || requires(M& m) {
 /// learner's; examples in tests/support/toy_model.hpp and examples/).
 template <class M>
 concept model = requirements::model::scalar_type<M> && requirements::model::batch_type<M> &&
-                requirements::model::layout<M> && requirements::model::parameters<M> &&
-                requirements::model::gradients<M> && requirements::model::compute_gradients<M> &&
-                requirements::model::memory<M>;
+    requirements::model::layout<M> && requirements::model::parameters<M> && requirements::model::gradients<M> &&
+    requirements::model::compute_gradients<M> && requirements::model::memory<M>;
 
 /// Returns true if `M` is a model; otherwise, with `on_unmet::fail`, stops
 /// compilation naming the first requirement `M` misses.
@@ -103,8 +111,7 @@ consteval bool check_model() {
     static_assert(r::parameters<M> || quiet, "diloco::model: missing member `std::span<scalar_type> parameters()`");
     return !quiet;
   } else if constexpr (!r::gradients<M>) {
-    static_assert(r::gradients<M> || quiet,
-                  "diloco::model: missing member `std::span<const scalar_type> gradients()`");
+    static_assert(r::gradients<M> || quiet, "diloco::model: missing member `std::span<const scalar_type> gradients()`");
     return !quiet;
   } else if constexpr (!r::compute_gradients<M>) {
     static_assert(r::compute_gradients<M> || quiet,

@@ -17,11 +17,16 @@ namespace requirements::outer_optimizer {
 
 /// 1. `typename O::scalar_type` — `float` or `double` (`diloco::scalar`).
 template <class O>
-concept scalar_type = requires { typename O::scalar_type; } && scalar<typename O::scalar_type>;
+concept scalar_type = requires {
+  typename O::scalar_type;
+}
+&&scalar<typename O::scalar_type>;
 
 /// 2. `typename O::options_type` — a plain aggregate of hyperparameters.
 template <class O>
-concept options_type = requires { typename O::options_type; };
+concept options_type = requires {
+  typename O::options_type;
+};
 
 /// 3. `o.step(fragment, global, delta)` with a `std::uint32_t` fragment index,
 ///    the fragment's global parameters `std::span<scalar_type>` and the merged
@@ -57,10 +62,10 @@ concept move_constructible = std::move_constructible<O>;
 /// (examples: `outer::sgd<T>`, `outer::nesterov<T>`,
 /// `outer::delayed_nesterov<T>`, `outer::from_inner<S>`).
 template <class O>
-concept outer_optimizer = requirements::outer_optimizer::scalar_type<O> &&
-                          requirements::outer_optimizer::options_type<O> && requirements::outer_optimizer::step<O> &&
-                          requirements::outer_optimizer::reset<O> && checkpointable<O> &&
-                          requirements::outer_optimizer::move_constructible<O>;
+concept outer_optimizer =
+    requirements::outer_optimizer::scalar_type<O> && requirements::outer_optimizer::options_type<O> &&
+    requirements::outer_optimizer::step<O> && requirements::outer_optimizer::reset<O> && checkpointable<O> &&
+    requirements::outer_optimizer::move_constructible<O>;
 
 /// Returns true if `O` is an outer optimizer; otherwise, with
 /// `on_unmet::fail`, stops compilation naming the first requirement `O`

@@ -85,7 +85,8 @@ consteval bool check_transport() {
                   "diloco::transport: missing member `std::error_code try_send(peer_id to, message& m)`");
     return !quiet;
   } else if constexpr (!r::try_receive<T>) {
-    static_assert(r::try_receive<T> || quiet, "diloco::transport: missing member `std::optional<envelope> try_receive()`");
+    static_assert(r::try_receive<T> || quiet,
+                  "diloco::transport: missing member `std::optional<envelope> try_receive()`");
     return !quiet;
   } else {
     return true;

@@ -75,8 +75,7 @@ class adamw {
   /// Steps run on `stream`, which must be the model's (`device_memory`'s):
   /// there is no default, because the legacy default stream does not order
   /// itself with the non-blocking streams a model is likely to use.
-  adamw(options_type options, cudaStream_t stream)
-      : options_(inner::adamw<T>(options).options()), stream_(stream) {}
+  adamw(options_type options, cudaStream_t stream) : options_(inner::adamw<T>(options).options()), stream_(stream) {}
 
   void step(std::span<T> params, std::span<const T> grads) {
     assert(params.size() == grads.size());
@@ -88,9 +87,9 @@ class adamw {
       zero(v_);
     }
     ++steps_;
-    detail::check(adamw_step(inner::adamw_element<T>::at_step(options_, steps_), params, m_.span(), v_.span(), grads,
-                             stream_),
-                  "adamw_step");
+    detail::check(
+        adamw_step(inner::adamw_element<T>::at_step(options_, steps_), params, m_.span(), v_.span(), grads, stream_),
+        "adamw_step");
   }
 
   options_type& options() noexcept { return options_; }

@@ -103,9 +103,10 @@ class device_memory {
           "cudaMemcpyAsync");
     if (how == adoption::rebase)
       for (const auto& s : slices)
-        check(diloco::cuda::subtract_base(theta.subspan(s.flat_offset, s.size),
-                                          std::span<const float>(base.data() + s.packed_offset, s.size), alpha, stream_),
-              "subtract_base");
+        check(
+            diloco::cuda::subtract_base(theta.subspan(s.flat_offset, s.size),
+                                        std::span<const float>(base.data() + s.packed_offset, s.size), alpha, stream_),
+            "subtract_base");
     check(cudaMemsetAsync(base.data(), 0, base.bytes(), stream_), "cudaMemsetAsync");
     check(
         diloco::cuda::decode_accumulate(*format_of(c), block, std::span<const std::byte>(bytes_.data(), payload.size()),

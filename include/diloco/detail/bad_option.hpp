@@ -17,7 +17,10 @@ std::string show_option(const V& value) {
   std::ostringstream out;
   if constexpr (std::same_as<V, bool>) {
     out << (value ? "true" : "false");
-  } else if constexpr (requires { value.count(); typename V::period; }) {
+  } else if constexpr (requires {
+                         value.count();
+                         typename V::period;
+                       }) {
     out << std::chrono::duration<double>(value).count() << " s";
   } else {
     out << +value;  // a uint8_t as a number, not a character

@@ -54,8 +54,7 @@ inline std::atomic<isa_copy>& isa_ceiling() noexcept {
 /// it. Read once.
 inline bool isa_copy_available(isa_copy c) noexcept {
   switch (c) {
-    case isa_copy::baseline:
-      return true;
+    case isa_copy::baseline: return true;
     case isa_copy::avx2: {
 #if DILOCO_ISA_AVX2_COPY
       static const bool available = __builtin_cpu_supports("avx2") != 0;
@@ -121,17 +120,12 @@ void with_best_isa(F&& f) {
 #if DILOCO_ISA_DISPATCH
   switch (isa_in_use()) {
 #if DILOCO_ISA_AVX512_COPY
-    case isa_copy::avx512:
-      run_avx512(f);
-      return;
+    case isa_copy::avx512: run_avx512(f); return;
 #endif
 #if DILOCO_ISA_AVX2_COPY
-    case isa_copy::avx2:
-      run_avx2(f);
-      return;
+    case isa_copy::avx2: run_avx2(f); return;
 #endif
-    default:
-      break;
+    default: break;
   }
 #endif
   f();

@@ -30,8 +30,8 @@ class log_limiter {
     if (!b.started) {
       b = bucket{true, double(burst_), now, 0};
     } else if (now > b.at) {
-      const double refill = double(burst_) * std::chrono::duration<double>(now - b.at) /
-                            std::chrono::duration<double>(interval_);
+      const double refill =
+          double(burst_) * std::chrono::duration<double>(now - b.at) / std::chrono::duration<double>(interval_);
       b.tokens = std::min(double(burst_), b.tokens + refill);
       b.at = now;
     }

@@ -84,11 +84,10 @@ inline void parallel_for_ranges(std::size_t chunks, unsigned threads, chunk_rang
 template <class F>
 void parallel_for(std::size_t chunks, unsigned threads, F&& f) {
   using callable = std::remove_reference_t<F>;
-  parallel_for_ranges(chunks, threads,
-                      chunk_ranges{const_cast<void*>(static_cast<const void*>(std::addressof(f))),
-                                   [](void* c, std::size_t first, std::size_t last) {
-                                     (*static_cast<callable*>(c))(first, last);
-                                   }});
+  parallel_for_ranges(
+      chunks, threads,
+      chunk_ranges{const_cast<void*>(static_cast<const void*>(std::addressof(f))),
+                   [](void* c, std::size_t first, std::size_t last) { (*static_cast<callable*>(c))(first, last); }});
 }
 
 }  // namespace diloco::detail

@@ -67,8 +67,10 @@ class adamw {
 
   explicit adamw(options_type options = {}) : options_(options) {
     if (!(options.learning_rate >= 0)) throw std::invalid_argument("diloco::inner::adamw: learning_rate must be >= 0");
-    if (!(options.beta1 >= 0 && options.beta1 < 1)) throw std::invalid_argument("diloco::inner::adamw: beta1 must be in [0, 1)");
-    if (!(options.beta2 >= 0 && options.beta2 < 1)) throw std::invalid_argument("diloco::inner::adamw: beta2 must be in [0, 1)");
+    if (!(options.beta1 >= 0 && options.beta1 < 1))
+      throw std::invalid_argument("diloco::inner::adamw: beta1 must be in [0, 1)");
+    if (!(options.beta2 >= 0 && options.beta2 < 1))
+      throw std::invalid_argument("diloco::inner::adamw: beta2 must be in [0, 1)");
     if (!(options.epsilon > 0)) throw std::invalid_argument("diloco::inner::adamw: epsilon must be > 0");
     if (!(options.weight_decay >= 0)) throw std::invalid_argument("diloco::inner::adamw: weight_decay must be >= 0");
   }

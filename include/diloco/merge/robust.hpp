@@ -117,9 +117,8 @@ struct coordinate_median : Weighting {
       detail::weighted_average(in, out, scale);
       return;
     }
-    detail::reduce_sorted(in, n, out, scale, [](std::span<const detail::weighted_value> v) {
-      return detail::weighted_median(v);
-    });
+    detail::reduce_sorted(in, n, out, scale,
+                          [](std::span<const detail::weighted_value> v) { return detail::weighted_median(v); });
   }
 };
 

@@ -27,35 +27,36 @@ constexpr std::uint64_t saturating_add(std::uint64_t a, std::uint64_t b) noexcep
 }  // namespace detail
 
 struct syncer_metrics {
-  std::uint64_t outer_updates = 0;           ///< merges applied (revisions created), all fragments
+  std::uint64_t outer_updates = 0;  ///< merges applied (revisions created), all fragments
   std::uint64_t contributions_accepted = 0;
   std::uint64_t contributions_merged = 0;
-  std::uint64_t contributions_pending = 0;   ///< accepted, waiting in an open round
-  std::uint64_t contributions_lost = 0;      ///< accepted, pending when the syncer stopped, restored from a checkpoint that kept no open rounds (before state version 5)
-  std::uint64_t contributions_dropped = 0;   ///< accepted, in a round whose result was not published
-  std::uint64_t rounds_dropped = 0;          ///< rounds not published (non-finite or too large a result)
-  std::uint64_t contributions_clipped = 0;   ///< outer gradients scaled down to the clipping bound
-  std::uint64_t weights_clipped = 0;         ///< merge weights cut to the clipping bound
-  std::uint64_t quarantines = 0;             ///< learners quarantined
-  std::uint64_t learners_forgotten = 0;      ///< table places freed (gone too long, or to make room)
+  std::uint64_t contributions_pending = 0;  ///< accepted, waiting in an open round
+  std::uint64_t contributions_lost = 0;  ///< accepted, pending when the syncer stopped, restored from a checkpoint that
+                                         ///< kept no open rounds (before state version 5)
+  std::uint64_t contributions_dropped = 0;  ///< accepted, in a round whose result was not published
+  std::uint64_t rounds_dropped = 0;         ///< rounds not published (non-finite or too large a result)
+  std::uint64_t contributions_clipped = 0;  ///< outer gradients scaled down to the clipping bound
+  std::uint64_t weights_clipped = 0;        ///< merge weights cut to the clipping bound
+  std::uint64_t quarantines = 0;            ///< learners quarantined
+  std::uint64_t learners_forgotten = 0;     ///< table places freed (gone too long, or to make room)
   std::array<std::uint64_t, reject_reason_count> rejected{};
-  std::uint64_t joins = 0;                   ///< first joins of a learner id
-  std::uint64_t rejoins = 0;                 ///< joins of a new incarnation
-  std::uint64_t reconnects = 0;              ///< joins of a known incarnation from a new peer
+  std::uint64_t joins = 0;       ///< first joins of a learner id
+  std::uint64_t rejoins = 0;     ///< joins of a new incarnation
+  std::uint64_t reconnects = 0;  ///< joins of a known incarnation from a new peer
   std::uint64_t leaves = 0;
-  std::uint64_t declared_dead = 0;           ///< heartbeat timeouts
-  std::uint64_t revived = 0;                 ///< learners heard from again after a timeout
+  std::uint64_t declared_dead = 0;  ///< heartbeat timeouts
+  std::uint64_t revived = 0;        ///< learners heard from again after a timeout
   std::uint64_t updates_sent = 0;
-  std::uint64_t verdicts_sent = 0;           ///< acks and rejects
-  std::uint64_t send_failures = 0;           ///< updates the transport refused
-  std::uint64_t staleness_sum = 0;           ///< Σ (revision at merge − base revision) over merged contributions
+  std::uint64_t verdicts_sent = 0;  ///< acks and rejects
+  std::uint64_t send_failures = 0;  ///< updates the transport refused
+  std::uint64_t staleness_sum = 0;  ///< Σ (revision at merge − base revision) over merged contributions
   std::uint64_t staleness_max = 0;
   /// Rounds merged without every learner of the run: with a world size M,
   /// fewer than M distinct contributors; otherwise fewer than the learners
   /// live when the round closed. 0 in a healthy synchronous run.
   std::uint64_t partial_rounds = 0;
-  std::uint64_t tokens_merged = 0;           ///< Σ tokens of merged contributions, every fragment (P × the tokens trained)
-  std::uint64_t steps_merged = 0;            ///< Σ inner steps of merged contributions, every fragment
+  std::uint64_t tokens_merged = 0;  ///< Σ tokens of merged contributions, every fragment (P × the tokens trained)
+  std::uint64_t steps_merged = 0;   ///< Σ inner steps of merged contributions, every fragment
   /// Accepted contributions a restarted syncer took back from a journal
   /// (`syncer::replay`): acknowledged by the syncer that crashed, after its
   /// last checkpoint. They count as accepted and pending again.
@@ -88,21 +89,36 @@ struct syncer_metrics {
 /// then read with the new counter at 0.
 using syncer_counter = std::uint64_t syncer_metrics::*;  ///< one counter of `syncer_metrics`
 inline constexpr syncer_counter syncer_counter_fields[] = {
-    &syncer_metrics::outer_updates,         &syncer_metrics::contributions_accepted,
-    &syncer_metrics::contributions_merged,  &syncer_metrics::contributions_pending,
-    &syncer_metrics::contributions_lost,    &syncer_metrics::contributions_dropped,
-    &syncer_metrics::rounds_dropped,        &syncer_metrics::contributions_clipped,
-    &syncer_metrics::weights_clipped,       &syncer_metrics::quarantines,
-    &syncer_metrics::learners_forgotten,    &syncer_metrics::joins,
-    &syncer_metrics::rejoins,               &syncer_metrics::reconnects,
-    &syncer_metrics::leaves,                &syncer_metrics::declared_dead,
-    &syncer_metrics::revived,               &syncer_metrics::updates_sent,
-    &syncer_metrics::verdicts_sent,         &syncer_metrics::send_failures,
-    &syncer_metrics::staleness_sum,         &syncer_metrics::staleness_max,
-    &syncer_metrics::partial_rounds,        &syncer_metrics::tokens_merged,
-    &syncer_metrics::steps_merged,          &syncer_metrics::contributions_replayed,
-    &syncer_metrics::losses_ignored,        &syncer_metrics::payload_bytes_received,
-    &syncer_metrics::payload_bytes_sent,    &syncer_metrics::steps_reported_earlier,
+    &syncer_metrics::outer_updates,
+    &syncer_metrics::contributions_accepted,
+    &syncer_metrics::contributions_merged,
+    &syncer_metrics::contributions_pending,
+    &syncer_metrics::contributions_lost,
+    &syncer_metrics::contributions_dropped,
+    &syncer_metrics::rounds_dropped,
+    &syncer_metrics::contributions_clipped,
+    &syncer_metrics::weights_clipped,
+    &syncer_metrics::quarantines,
+    &syncer_metrics::learners_forgotten,
+    &syncer_metrics::joins,
+    &syncer_metrics::rejoins,
+    &syncer_metrics::reconnects,
+    &syncer_metrics::leaves,
+    &syncer_metrics::declared_dead,
+    &syncer_metrics::revived,
+    &syncer_metrics::updates_sent,
+    &syncer_metrics::verdicts_sent,
+    &syncer_metrics::send_failures,
+    &syncer_metrics::staleness_sum,
+    &syncer_metrics::staleness_max,
+    &syncer_metrics::partial_rounds,
+    &syncer_metrics::tokens_merged,
+    &syncer_metrics::steps_merged,
+    &syncer_metrics::contributions_replayed,
+    &syncer_metrics::losses_ignored,
+    &syncer_metrics::payload_bytes_received,
+    &syncer_metrics::payload_bytes_sent,
+    &syncer_metrics::steps_reported_earlier,
     &syncer_metrics::counts_capped,
 };
 inline constexpr std::size_t syncer_counter_count = std::size(syncer_counter_fields);
@@ -129,9 +145,11 @@ inline syncer_metrics read_syncer_metrics(std::istream& in) {
   syncer_metrics m;
   const auto counters = serial::read_pod<std::uint32_t>(in, "counter count");
   if (counters > syncer_counter_count)
-    throw corrupt_state("diloco: the saved counters hold " + std::to_string(counters) + " counters, this version knows " +
-                        std::to_string(syncer_counter_count) + " (saved by a newer diloco?)");
-  for (std::uint32_t i = 0; i < counters; ++i) m.*syncer_counter_fields[i] = serial::read_pod<std::uint64_t>(in, "counter");
+    throw corrupt_state("diloco: the saved counters hold " + std::to_string(counters) +
+                        " counters, this version knows " + std::to_string(syncer_counter_count) +
+                        " (saved by a newer diloco?)");
+  for (std::uint32_t i = 0; i < counters; ++i)
+    m.*syncer_counter_fields[i] = serial::read_pod<std::uint64_t>(in, "counter");
   const auto reasons = serial::read_pod<std::uint32_t>(in, "refusal reason count");
   if (reasons > reject_reason_count)
     throw corrupt_state("diloco: the saved counters hold " + std::to_string(reasons) +
@@ -142,9 +160,9 @@ inline syncer_metrics read_syncer_metrics(std::istream& in) {
 }
 
 struct learner_metrics {
-  std::uint64_t steps = 0;                   ///< inner steps taken (restored with a loaded state)
+  std::uint64_t steps = 0;  ///< inner steps taken (restored with a loaded state)
   std::uint64_t tokens = 0;
-  std::uint64_t steps_computed = 0;          ///< inner steps this incarnation took (`steps` without a loaded state's)
+  std::uint64_t steps_computed = 0;  ///< inner steps this incarnation took (`steps` without a loaded state's)
   /// Where this incarnation's work went, in fragment-steps (each inner step
   /// counts once per fragment, P per step; docs/design.md, "Keeping every
   /// step"): carried by contributions sent, thrown away by an adoption that
@@ -156,26 +174,27 @@ struct learner_metrics {
   std::uint64_t steps_refused = 0;
   std::uint64_t steps_unsent = 0;
   std::uint64_t contributions_sent = 0;
-  std::uint64_t sends_deferred = 0;          ///< messages queued for retry (refused, or behind refused ones)
-  std::uint64_t sends_dropped = 0;           ///< queued messages discarded beyond `max_outbox`, oldest first
+  std::uint64_t sends_deferred = 0;  ///< messages queued for retry (refused, or behind refused ones)
+  std::uint64_t sends_dropped = 0;   ///< queued messages discarded beyond `max_outbox`, oldest first
   std::uint64_t updates_received = 0;
   std::uint64_t updates_adopted = 0;
-  std::uint64_t updates_ignored = 0;         ///< not newer than the adopted revision, or malformed
-  std::uint64_t answers_timed_out = 0;       ///< answers given up after `answer_timeout` (lock-step waits, work in flight)
-  std::uint64_t contributions_acked = 0;     ///< accepted by the syncer
-  std::uint64_t contributions_refused = 0;   ///< refused by the syncer (a `reject` answered them)
+  std::uint64_t updates_ignored = 0;      ///< not newer than the adopted revision, or malformed
+  std::uint64_t answers_timed_out = 0;    ///< answers given up after `answer_timeout` (lock-step waits, work in flight)
+  std::uint64_t contributions_acked = 0;  ///< accepted by the syncer
+  std::uint64_t contributions_refused = 0;  ///< refused by the syncer (a `reject` answered them)
   std::uint64_t heartbeats_sent = 0;
   std::uint64_t joins_sent = 0;
-  std::uint64_t rejoins_sent = 0;            ///< joins repeated because contributions went unanswered
-  std::uint64_t states_sent = 0;             ///< times it gave a model-less syncer its layout and parameters
-  std::uint64_t fragments_resumed = 0;       ///< fragments whose loaded work it kept when it joined (`learner::load`)
-  std::uint64_t identity_conflicts = 0;      ///< `peer_conflict` rejects: another connection claimed this learner
-  std::uint64_t joins_refused = 0;           ///< `too_many_learners` rejects: the syncer's table was full (the join retry goes on)
-  std::uint64_t messages_refused = 0;        ///< `unexpected_kind` and `unknown_incarnation` rejects
-  std::uint64_t incarnations_skipped = 0;    ///< times it took a newer incarnation before starting (its own was over)
-  std::uint64_t wait_ns = 0;                 ///< time `poll` kept it from stepping: joining, lock-step waits
-  std::uint64_t bytes_sent = 0;              ///< payload bytes of its contributions and states, as sent (compressed)
-  std::uint64_t bytes_received = 0;          ///< payload bytes of the updates it took in, as they came (compressed)
+  std::uint64_t rejoins_sent = 0;        ///< joins repeated because contributions went unanswered
+  std::uint64_t states_sent = 0;         ///< times it gave a model-less syncer its layout and parameters
+  std::uint64_t fragments_resumed = 0;   ///< fragments whose loaded work it kept when it joined (`learner::load`)
+  std::uint64_t identity_conflicts = 0;  ///< `peer_conflict` rejects: another connection claimed this learner
+  std::uint64_t joins_refused =
+      0;  ///< `too_many_learners` rejects: the syncer's table was full (the join retry goes on)
+  std::uint64_t messages_refused = 0;      ///< `unexpected_kind` and `unknown_incarnation` rejects
+  std::uint64_t incarnations_skipped = 0;  ///< times it took a newer incarnation before starting (its own was over)
+  std::uint64_t wait_ns = 0;               ///< time `poll` kept it from stepping: joining, lock-step waits
+  std::uint64_t bytes_sent = 0;            ///< payload bytes of its contributions and states, as sent (compressed)
+  std::uint64_t bytes_received = 0;        ///< payload bytes of the updates it took in, as they came (compressed)
 };
 
 }  // namespace diloco

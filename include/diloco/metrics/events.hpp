@@ -31,13 +31,13 @@ struct learner_event {
   std::uint64_t revision = 0;
   bool accepted = false;
   reject_reason reason = reject_reason::none;  ///< `verdict`: when refused
-  std::vector<std::uint64_t> revisions{};  ///< `joined` only
+  std::vector<std::uint64_t> revisions{};      ///< `joined` only
   /// `sent`: the inner steps the contribution carries (its `steps` counter:
   /// fragment-steps, each inner step counts once per fragment); `adopted`:
   /// the fragment-steps of unsent work the adoption threw away (0 under the
   /// adoption rules that keep work).
   std::uint64_t work = 0;
-  std::uint64_t steps = 0;               ///< inner steps taken so far
+  std::uint64_t steps = 0;                  ///< inner steps taken so far
   std::chrono::nanoseconds waited_total{};  ///< time spent waiting so far
   std::chrono::nanoseconds wait{};          ///< `waited`: this wait
 };

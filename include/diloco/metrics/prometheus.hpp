@@ -34,14 +34,14 @@ struct syncer_counter_description {
 
 /// Every counter of `syncer_metrics`, in `syncer_counter_fields` order.
 inline constexpr syncer_counter_description syncer_counter_descriptions[] = {
-    {&syncer_metrics::outer_updates, "outer_updates", "Outer updates applied (revisions created), all fragments together.",
-     metric_type::counter},
+    {&syncer_metrics::outer_updates, "outer_updates",
+     "Outer updates applied (revisions created), all fragments together.", metric_type::counter},
     {&syncer_metrics::contributions_accepted, "contributions_accepted", "Contributions accepted into a round.",
      metric_type::counter},
     {&syncer_metrics::contributions_merged, "contributions_merged",
      "Accepted contributions merged into a published revision.", metric_type::counter},
-    {&syncer_metrics::contributions_pending, "contributions_pending", "Accepted contributions waiting in an open round.",
-     metric_type::gauge},
+    {&syncer_metrics::contributions_pending, "contributions_pending",
+     "Accepted contributions waiting in an open round.", metric_type::gauge},
     {&syncer_metrics::contributions_lost, "contributions_lost",
      "Accepted contributions pending when a syncer stopped without flushing (counted on restore).",
      metric_type::counter},
@@ -49,8 +49,8 @@ inline constexpr syncer_counter_description syncer_counter_descriptions[] = {
      "Accepted contributions in rounds whose result was not published.", metric_type::counter},
     {&syncer_metrics::rounds_dropped, "rounds_dropped", "Rounds not published: a non-finite or too large result.",
      metric_type::counter},
-    {&syncer_metrics::contributions_clipped, "contributions_clipped", "Outer gradients scaled down to the clipping bound.",
-     metric_type::counter},
+    {&syncer_metrics::contributions_clipped, "contributions_clipped",
+     "Outer gradients scaled down to the clipping bound.", metric_type::counter},
     {&syncer_metrics::weights_clipped, "weights_clipped", "Merge weights cut to the clipping bound.",
      metric_type::counter},
     {&syncer_metrics::quarantines, "quarantines", "Learners quarantined.", metric_type::counter},
@@ -108,10 +108,10 @@ static_assert(std::size(syncer_counter_descriptions) == syncer_counter_count &&
 /// What the syncer knows besides its counters, at one moment.
 struct syncer_gauges {
   std::uint64_t live_learners = 0;
-  std::uint64_t known_learners = 0;          ///< in the table: live, or gone not long ago
-  std::optional<double> training_loss{};     ///< `syncer::training_loss()`
-  std::vector<std::uint64_t> revisions{};    ///< each fragment's revision
-  std::uint64_t steps_computed = 0;          ///< `syncer::steps_computed()`
+  std::uint64_t known_learners = 0;            ///< in the table: live, or gone not long ago
+  std::optional<double> training_loss{};       ///< `syncer::training_loss()`
+  std::vector<std::uint64_t> revisions{};      ///< each fragment's revision
+  std::uint64_t steps_computed = 0;            ///< `syncer::steps_computed()`
   std::optional<double> compute_efficiency{};  ///< `syncer::compute_efficiency()`
 
   /// The gauges of `sync` (a `diloco::syncer`). Cost: four passes over the
@@ -141,16 +141,16 @@ inline std::string prometheus_value(double v) {
   return ec == std::errc{} ? std::string(text, end) : std::string("NaN");
 }
 
-inline void prometheus_family(std::string& out, std::string_view prefix, std::string_view name,
-                              std::string_view help, metric_type type) {
+inline void prometheus_family(std::string& out, std::string_view prefix, std::string_view name, std::string_view help,
+                              metric_type type) {
   const std::string_view suffix = type == metric_type::counter ? "_total" : "";
   out.append("# HELP ").append(prefix).append(name).append(suffix).append(" ").append(help).append("\n");
   out.append("# TYPE ").append(prefix).append(name).append(suffix);
   out.append(type == metric_type::counter ? " counter\n" : " gauge\n");
 }
 
-inline void prometheus_sample(std::string& out, std::string_view prefix, std::string_view name,
-                              std::string_view labels, const std::string& value) {
+inline void prometheus_sample(std::string& out, std::string_view prefix, std::string_view name, std::string_view labels,
+                              const std::string& value) {
   out.append(prefix).append(name);
   if (!labels.empty()) out.append("{").append(labels).append("}");
   out.append(" ").append(value).append("\n");
@@ -196,8 +196,7 @@ inline std::string prometheus_text(const syncer_metrics& m, const syncer_gauges&
   prometheus_family(out, prefix, "training_loss",
                     "Mean of the live learners' latest reported training losses (NaN: none reported).",
                     metric_type::gauge);
-  prometheus_sample(out, prefix, "training_loss", {},
-                    detail::prometheus_value(g.training_loss.value_or(std::nan(""))));
+  prometheus_sample(out, prefix, "training_loss", {}, detail::prometheus_value(g.training_loss.value_or(std::nan(""))));
   prometheus_family(out, prefix, "steps_computed",
                     "Inner steps the learners reported computing, incarnations that are over included.",
                     metric_type::gauge);

@@ -96,8 +96,10 @@ class json_fields {
         continue;
       }
       const auto [n, well_formed] = utf8_sequence(s.substr(i));
-      if (well_formed) out.append(s.substr(i, n));
-      else out.append("\xef\xbf\xbd");  // U+FFFD
+      if (well_formed)
+        out.append(s.substr(i, n));
+      else
+        out.append("\xef\xbf\xbd");  // U+FFFD
       i += n;
     }
     out.push_back('"');
@@ -156,16 +158,25 @@ class json_fields {
     const auto c = byte(0);
     std::size_t n = 0;
     unsigned char low = 0x80, high = 0xbf;  // the range of the second byte
-    if (c >= 0xc2 && c <= 0xdf) n = 2;
-    else if (c == 0xe0) n = 3, low = 0xa0;
-    else if (c == 0xed) n = 3, high = 0x9f;
-    else if (c >= 0xe1 && c <= 0xef) n = 3;
-    else if (c == 0xf0) n = 4, low = 0x90;
-    else if (c >= 0xf1 && c <= 0xf3) n = 4;
-    else if (c == 0xf4) n = 4, high = 0x8f;
-    else return {1, false};
+    if (c >= 0xc2 && c <= 0xdf)
+      n = 2;
+    else if (c == 0xe0)
+      n = 3, low = 0xa0;
+    else if (c == 0xed)
+      n = 3, high = 0x9f;
+    else if (c >= 0xe1 && c <= 0xef)
+      n = 3;
+    else if (c == 0xf0)
+      n = 4, low = 0x90;
+    else if (c >= 0xf1 && c <= 0xf3)
+      n = 4;
+    else if (c == 0xf4)
+      n = 4, high = 0x8f;
+    else
+      return {1, false};
     for (std::size_t i = 1; i < n; ++i) {
-      const bool fits = i < s.size() && (i == 1 ? byte(i) >= low && byte(i) <= high : byte(i) >= 0x80 && byte(i) <= 0xbf);
+      const bool fits =
+          i < s.size() && (i == 1 ? byte(i) >= low && byte(i) <= high : byte(i) >= 0x80 && byte(i) <= 0xbf);
       if (!fits) return {i, false};
     }
     return {n, true};
@@ -198,8 +209,7 @@ class trace_writer {
 
   /// Microseconds since the Unix epoch now.
   static std::int64_t now_us() {
-    return std::chrono::duration_cast<std::chrono::microseconds>(
-               std::chrono::system_clock::now().time_since_epoch())
+    return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch())
         .count();
   }
 
@@ -283,7 +293,10 @@ class trace_writer {
     std::vector<std::array<std::uint64_t, 3>> who;
     for (const auto& [c, norm] : d.contributions) who.push_back({c.learner, c.incarnation, c.sequence});
     json_fields f;
-    f.add("fragment", d.fragment).add("revision", d.revision).add("reason", to_string(d.reason)).add("contributions", who);
+    f.add("fragment", d.fragment)
+        .add("revision", d.revision)
+        .add("reason", to_string(d.reason))
+        .add("contributions", who);
     write("syncer", "dropped", f);
   }
 

@@ -66,8 +66,7 @@ class delayed_nesterov {
       s.b.assign(global.size(), T(0));
     }
     assert(s.m.size() == global.size());
-    const delayed_nesterov_element<T> f{T(options_.learning_rate), T(options_.momentum),
-                                        T(1.0 / options_.delay)};
+    const delayed_nesterov_element<T> f{T(options_.learning_rate), T(options_.momentum), T(1.0 / options_.delay)};
     ++s.count;
     T* g = global.data();
     T* m = s.m.data();

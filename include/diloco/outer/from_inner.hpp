@@ -28,10 +28,9 @@ namespace diloco::outer {
 /// constructible from its `options_type`. The checks before the concepts name
 /// the first requirement a type misses.
 template <class Inner>
-  requires(check_inner_step<Inner>() && inner_step<Inner> && check_checkpointable<Inner>() &&
-           checkpointable<Inner> && std::default_initializable<Inner> &&
-           std::constructible_from<Inner, const typename Inner::options_type&>)
-class from_inner {
+requires(check_inner_step<Inner>() && inner_step<Inner> && check_checkpointable<Inner>() && checkpointable<Inner> &&
+         std::default_initializable<Inner> &&
+         std::constructible_from<Inner, const typename Inner::options_type&>) class from_inner {
  public:
   using scalar_type = typename Inner::scalar_type;
   using options_type = typename Inner::options_type;

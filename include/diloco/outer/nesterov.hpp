@@ -82,7 +82,8 @@ class nesterov {
   using options_type = nesterov_options;
 
   explicit nesterov(options_type options = {}) : options_(options) {
-    if (!(options.learning_rate >= 0)) throw std::invalid_argument("diloco::outer::nesterov: learning_rate must be >= 0");
+    if (!(options.learning_rate >= 0))
+      throw std::invalid_argument("diloco::outer::nesterov: learning_rate must be >= 0");
     if (!(options.momentum >= 0 && options.momentum < 1))
       throw std::invalid_argument("diloco::outer::nesterov: momentum must be in [0, 1)");
   }

@@ -68,8 +68,8 @@ class fragment_plan {
   static fragment_plan balanced(const parameter_layout& layout, std::size_t count) {
     if (count == 0) throw std::invalid_argument("diloco::fragment_plan: fragment count must be at least 1");
     if (count > layout.size())
-      throw std::invalid_argument("diloco::fragment_plan: " + std::to_string(count) +
-                                  " fragments for only " + std::to_string(layout.size()) + " parameters");
+      throw std::invalid_argument("diloco::fragment_plan: " + std::to_string(count) + " fragments for only " +
+                                  std::to_string(layout.size()) + " parameters");
     const std::size_t target = (layout.size() + count - 1) / count;
     const std::size_t limit = target + target / 8;
 
@@ -192,8 +192,7 @@ class fragment_schedule {
   fragment_schedule() = default;
 
   /// Throws `std::invalid_argument` when either argument is 0.
-  fragment_schedule(std::uint32_t sync_period, std::uint32_t fragments)
-      : period_(sync_period), fragments_(fragments) {
+  fragment_schedule(std::uint32_t sync_period, std::uint32_t fragments) : period_(sync_period), fragments_(fragments) {
     if (sync_period == 0) throw std::invalid_argument("diloco::fragment_schedule: sync period H must be at least 1");
     if (fragments == 0) throw std::invalid_argument("diloco::fragment_schedule: fragment count P must be at least 1");
   }
@@ -201,9 +200,7 @@ class fragment_schedule {
   std::uint32_t sync_period() const noexcept { return period_; }
   std::uint32_t fragments() const noexcept { return fragments_; }
 
-  std::uint64_t offset(std::uint32_t p) const noexcept {
-    return static_cast<std::uint64_t>(p) * period_ / fragments_;
-  }
+  std::uint64_t offset(std::uint32_t p) const noexcept { return static_cast<std::uint64_t>(p) * period_ / fragments_; }
 
   /// Whether fragment `p` falls due right after local step `step` (1-based).
   bool due(std::uint32_t p, std::uint64_t step) const noexcept {

@@ -95,7 +95,8 @@ class byte_buffer {
   byte_buffer() = default;
 
   /// An unpooled buffer of `bytes` bytes (uninitialized).
-  explicit byte_buffer(std::size_t bytes) : block_(bytes ? detail::allocate_block(bytes) : detail::block{}), size_(bytes) {}
+  explicit byte_buffer(std::size_t bytes)
+      : block_(bytes ? detail::allocate_block(bytes) : detail::block{}), size_(bytes) {}
 
   byte_buffer(byte_buffer&& other) noexcept
       : block_(std::exchange(other.block_, {})), size_(std::exchange(other.size_, 0)), home_(std::move(other.home_)) {}

@@ -13,8 +13,8 @@
 #include <type_traits>
 
 #include "diloco/codec/blocks.hpp"
-#include "diloco/scalar.hpp"
 #include "diloco/protocol/buffer.hpp"
+#include "diloco/scalar.hpp"
 
 namespace diloco {
 
@@ -110,38 +110,39 @@ enum message_flags : std::uint8_t {
 /// All header fields; each message kind uses the ones its comment names.
 struct message_header {
   message_kind kind = message_kind::heartbeat;
-  codec_id codec = codec_id::none;       ///< contribution, update
+  codec_id codec = codec_id::none;               ///< contribution, update
   update_status status = update_status::merged;  ///< update
-  std::uint8_t flags = 0;                ///< contribution, welcome (`message_flags`)
-  std::uint8_t reason = 0;               ///< reject: a `reject_reason` code (metrics/counters.hpp)
+  std::uint8_t flags = 0;                        ///< contribution, welcome (`message_flags`)
+  std::uint8_t reason = 0;                       ///< reject: a `reject_reason` code (metrics/counters.hpp)
   /// contribution, update: values per block of a block-scaled codec;
   /// welcome: the block the syncer asks contributions to use; else 0.
   std::uint32_t block = 0;
-  std::uint32_t learner = 0;             ///< all kinds: the learner concerned
-  std::uint32_t incarnation = 0;         ///< all kinds: bumps each time learner L restarts
-  std::uint32_t fragment = 0;            ///< contribution, update, ack, state
-  std::uint64_t sequence = 0;            ///< learner → syncer: per-incarnation message counter
-  std::uint64_t answers = 0;             ///< update, ack, reject: sequence of the recipient's message it answers
-  std::uint64_t base_revision = 0;       ///< contribution, ack: revision Δ is computed against
-  std::uint64_t revision = 0;            ///< update: revision of the fragment carried
-  std::uint64_t tokens = 0;              ///< contribution: c_tokens; heartbeat: tokens so far
-  std::uint64_t steps = 0;               ///< contribution: c_steps; heartbeat: local step
-  std::uint64_t element_count = 0;       ///< contribution, update, state, layout: payload elements; join, welcome: model size
-  std::uint64_t layout = 0;              ///< join, welcome: parameter layout fingerprint
-  std::int64_t step_time_ns = 0;         ///< heartbeat, contribution: smoothed duration of one inner step
-  std::int64_t transfer_ns = 0;          ///< heartbeat, contribution: smoothed network time of a round trip
-  std::int64_t hold_ns = 0;              ///< update: how long the syncer held the answered contribution
+  std::uint32_t learner = 0;        ///< all kinds: the learner concerned
+  std::uint32_t incarnation = 0;    ///< all kinds: bumps each time learner L restarts
+  std::uint32_t fragment = 0;       ///< contribution, update, ack, state
+  std::uint64_t sequence = 0;       ///< learner → syncer: per-incarnation message counter
+  std::uint64_t answers = 0;        ///< update, ack, reject: sequence of the recipient's message it answers
+  std::uint64_t base_revision = 0;  ///< contribution, ack: revision Δ is computed against
+  std::uint64_t revision = 0;       ///< update: revision of the fragment carried
+  std::uint64_t tokens = 0;         ///< contribution: c_tokens; heartbeat: tokens so far
+  std::uint64_t steps = 0;          ///< contribution: c_steps; heartbeat: local step
+  std::uint64_t element_count =
+      0;                          ///< contribution, update, state, layout: payload elements; join, welcome: model size
+  std::uint64_t layout = 0;       ///< join, welcome: parameter layout fingerprint
+  std::int64_t step_time_ns = 0;  ///< heartbeat, contribution: smoothed duration of one inner step
+  std::int64_t transfer_ns = 0;   ///< heartbeat, contribution: smoothed network time of a round trip
+  std::int64_t hold_ns = 0;       ///< update: how long the syncer held the answered contribution
   /// heartbeat: the learner's mean training loss (`step_stats::loss`) over
   /// its inner steps since its previous heartbeat; none when it took no step
   /// since then. On the wire it takes the 8 bytes `hold_ns` has in updates
   /// (docs/protocol.md), so a receiver that predates it ignores it.
   std::optional<double> loss{};
   // welcome: the training configuration every learner adopts
-  std::uint32_t fragment_count = 0;      ///< P
-  std::uint32_t sync_period = 0;         ///< H, inner steps
-  std::uint32_t overlap = 0;             ///< τ, inner steps
-  std::uint8_t lock_step = 0;            ///< 1: wait for the answer τ steps after each send
-  double mixing = 0.0;                   ///< α
+  std::uint32_t fragment_count = 0;  ///< P
+  std::uint32_t sync_period = 0;     ///< H, inner steps
+  std::uint32_t overlap = 0;         ///< τ, inner steps
+  std::uint8_t lock_step = 0;        ///< 1: wait for the answer τ steps after each send
+  double mixing = 0.0;               ///< α
 };
 
 struct message {

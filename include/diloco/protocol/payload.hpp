@@ -10,9 +10,9 @@
 #include <span>
 
 #include "diloco/codec/blocks.hpp"
-#include "diloco/scalar.hpp"
 #include "diloco/protocol/message.hpp"
 #include "diloco/protocol/wire.hpp"
+#include "diloco/scalar.hpp"
 
 namespace diloco::payload {
 
@@ -55,7 +55,8 @@ bool encode(codec_id c, std::uint32_t block, std::size_t n, Get&& get, std::span
   }
   const auto f = format_of(c);
   if (!f) return false;
-  return codec::encode(*f, n, block, [&get](std::size_t i) { return static_cast<float>(get(i)); }, out);
+  return codec::encode(
+      *f, n, block, [&get](std::size_t i) { return static_cast<float>(get(i)); }, out);
 }
 
 /// Whether `in` holds `n` values of codec `c` that a model of `T`s reads:
@@ -84,8 +85,7 @@ verdict check(codec_id c, std::uint32_t block, std::span<const std::byte> in, st
 /// `squared` are as they were — except that a full-precision value found not
 /// finite during the copy leaves `out` partly written.
 template <scalar T>
-verdict decode(codec_id c, std::uint32_t block, std::span<const std::byte> in, std::span<T> out,
-               double& squared) {
+verdict decode(codec_id c, std::uint32_t block, std::span<const std::byte> in, std::span<T> out, double& squared) {
   if (!readable<T>(c, block)) return verdict::bad_codec;
   const std::size_t n = out.size();
   if (in.size() != size(c, n, block)) return verdict::bad_size;

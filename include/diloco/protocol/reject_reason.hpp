@@ -12,16 +12,16 @@ namespace diloco {
 /// the `reason` codes of `reject` messages on the wire: never renumber, and
 /// add new reasons before `count_` (saved counters are kept by code).
 enum class reject_reason : std::uint8_t {
-  truncated = 0,            ///< wire: a frame of the wrong length, or missing frames
-  bad_magic = 1,            ///< wire: not a diloco message
-  bad_version = 2,          ///< wire: an unsupported protocol version
-  bad_checksum = 3,         ///< wire: header or payload CRC-32C mismatch
-  bad_header = 4,           ///< wire: unknown kind, codec, status or flag, reserved field set
-  oversized = 5,            ///< wire: payload beyond the receiver's limit
-  unexpected_kind = 6,      ///< a kind the syncer does not accept (e.g. an update)
-  unknown_learner = 7,      ///< a learner that never joined
-  wrong_peer = 8,           ///< sent from another endpoint than the learner joined from
-  dead_incarnation = 9,     ///< an older incarnation, or one that has left
+  truncated = 0,             ///< wire: a frame of the wrong length, or missing frames
+  bad_magic = 1,             ///< wire: not a diloco message
+  bad_version = 2,           ///< wire: an unsupported protocol version
+  bad_checksum = 3,          ///< wire: header or payload CRC-32C mismatch
+  bad_header = 4,            ///< wire: unknown kind, codec, status or flag, reserved field set
+  oversized = 5,             ///< wire: payload beyond the receiver's limit
+  unexpected_kind = 6,       ///< a kind the syncer does not accept (e.g. an update)
+  unknown_learner = 7,       ///< a learner that never joined
+  wrong_peer = 8,            ///< sent from another endpoint than the learner joined from
+  dead_incarnation = 9,      ///< an older incarnation, or one that has left
   unknown_incarnation = 10,  ///< a newer incarnation that has not joined
   layout_mismatch = 11,      ///< a join for a different model
   bad_fragment = 12,         ///< fragment index out of range

@@ -15,10 +15,10 @@
 #include <string>
 #include <vector>
 
-#include "diloco/protocol/reject_reason.hpp"
 #include "diloco/params/layout.hpp"
 #include "diloco/protocol/crc32c.hpp"
 #include "diloco/protocol/message.hpp"
+#include "diloco/protocol/reject_reason.hpp"
 
 namespace diloco::wire {
 
@@ -143,7 +143,7 @@ inline void encode_header(const message_header& h, std::span<const std::byte> pa
 }
 
 inline std::array<std::byte, header_size> encode_header(const message_header& h,
-                                                         std::span<const std::byte> payload) noexcept {
+                                                        std::span<const std::byte> payload) noexcept {
   std::array<std::byte, header_size> out;
   encode_header(h, payload, out);
   return out;
@@ -182,10 +182,10 @@ inline decoded_header decode_header(std::span<const std::byte> frame, std::uint6
   h.lock_step = get<std::uint8_t>(frame, offset::lock_step);
   h.reason = get<std::uint8_t>(frame, offset::reason);
   h.mixing = get<double>(frame, offset::mixing);
-  const bool known_kind = kind >= static_cast<std::uint8_t>(message_kind::join) &&
-                          kind <= static_cast<std::uint8_t>(message_kind::end);
-  const bool reason_ok = kind == static_cast<std::uint8_t>(message_kind::reject) ? h.reason < reject_reason_count
-                                                                                 : h.reason == 0;
+  const bool known_kind =
+      kind >= static_cast<std::uint8_t>(message_kind::join) && kind <= static_cast<std::uint8_t>(message_kind::end);
+  const bool reason_ok =
+      kind == static_cast<std::uint8_t>(message_kind::reject) ? h.reason < reject_reason_count : h.reason == 0;
   // Status only on updates, each flag only on the kind it belongs to.
   const bool status_ok = kind == static_cast<std::uint8_t>(message_kind::update)
                              ? status <= static_cast<std::uint8_t>(update_status::resync)
@@ -193,10 +193,8 @@ inline decoded_header decode_header(std::span<const std::byte> frame, std::uint6
   const std::uint8_t allowed_flags = kind == static_cast<std::uint8_t>(message_kind::contribution) ? final_contribution
                                      : kind == static_cast<std::uint8_t>(message_kind::welcome)    ? state_wanted
                                                                                                    : 0;
-  if (!known_kind || codec > static_cast<std::uint8_t>(last_codec) || !status_ok ||
-      (h.flags & ~allowed_flags) != 0 ||
-      h.lock_step > 1 || !reason_ok || !std::isfinite(h.mixing) || h.mixing < 0.0 ||
-      h.mixing >= 1.0)
+  if (!known_kind || codec > static_cast<std::uint8_t>(last_codec) || !status_ok || (h.flags & ~allowed_flags) != 0 ||
+      h.lock_step > 1 || !reason_ok || !std::isfinite(h.mixing) || h.mixing < 0.0 || h.mixing >= 1.0)
     return d.error = wire_error::bad_header, d;
   h.kind = static_cast<message_kind>(kind);
   h.codec = static_cast<codec_id>(codec);
@@ -207,11 +205,11 @@ inline decoded_header decode_header(std::span<const std::byte> frame, std::uint6
   // the codec the syncer asks contributions to use; other kinds carry none.
   const bool full = h.codec == codec_id::f32 || h.codec == codec_id::f64;
   const bool numbers = full || h.codec >= codec_id::bf16;
-  const bool codec_fits = h.kind == message_kind::layout         ? h.codec == codec_id::bytes
-                          : h.kind == message_kind::state        ? full
-                          : carries_payload(h.kind)              ? numbers
-                          : h.kind == message_kind::welcome      ? numbers || h.codec == codec_id::none
-                                                                 : h.codec == codec_id::none;
+  const bool codec_fits = h.kind == message_kind::layout    ? h.codec == codec_id::bytes
+                          : h.kind == message_kind::state   ? full
+                          : carries_payload(h.kind)         ? numbers
+                          : h.kind == message_kind::welcome ? numbers || h.codec == codec_id::none
+                                                            : h.codec == codec_id::none;
   const bool block_fits = block_scaled(h.codec) ? h.block >= 1 && h.block <= max_codec_block : h.block == 0;
   if (!codec_fits || !block_fits) return d.error = wire_error::bad_header, d;
 

@@ -15,13 +15,13 @@
 #include <vector>
 
 #include "diloco/concepts/check.hpp"
-#include "diloco/scalar.hpp"
 #include "diloco/concepts/transport.hpp"
 #include "diloco/params/fragments.hpp"
 #include "diloco/params/layout.hpp"
-#include "diloco/runtime/config.hpp"
 #include "diloco/protocol/message.hpp"
 #include "diloco/protocol/wire.hpp"
+#include "diloco/runtime/config.hpp"
+#include "diloco/scalar.hpp"
 
 namespace diloco {
 
@@ -43,8 +43,7 @@ namespace diloco {
 /// check comes first, so that a transport that misses a requirement gets an
 /// error naming the missing member.
 template <scalar T, class Transport>
-  requires(check_transport<Transport>() && transport<Transport>)
-class bootstrap {
+requires(check_transport<Transport>() && transport<Transport>) class bootstrap {
  public:
   /// `expected`: a layout given up front (from a file); learners with another
   /// layout are refused. `max_elements` bounds the model a learner may announce.
@@ -167,7 +166,8 @@ class bootstrap {
   }
 
   void ask(const message_header& join) {
-    message m = welcome_message<T>(join.learner, join.incarnation, join.layout, join.element_count, config_, state_wanted);
+    message m =
+        welcome_message<T>(join.learner, join.incarnation, join.layout, join.element_count, config_, state_wanted);
     (void)transport_.try_send(source_->peer, m);
   }
 

@@ -73,21 +73,25 @@ struct timeouts {
   /// - a lock-step wait outlasts a rejoin (`answer_timeout ≥ rejoin_after`),
   ///   else the learner gives up on an answer its rejoin would have brought.
   void check() const {
-    using std::chrono::nanoseconds;
     using detail::bad_option, detail::show_option;
+    using std::chrono::nanoseconds;
     constexpr std::string_view self = "diloco::timeouts";
-    const std::pair<const char*, nanoseconds> all[] = {{"heartbeat", heartbeat}, {"join_retry", join_retry},
-                                                       {"dead_after", dead_after}, {"rejoin_after", rejoin_after},
+    const std::pair<const char*, nanoseconds> all[] = {{"heartbeat", heartbeat},
+                                                       {"join_retry", join_retry},
+                                                       {"dead_after", dead_after},
+                                                       {"rejoin_after", rejoin_after},
                                                        {"answer_timeout", answer_timeout}};
     for (const auto& [name, value] : all)
       if (value <= nanoseconds::zero()) bad_option(self, name, value, "every timeout must be positive");
     if (dead_after < 3 * heartbeat)
-      bad_option(self, "dead_after", dead_after,
-                 "must be at least 3 heartbeats (3 x " + show_option(heartbeat) + "), so that one lost heartbeat is no death");
+      bad_option(
+          self, "dead_after", dead_after,
+          "must be at least 3 heartbeats (3 x " + show_option(heartbeat) + "), so that one lost heartbeat is no death");
     if (join_retry > rejoin_after)
       bad_option(self, "join_retry", join_retry, "must not exceed rejoin_after (" + show_option(rejoin_after) + ")");
     if (rejoin_after < 2 * heartbeat)
-      bad_option(self, "rejoin_after", rejoin_after, "must be at least 2 heartbeats (2 x " + show_option(heartbeat) + ")");
+      bad_option(self, "rejoin_after", rejoin_after,
+                 "must be at least 2 heartbeats (2 x " + show_option(heartbeat) + ")");
     if (answer_timeout < rejoin_after)
       bad_option(self, "answer_timeout", answer_timeout,
                  "must not be shorter than rejoin_after (" + show_option(rejoin_after) + ")");
@@ -100,8 +104,8 @@ struct timeouts {
 /// (`state_wanted`), which the learner sends at full precision: that welcome
 /// names `codec_of<T>`, so that a learner of another scalar type refuses it.
 template <scalar T>
-message welcome_message(std::uint32_t learner, std::uint32_t incarnation, std::uint64_t layout,
-                        std::uint64_t elements, const training_config& config, std::uint8_t flags = 0) {
+message welcome_message(std::uint32_t learner, std::uint32_t incarnation, std::uint64_t layout, std::uint64_t elements,
+                        const training_config& config, std::uint8_t flags = 0) {
   message m;
   auto& h = m.header;
   h.kind = message_kind::welcome;

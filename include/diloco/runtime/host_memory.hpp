@@ -15,10 +15,10 @@
 #include "diloco/codec/blocks.hpp"
 #include "diloco/codec/kernels.hpp"
 #include "diloco/concepts/memory_space.hpp"
-#include "diloco/scalar.hpp"
 #include "diloco/params/fragments.hpp"
 #include "diloco/params/mixing.hpp"
 #include "diloco/protocol/payload.hpp"
+#include "diloco/scalar.hpp"
 
 namespace diloco {
 
@@ -139,7 +139,7 @@ struct model_memory {
   using type = host_memory;
 };
 template <class M>
-  requires requires(M& m) { m.memory(); }
+requires requires(M& m) { m.memory(); }
 struct model_memory<M> {
   using type = std::remove_cvref_t<decltype(std::declval<M&>().memory())>;
 };

@@ -18,10 +18,10 @@
 #include <system_error>
 #include <vector>
 
-#include "diloco/runtime/checkpoint.hpp"
 #include "diloco/protocol/buffer.hpp"
 #include "diloco/protocol/message.hpp"
 #include "diloco/protocol/wire.hpp"
+#include "diloco/runtime/checkpoint.hpp"
 
 namespace diloco {
 
@@ -74,8 +74,7 @@ class contribution_journal {
     const auto as_view = [](std::span<const std::byte> b) {
       return std::string_view(reinterpret_cast<const char*>(b.data()), b.size());
     };
-    if (!detail::write_all(fd_, as_view(header)) || !detail::write_all(fd_, as_view(payload)))
-      fail("cannot append to");
+    if (!detail::write_all(fd_, as_view(header)) || !detail::write_all(fd_, as_view(payload))) fail("cannot append to");
     if (sync_each_ && ::fdatasync(fd_) != 0) fail("cannot sync");
     ++appended_;
   }
@@ -100,7 +99,8 @@ class contribution_journal {
     std::FILE* f = std::fopen(path.c_str(), "rb");
     if (!f) {
       if (errno == ENOENT) return out;
-      throw std::system_error(errno, std::generic_category(), "diloco::contribution_journal: cannot read " + path.string());
+      throw std::system_error(errno, std::generic_category(),
+                              "diloco::contribution_journal: cannot read " + path.string());
     }
     std::vector<std::byte> data;
     std::byte chunk[1 << 16];

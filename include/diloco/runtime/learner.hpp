@@ -13,8 +13,8 @@
 #include <ostream>
 #include <span>
 #include <sstream>
-#include <stop_token>
 #include <stdexcept>
+#include <stop_token>
 #include <string>
 #include <system_error>
 #include <utility>
@@ -76,9 +76,8 @@ namespace diloco {
 /// that misses a requirement gets an error naming the missing member rather
 /// than an unsatisfied constraint.
 template <class Model, class InnerStep, class Transport>
-  requires(check_model<Model>() && model<Model> && check_inner_step<InnerStep>() && inner_step<InnerStep> &&
-           check_transport<Transport>() && transport<Transport>)
-class learner {
+requires(check_model<Model>() && model<Model> && check_inner_step<InnerStep>() && inner_step<InnerStep> &&
+         check_transport<Transport>() && transport<Transport>) class learner {
  public:
   using scalar_type = typename Model::scalar_type;
   using batch_type = typename Model::batch_type;
@@ -164,9 +163,7 @@ class learner {
   /// with the error that stopped the learner (e.g. `errc::layout_mismatch`,
   /// `errc::ended`). A lock-step wait is otherwise bounded by
   /// `answer_timeout`.
-  result<step_stats> step(const batch_type& batch, std::stop_token stop = {})
-    requires blocking_transport<Transport>
-  {
+  result<step_stats> step(const batch_type& batch, std::stop_token stop = {}) requires blocking_transport<Transport> {
     const time_point started = clock::now();
     for (;;) {
       if (stop.stop_requested()) return errc::cancelled;
@@ -229,9 +226,7 @@ class learner {
   /// for its current state again, as in training); it ends early, and the
   /// learner leaves anyway, within 100 ms of a stop requested on `stop`, or
   /// when the syncer ends the run.
-  void finish(std::stop_token stop = {})
-    requires blocking_transport<Transport>
-  {
+  void finish(std::stop_token stop = {}) requires blocking_transport<Transport> {
     if (!joined() || error_) return;
     drain();
     const time_point started = clock::now();
@@ -300,7 +295,7 @@ class learner {
   /// an inner step that is not checkpointable skips it: clang 14 instantiates
   /// a constrained non-template member anyway.)
   template <class Inner = InnerStep>
-    requires checkpointable<Inner>
+  requires checkpointable<Inner>
   void save(std::ostream& out) const {
     learner_state<T> s;
     s.learner = options_.id;
@@ -333,7 +328,7 @@ class learner {
   /// syncer has seen that one: a restarted process needs a new incarnation),
   /// and `std::logic_error` once the learner has been welcomed.
   template <class Inner = InnerStep>
-    requires checkpointable<Inner>
+  requires checkpointable<Inner>
   void load(std::istream& in) {
     if (members_.welcomed()) throw std::logic_error("diloco::learner::load: the learner has joined already");
     auto s = read_learner_state<T>(in, model_.layout(), options_.id);
@@ -370,7 +365,6 @@ class learner {
       default: ++metrics_.updates_ignored; break;
     }
   }
-
 
  private:
   void send_join(time_point now) {

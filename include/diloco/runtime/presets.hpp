@@ -34,11 +34,9 @@ namespace diloco::presets {
 /// The parts must satisfy their concepts (a missing member is named at
 /// compile time, as for `learner` and `syncer`) and agree on the scalar type.
 template <class InnerStep, class OuterOptimizer, class MergePolicy>
-  requires(check_inner_step<InnerStep>() && inner_step<InnerStep> && check_outer_optimizer<OuterOptimizer>() &&
-           outer_optimizer<OuterOptimizer> &&
-           check_merge_policy<MergePolicy, typename OuterOptimizer::scalar_type>() &&
-           merge_policy<MergePolicy, typename OuterOptimizer::scalar_type>)
-struct setup : syncer_options {
+requires(check_inner_step<InnerStep>() && inner_step<InnerStep> && check_outer_optimizer<OuterOptimizer>() &&
+         outer_optimizer<OuterOptimizer> && check_merge_policy<MergePolicy, typename OuterOptimizer::scalar_type>() &&
+         merge_policy<MergePolicy, typename OuterOptimizer::scalar_type>) struct setup : syncer_options {
   static_assert(std::same_as<typename InnerStep::scalar_type, typename OuterOptimizer::scalar_type>,
                 "diloco::presets::setup: the inner step and the outer optimizer must have the same scalar_type");
   using scalar_type = typename OuterOptimizer::scalar_type;
@@ -125,7 +123,8 @@ using diloco_setup = setup<inner::adamw<T>, outer::nesterov<T>, Merge>;
 template <scalar T = float>
 diloco_setup<T, merge::average> diloco(std::uint32_t learners, std::uint32_t sync_period) {
   diloco_setup<T, merge::average> o;
-  o.training = training_config{.fragments = 1, .sync_period = sync_period, .overlap = 0, .mixing = 0.0, .lock_step = true};
+  o.training =
+      training_config{.fragments = 1, .sync_period = sync_period, .overlap = 0, .mixing = 0.0, .lock_step = true};
   o.world.size = learners;
   o.quorum = learners;
   o.grace_factor = 0.0;
@@ -139,8 +138,8 @@ template <scalar T = float>
 diloco_setup<T, merge::average> streaming_diloco(std::uint32_t learners, std::uint32_t sync_period,
                                                  std::uint32_t fragments, std::uint32_t overlap, double mixing = 0.5) {
   diloco_setup<T, merge::average> o;
-  o.training = training_config{.fragments = fragments, .sync_period = sync_period, .overlap = overlap,
-                               .mixing = mixing, .lock_step = true};
+  o.training = training_config{
+      .fragments = fragments, .sync_period = sync_period, .overlap = overlap, .mixing = mixing, .lock_step = true};
   o.world.size = learners;
   o.quorum = learners;
   o.grace_factor = 0.0;
@@ -160,8 +159,8 @@ diloco_setup<T, merge::token_weighted> decoupled_diloco(std::uint32_t sync_perio
   diloco_setup<T, merge::token_weighted> o;
   o.outer = outer::nesterov<T>(decoupled_outer_options());
   const std::uint32_t tau = overlap.value_or(std::min<std::uint32_t>(5, sync_period > 0 ? sync_period - 1 : 0));
-  o.training = training_config{.fragments = fragments, .sync_period = sync_period, .overlap = tau,
-                               .mixing = 0.0, .lock_step = false};
+  o.training = training_config{
+      .fragments = fragments, .sync_period = sync_period, .overlap = tau, .mixing = 0.0, .lock_step = false};
   o.quorum = quorum;
   o.grace_factor = 0.5;
   return o;

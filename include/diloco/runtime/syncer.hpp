@@ -62,11 +62,9 @@ namespace diloco {
 /// type that misses a requirement gets an error naming the missing member
 /// rather than an unsatisfied constraint.
 template <class OuterOptimizer, class MergePolicy, class Transport>
-  requires(check_outer_optimizer<OuterOptimizer>() && outer_optimizer<OuterOptimizer> &&
-           check_transport<Transport>() && transport<Transport> &&
-           check_merge_policy<MergePolicy, typename OuterOptimizer::scalar_type>() &&
-           merge_policy<MergePolicy, typename OuterOptimizer::scalar_type>)
-class syncer {
+requires(check_outer_optimizer<OuterOptimizer>() && outer_optimizer<OuterOptimizer> && check_transport<Transport>() &&
+         transport<Transport> && check_merge_policy<MergePolicy, typename OuterOptimizer::scalar_type>() &&
+         merge_policy<MergePolicy, typename OuterOptimizer::scalar_type>) class syncer {
  public:
   using scalar_type = typename OuterOptimizer::scalar_type;
   using T = scalar_type;
@@ -74,9 +72,12 @@ class syncer {
   /// Starts from `initial` parameters (flat, in `layout` order) at revision 0.
   /// Throws `std::invalid_argument` for inconsistent settings or initial
   /// parameters that are not all finite.
-  syncer(const parameter_layout& layout, std::span<const T> initial, Transport& transport,
-         syncer_options options = {}, OuterOptimizer outer = OuterOptimizer{}, MergePolicy merge = MergePolicy{})
-      : layout_(layout), transport_(transport), options_(std::move(options)), outer_(std::move(outer)),
+  syncer(const parameter_layout& layout, std::span<const T> initial, Transport& transport, syncer_options options = {},
+         OuterOptimizer outer = OuterOptimizer{}, MergePolicy merge = MergePolicy{})
+      : layout_(layout),
+        transport_(transport),
+        options_(std::move(options)),
+        outer_(std::move(outer)),
         merge_(std::move(merge)) {
     if (initial.size() != layout.size())
       throw std::invalid_argument("diloco::syncer: initial parameters (" + std::to_string(initial.size()) +
@@ -165,7 +166,8 @@ class syncer {
     for (const auto& [id, l] : learners_) {
       if (l.live) earliest(l.last_seen + options_.heartbeat_timeout);
       if (l.gone_since && !busy(id)) earliest(*l.gone_since + forget_after);
-      if (learners_.in_world(id) && !l.live && !l.left && l.gone_since) earliest(*l.gone_since + options_.world.loss_wait);
+      if (learners_.in_world(id) && !l.live && !l.left && l.gone_since)
+        earliest(*l.gone_since + options_.world.loss_wait);
     }
     end_.deadlines(earliest);
     check_end(now);
@@ -185,9 +187,7 @@ class syncer {
   /// has already arrived and flushes. Sleeps in the transport when nothing is
   /// due; never busy-waits.
   template <class Done>
-  void run_until(std::stop_token stop, Done&& done)
-    requires blocking_transport<Transport>
-  {
+  void run_until(std::stop_token stop, Done&& done) requires blocking_transport<Transport> {
     constexpr auto idle = std::chrono::milliseconds(50);
     while (!stop.stop_requested() && !end_.over() && !done()) {
       const time_point now = clock::now();
@@ -203,9 +203,7 @@ class syncer {
   }
 
   /// `run_until(stop, never)`.
-  void run(std::stop_token stop)
-    requires blocking_transport<Transport>
-  {
+  void run(std::stop_token stop) requires blocking_transport<Transport> {
     run_until(stop, [] { return false; });
   }
 
@@ -432,8 +430,8 @@ class syncer {
     learners_.accept_from(h, l, now);
     ++metrics_.contributions_accepted;
     if (options_.on_contribution)
-      options_.on_contribution(contribution_event{id, h.incarnation, h.sequence, h.fragment, h.base_revision, true,
-                                                  reject_reason::none});
+      options_.on_contribution(
+          contribution_event{id, h.incarnation, h.sequence, h.fragment, h.base_revision, true, reject_reason::none});
     outbox_.ack(l, h);
     metrics_.payload_bytes_received += m.payload.size();
     const auto credit = rounds_.credit_of(h, l, now);
@@ -463,8 +461,8 @@ class syncer {
     copy_parameters(flat_);
     revisions_.clear();
     for (const auto& f : rounds_) revisions_.push_back(f.revision);
-    options_.on_evaluate(evaluation_context{std::span<const T>(flat_), metrics_.outer_updates, revisions_,
-                                            training_loss(), now});
+    options_.on_evaluate(
+        evaluation_context{std::span<const T>(flat_), metrics_.outer_updates, revisions_, training_loss(), now});
   }
 
   parameter_layout layout_;
@@ -479,11 +477,11 @@ class syncer {
   detail::syncer_learners learners_{options_, metrics_, log_};
   detail::open_rounds<T, MergePolicy> rounds_{options_, metrics_, log_, learners_, merge_};
   detail::round_merger<T, OuterOptimizer, MergePolicy> merger_{options_, metrics_, log_, learners_,
-                                                               outer_, merge_, plan_};
+                                                               outer_,   merge_,   plan_};
   detail::round_publisher<T, Transport> publisher_{options_, metrics_, log_, learners_, outbox_};
   detail::end_rules end_{options_, metrics_, log_, learners_};
-  detail::syncer_recovery<T, OuterOptimizer, MergePolicy, Transport> recovery_{
-      layout_, options_, metrics_, learners_, rounds_, outer_, outbox_, end_};
+  detail::syncer_recovery<T, OuterOptimizer, MergePolicy, Transport> recovery_{layout_, options_, metrics_, learners_,
+                                                                               rounds_, outer_,   outbox_,  end_};
   std::vector<T> flat_;                   ///< the global parameters for `on_evaluate`
   std::vector<std::uint64_t> revisions_;  ///< each fragment's revision for `on_evaluate`
 };

@@ -16,9 +16,9 @@
 #include <vector>
 
 #include "diloco/concepts/transport.hpp"
-#include "diloco/random.hpp"
 #include "diloco/error.hpp"
 #include "diloco/protocol/message.hpp"
+#include "diloco/random.hpp"
 
 namespace diloco::sim {
 
@@ -27,10 +27,10 @@ using time_point = clock::time_point;
 
 /// One direction of a link.
 struct link_options {
-  std::chrono::nanoseconds latency{0};    ///< one-way propagation delay
-  double bytes_per_second = 0.0;          ///< serialization rate; 0 means unlimited
-  std::chrono::nanoseconds jitter{0};     ///< extra delay, uniform in [0, jitter); may reorder
-  double loss = 0.0;                      ///< probability that a message is dropped
+  std::chrono::nanoseconds latency{0};  ///< one-way propagation delay
+  double bytes_per_second = 0.0;        ///< serialization rate; 0 means unlimited
+  std::chrono::nanoseconds jitter{0};   ///< extra delay, uniform in [0, jitter); may reorder
+  double loss = 0.0;                    ///< probability that a message is dropped
 };
 
 /// Bytes a message occupies on a simulated link: its payload plus a fixed
@@ -63,9 +63,7 @@ class endpoint {
     envelope env;
   };
   struct later {
-    bool operator()(const pending& a, const pending& b) const {
-      return a.at != b.at ? a.at > b.at : a.order > b.order;
-    }
+    bool operator()(const pending& a, const pending& b) const { return a.at != b.at ? a.at > b.at : a.order > b.order; }
   };
 
   network* net_;
@@ -84,15 +82,15 @@ struct network_stats {
 /// The virtual clock, the links and the endpoints. Single-threaded.
 class network {
  public:
-  explicit network(std::uint64_t seed, link_options default_link = {})
-      : rng_(seed), default_link_(default_link) {}
+  explicit network(std::uint64_t seed, link_options default_link = {}) : rng_(seed), default_link_(default_link) {}
   network(const network&) = delete;
   network& operator=(const network&) = delete;
 
   /// The endpoint for `id`; throws `std::invalid_argument` if `id` is taken.
   endpoint& attach(peer_id id) {
     auto [it, inserted] = endpoints_.try_emplace(id, nullptr);
-    if (!inserted) throw std::invalid_argument("diloco::sim::network: peer " + std::to_string(id) + " is already attached");
+    if (!inserted)
+      throw std::invalid_argument("diloco::sim::network: peer " + std::to_string(id) + " is already attached");
     it->second.reset(new endpoint(*this, id));
     return *it->second;
   }
@@ -130,7 +128,8 @@ class network {
     const time_point depart = std::max(now_, link.busy_until);
     std::chrono::nanoseconds serialize{0};
     if (link.options.bytes_per_second > 0)
-      serialize = std::chrono::nanoseconds(static_cast<std::int64_t>(1e9 * double(bytes) / link.options.bytes_per_second));
+      serialize =
+          std::chrono::nanoseconds(static_cast<std::int64_t>(1e9 * double(bytes) / link.options.bytes_per_second));
     link.busy_until = depart + serialize;
     if (link.options.loss > 0 && rng_.uniform() < link.options.loss) {
       ++stats_.lost;

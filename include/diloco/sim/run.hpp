@@ -15,9 +15,9 @@
 #include <utility>
 #include <vector>
 
+#include "diloco/clock.hpp"
 #include "diloco/concepts/model.hpp"
 #include "diloco/concepts/transport.hpp"
-#include "diloco/clock.hpp"
 #include "diloco/sim/network.hpp"
 
 namespace diloco::sim {
@@ -32,13 +32,13 @@ struct stall {
 
 /// What one simulated learner does.
 struct learner_plan {
-  double speed = 1.0;          ///< relative speed; an inner step takes `step_time / speed`
-  std::uint64_t steps = 0;     ///< inner steps before it finishes and leaves
+  double speed = 1.0;       ///< relative speed; an inner step takes `step_time / speed`
+  std::uint64_t steps = 0;  ///< inner steps before it finishes and leaves
   std::vector<stall> stalls;
 };
 
 struct run_options {
-  std::chrono::nanoseconds step_time = std::chrono::seconds(1);  ///< virtual duration of a step at speed 1
+  std::chrono::nanoseconds step_time = std::chrono::seconds(1);   ///< virtual duration of a step at speed 1
   std::chrono::nanoseconds limit = std::chrono::hours(24 * 365);  ///< virtual time after which the run stops
 };
 
@@ -74,9 +74,9 @@ concept driven_learners = requires(const Ls& learners, std::size_t i) {
 };
 
 struct run_report {
-  bool completed = false;           ///< every learner took all its steps
-  time_point end{};                 ///< virtual time when the run ended
-  std::vector<std::uint64_t> steps; ///< steps each learner took
+  bool completed = false;            ///< every learner took all its steps
+  time_point end{};                  ///< virtual time when the run ended
+  std::vector<std::uint64_t> steps;  ///< steps each learner took
 };
 
 /// Drives `syncer` and `learners` over `net`. `learners` is a sized range
@@ -96,7 +96,10 @@ namespace detail {
 /// done: always for one that cannot.
 template <class L>
 bool drained(L& l) {
-  if constexpr (requires { l.drain(); { l.drained() } -> std::convertible_to<bool>; }) {
+  if constexpr (requires {
+                  l.drain();
+                  { l.drained() } -> std::convertible_to<bool>;
+                }) {
     l.drain();
     return l.drained();
   } else {
@@ -115,9 +118,9 @@ void finish(L& l, time_point now) {
 }  // namespace detail
 
 template <driven_syncer Syncer, class Learners, class NextBatch, class OnStep>
-  requires driven_learners<Learners, NextBatch> && std::invocable<OnStep&, std::size_t, const step_stats&, time_point>
-run_report run(network& net, Syncer& syncer, const Learners& learners, std::span<const learner_plan> plans,
-               NextBatch&& next_batch, OnStep&& on_step, run_options options = {}) {
+requires driven_learners<Learners, NextBatch> && std::invocable<OnStep&, std::size_t, const step_stats&, time_point>
+    run_report run(network& net, Syncer& syncer, const Learners& learners, std::span<const learner_plan> plans,
+                   NextBatch&& next_batch, OnStep&& on_step, run_options options = {}) {
   if (learners.size() != plans.size()) throw std::invalid_argument("diloco::sim::run: one plan per learner");
   if (options.step_time <= std::chrono::nanoseconds::zero())
     throw std::invalid_argument("diloco::sim::run: step time must be positive");

@@ -100,7 +100,8 @@ class hub {
   endpoint& attach(peer_id id) {
     std::lock_guard lock(mutex_);
     auto [it, inserted] = endpoints_.try_emplace(id, nullptr);
-    if (!inserted) throw std::invalid_argument("diloco::inproc::hub: peer " + std::to_string(id) + " is already attached");
+    if (!inserted)
+      throw std::invalid_argument("diloco::inproc::hub: peer " + std::to_string(id) + " is already attached");
     it->second.reset(new endpoint(*this, id));
     return *it->second;
   }

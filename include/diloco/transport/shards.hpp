@@ -42,7 +42,7 @@ enum class shard_error : std::uint8_t {
 /// One transport over the connections to the S shards of a syncer (one
 /// `Transport` each, not owned). Not thread-safe, like the learner it serves.
 template <class Transport>
-  requires transport<Transport>
+requires transport<Transport>
 class sharded {
  public:
   /// `shards`: one connection per syncer shard, in any order; at least one.
@@ -91,9 +91,7 @@ class sharded {
   /// Waits up to `timeout` for a message from any shard. With one shard it
   /// sleeps in that transport; with several it waits on each in turn for at
   /// most `slice` (1 ms), so a message waits at most S ms to be seen.
-  std::optional<envelope> receive_for(std::chrono::nanoseconds timeout)
-    requires blocking_transport<Transport>
-  {
+  std::optional<envelope> receive_for(std::chrono::nanoseconds timeout) requires blocking_transport<Transport> {
     if (auto e = try_receive()) return e;
     if (shards_.size() == 1) {
       auto e = shards_[0]->receive_for(timeout);

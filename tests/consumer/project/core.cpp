@@ -50,8 +50,8 @@ int main() {
   outer.step(1, global, delta);
   plan.scatter<float>(1, global, parameters);
 
-  const std::vector<float> expected = {7, 7, 7, 7, 7, 7, 1.0f - 1.5f, 2.0f - 0.75f, 3.0f, 4.0f + 0.75f, 5.0f - 3.0f,
-                                       6.0f - 0.375f};
+  const std::vector<float> expected = {
+      7, 7, 7, 7, 7, 7, 1.0f - 1.5f, 2.0f - 0.75f, 3.0f, 4.0f + 0.75f, 5.0f - 3.0f, 6.0f - 0.375f};
   expect(parameters == expected, "parameters after the outer step (fragment 0 untouched)");
 
   if (failures == 0) std::puts("diloco core consumer: ok");

@@ -43,8 +43,7 @@ int main() {
   expect(plan[0].size() == 6 && plan[1].size() == 6, "fragments of 6 parameters each");
   expect(plan[1].slices().size() == 2 && plan[1].slices()[0].flat_offset == 6 &&
              plan[1].slices()[0].packed_offset == 0 && plan[1].slices()[1].flat_offset == 8 &&
-             plan[1].slices()[1].packed_offset == 2 &&
-             plan[1].slices()[1].role == diloco::tensor_role::embedding,
+             plan[1].slices()[1].packed_offset == 2 && plan[1].slices()[1].role == diloco::tensor_role::embedding,
          "fragment 1 is b then emb");
 
   // One outer Nesterov step on fragment 1 with η = μ = 0.5 from zero momentum:

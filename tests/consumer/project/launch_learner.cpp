@@ -106,5 +106,7 @@ int main(int argc, char** argv) {
   unit.finish();  // waits for its answers in flight, sends what is left, then leaves
   const auto theta = model.parameters();
   std::printf("learner %u incarnation %u of %u: a=%.3f b=%.3f\n", id, incarnation, learners, theta[0], theta[1]);
-  return std::abs(theta[0] - 2.0f) < 0.5f && std::abs(theta[1] + 1.0f) < 0.5f ? 0 : 1;  // from a = b = 0; local steps since the last update scatter it by up to 0.25
+  return std::abs(theta[0] - 2.0f) < 0.5f && std::abs(theta[1] + 1.0f) < 0.5f
+             ? 0
+             : 1;  // from a = b = 0; local steps since the last update scatter it by up to 0.25
 }

@@ -97,8 +97,10 @@ inline std::string substitute(std::string_view word, const placeholder_values& v
   for (std::size_t i = 0; i < word.size(); ++i) {
     const char c = word[i];
     if (c == '}') {
-      if (i + 1 < word.size() && word[i + 1] == '}') ++i;
-      else refuse("unmatched '}'");
+      if (i + 1 < word.size() && word[i + 1] == '}')
+        ++i;
+      else
+        refuse("unmatched '}'");
       out += '}';
       continue;
     }

@@ -18,9 +18,9 @@
 
 #include <algorithm>
 #include <cerrno>
-#include <cstdio>
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <functional>
 #include <list>
@@ -143,7 +143,9 @@ inline launch_sinks prefixed_sinks(std::string program) {
             text.append(line).append("\n");
             write_all(s == stream::out ? STDOUT_FILENO : STDERR_FILENO, text);
           },
-          [program = std::move(program)](const std::string& note) { write_all(STDERR_FILENO, program + ": " + note + "\n"); }};
+          [program = std::move(program)](const std::string& note) {
+            write_all(STDERR_FILENO, program + ": " + note + "\n");
+          }};
 }
 
 namespace detail {
@@ -233,7 +235,8 @@ inline launch_report run(launch_plan plan, const launch_sinks& sinks) {
   // Every placeholder and program checked before the first process starts.
   if (!plan.syncer.empty()) {
     const auto words = substitute(plan.syncer, syncer_values, "the syncer command");
-    if (!find_program(words.front())) throw std::invalid_argument("the syncer program '" + words.front() + "' is not found");
+    if (!find_program(words.front()))
+      throw std::invalid_argument("the syncer program '" + words.front() + "' is not found");
   }
   {
     const auto words = substitute(plan.learner, learner_values(plan.ids.front(), 1), "the learner command");
@@ -296,11 +299,8 @@ inline launch_report run(launch_plan plan, const launch_sinks& sinks) {
     std::string command;
     for (const auto& word : argv) command.append(command.empty() ? "" : " ").append(word);
     try {
-      m.process = child_process::spawn({.argv = argv,
-                                        .stdout_fd = out[1],
-                                        .stderr_fd = err[1],
-                                        .environment = env,
-                                        .null_stdin = true});
+      m.process = child_process::spawn(
+          {.argv = argv, .stdout_fd = out[1], .stderr_fd = err[1], .environment = env, .null_stdin = true});
     } catch (const std::system_error& e) {
       note("cannot start " + name_of(m) + ": " + e.what());
       m.status = exit_status{true, 127, 0};
@@ -325,8 +325,7 @@ inline launch_report run(launch_plan plan, const launch_sinks& sinks) {
           std::any_of(members.begin(), members.end(), [&](const member& o) { return !is_syncer(o) && o.process; });
       for (auto& o : members)
         if (!is_syncer(o) && !o.process) o.retire();  // no restart without a syncer
-      if (learners_left && !report.interrupted_by)
-        learners_term_at = steady::now() + plan.learner_grace;
+      if (learners_left && !report.interrupted_by) learners_term_at = steady::now() + plan.learner_grace;
       return;
     }
     const bool abnormal = s.shell_code() != 0;
@@ -349,8 +348,8 @@ inline launch_report run(launch_plan plan, const launch_sinks& sinks) {
     ++m.restarts;
     m.restart_at = steady::now() + delay;
     note(name_of(m) + " ended: " + s.to_string() + "; restarting it as incarnation " +
-         std::to_string(m.name.incarnation + 1) + " in " + detail::seconds_text(delay) + " s (restart " + std::to_string(m.restarts) +
-         " of " + std::to_string(plan.max_restarts) + ")");
+         std::to_string(m.name.incarnation + 1) + " in " + detail::seconds_text(delay) + " s (restart " +
+         std::to_string(m.restarts) + " of " + std::to_string(plan.max_restarts) + ")");
   };
 
   auto reap = [&] {
@@ -406,7 +405,8 @@ inline launch_report run(launch_plan plan, const launch_sinks& sinks) {
       if (!kill_at) kill_at = now + plan.kill_after;
     }
     if (due(syncer_term_at)) {
-      note("the syncer still runs " + detail::seconds_text(plan.syncer_grace) + " s after the last learner ended: SIGTERM");
+      note("the syncer still runs " + detail::seconds_text(plan.syncer_grace) +
+           " s after the last learner ended: SIGTERM");
       signal_all(SIGTERM, false, true);
       if (!kill_at) kill_at = now + plan.kill_after;
     }
@@ -415,8 +415,10 @@ inline launch_report run(launch_plan plan, const launch_sinks& sinks) {
       signal_all(SIGKILL, true, true);
     }
 
-    const bool running = std::any_of(members.begin(), members.end(), [](const member& m) { return m.process.has_value(); });
-    const bool pending = std::any_of(members.begin(), members.end(), [](const member& m) { return !m.done && !m.process; });
+    const bool running =
+        std::any_of(members.begin(), members.end(), [](const member& m) { return m.process.has_value(); });
+    const bool pending =
+        std::any_of(members.begin(), members.end(), [](const member& m) { return !m.done && !m.process; });
     if (!running && !pending) {
       // Every process is reaped (its group killed); what a grandchild that
       // left the group still holds open gets two seconds.
@@ -431,8 +433,7 @@ inline launch_report run(launch_plan plan, const launch_sinks& sinks) {
       if (at) next = std::min(next, *at);
     for (const auto& m : members)
       if (m.restart_at) next = std::min(next, *m.restart_at);
-    const auto wait_ms =
-        std::max<long long>(0, std::chrono::ceil<std::chrono::milliseconds>(next - now).count());
+    const auto wait_ms = std::max<long long>(0, std::chrono::ceil<std::chrono::milliseconds>(next - now).count());
     fds.assign(1, pollfd{inbox.fd(), POLLIN, 0});
     polled.clear();
     for (auto& p : pipes) {
@@ -485,8 +486,10 @@ inline launch_report run(launch_plan plan, const launch_sinks& sinks) {
   }
 
   for (const auto& m : members) {
-    if (is_syncer(m)) report.syncer = m.status;
-    else report.learners.push_back({m.name.id, m.name.incarnation, m.restarts, m.status});
+    if (is_syncer(m))
+      report.syncer = m.status;
+    else
+      report.learners.push_back({m.name.id, m.name.incarnation, m.restarts, m.status});
   }
   return report;
 }

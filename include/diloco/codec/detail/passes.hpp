@@ -31,8 +31,10 @@ namespace detail {
 template <bool Feedback>
 inline float outer_gradient_at(const float* base, const float* theta, [[maybe_unused]] const float* residual,
                                std::size_t i) {
-  if constexpr (Feedback) return outer_gradient{}(base[i], theta[i], residual[i]);
-  else return outer_gradient{}(base[i], theta[i]);
+  if constexpr (Feedback)
+    return outer_gradient{}(base[i], theta[i], residual[i]);
+  else
+    return outer_gradient{}(base[i], theta[i]);
 }
 
 /// Values `[0, n)` of the outer gradient into `to`, and their magnitude maximum.
@@ -186,8 +188,8 @@ template <format F, bool Feedback, bool Load>
                                                 float* residual_cur, const float* base, const float* theta,
                                                 const float* residual_next, float* next, magnitude_max& m) {
   encode_and_load<F, Feedback, Load>(
-      n, cur, absmax, [absmax](float d) { return d / absmax; }, codes, residual_cur, base, theta, residual_next,
-      next, m);
+      n, cur, absmax, [absmax](float d) { return d / absmax; }, codes, residual_cur, base, theta, residual_next, next,
+      m);
 }
 
 /// Encodes the `n` values of `base − θ` (+ `residual`) as one block of a
@@ -228,7 +230,7 @@ bool encode_delta_block(const float* __restrict base, const float* __restrict th
           piece_residual, nullptr, nullptr, nullptr, nullptr, m);
     else
       encode_and_load_dividing<F, Feedback, false>(len, values, scale.absmax, piece_codes, piece_residual, nullptr,
-                                                    nullptr, nullptr, nullptr, m);
+                                                   nullptr, nullptr, nullptr, m);
   }
   return true;
 }
@@ -322,8 +324,8 @@ bool encode_delta_pipelined(const float* base, theta_runs<Run>& theta, float* re
         encode_and_load<F, Feedback, true>(len, cur, scale.absmax, by_inverse, codes, r_cur, base_next, t_next,
                                            residual_next, next, m);
       else  // the last block of the span, or the one before a short last one
-        encode_and_load<F, Feedback, false>(len, cur, scale.absmax, by_inverse, codes, r_cur, nullptr, nullptr,
-                                            nullptr, nullptr, m);
+        encode_and_load<F, Feedback, false>(len, cur, scale.absmax, by_inverse, codes, r_cur, nullptr, nullptr, nullptr,
+                                            nullptr, m);
     } else if (fuse) {
       encode_and_load_dividing<F, Feedback, true>(len, cur, scale.absmax, codes, r_cur, base_next, t_next,
                                                   residual_next, next, m);
@@ -349,8 +351,10 @@ bool encode_delta_chunks(const float* base, theta_runs<Run>& theta, float* resid
     const float* t = theta(first, len);
     float* r = Feedback ? residual + first : nullptr;
     bool ok;
-    if constexpr (block_scaled(F)) ok = encode_delta_block<F, Feedback>(base + first, t, r, len, out + k * c.bytes);
-    else ok = encode_delta_run<F, Feedback>(base + first, t, r, len, out + k * c.bytes);
+    if constexpr (block_scaled(F))
+      ok = encode_delta_block<F, Feedback>(base + first, t, r, len, out + k * c.bytes);
+    else
+      ok = encode_delta_run<F, Feedback>(base + first, t, r, len, out + k * c.bytes);
     if (!ok) {
       failed.store(true, std::memory_order_relaxed);
       return false;
@@ -381,7 +385,8 @@ void decode_accumulate_chunks(const std::byte* in, std::size_t n, const chunking
       const float absmax = get_f32(p);
       const auto* __restrict codes = reinterpret_cast<const std::uint8_t*>(p + 4);
       if constexpr (F == format::int8) {
-        for (std::size_t i = 0; i < len; ++i) acc[i] += weight * (from_int8(static_cast<std::int8_t>(codes[i])) * absmax);
+        for (std::size_t i = 0; i < len; ++i)
+          acc[i] += weight * (from_int8(static_cast<std::int8_t>(codes[i])) * absmax);
       } else if constexpr (F == format::fp8) {
         for (std::size_t i = 0; i < len; ++i) acc[i] += weight * (from_fp8(codes[i]) * absmax);
       } else {

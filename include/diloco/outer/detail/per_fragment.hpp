@@ -15,7 +15,7 @@ namespace diloco::outer::detail {
 
 /// Holds one `State` per fragment index, default-constructed on first access.
 template <class State>
-  requires checkpointable<State> && std::default_initializable<State>
+requires checkpointable<State> && std::default_initializable<State>
 class per_fragment {
  public:
   State& operator[](std::uint32_t fragment) {

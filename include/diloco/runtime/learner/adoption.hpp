@@ -86,8 +86,7 @@ class learner_adoption {
     const std::uint64_t answers = std::max(h.answers, f.inbox ? f.inbox->answers : 0);
     // A resync (join, refused contribution) must overwrite even if a newer
     // merged revision replaces it before adoption.
-    const update_status status =
-        f.inbox && f.inbox->status == update_status::resync ? update_status::resync : h.status;
+    const update_status status = f.inbox && f.inbox->status == update_status::resync ? update_status::resync : h.status;
     f.inbox = received_update{h.revision, answers, status, h.codec, h.block, std::move(m.payload)};
   }
 
@@ -124,7 +123,10 @@ class learner_adoption {
     const bool rebase = f.adopted && keeps_work();
     const bool mix = config.mixing != 0.0 && f.adopted && f.inbox->status == update_status::merged;
     const bool resume = !f.adopted && resumes(p);
-    const adoption how = resume ? adoption::keep : rebase ? adoption::rebase : mix ? adoption::mix : adoption::overwrite;
+    const adoption how = resume   ? adoption::keep
+                         : rebase ? adoption::rebase
+                         : mix    ? adoption::mix
+                                  : adoption::overwrite;
     memory.adopt(f.inbox->codec, f.inbox->block, f.inbox->payload.bytes(), fragments_.plan()[p].slices(), theta, f.base,
                  how, T(config.mixing));
     const bool completes_join = !f.adopted && fragments_.first_adoption();

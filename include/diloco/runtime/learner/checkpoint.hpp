@@ -25,8 +25,8 @@ namespace diloco {
 /// in memory, written and fsynced once. Throws `std::system_error` on an
 /// I/O error (the previous checkpoints stay).
 template <class Model, class InnerStep, class Transport>
-  requires checkpointable<InnerStep>
-std::uint64_t save_learner_checkpoint(const learner<Model, InnerStep, Transport>& l, checkpoint_store& store) {
+requires checkpointable<InnerStep> std::uint64_t save_learner_checkpoint(const learner<Model, InnerStep, Transport>& l,
+                                                                         checkpoint_store& store) {
   std::ostringstream out;
   l.save(out);
   return store.write(std::move(out).str());
@@ -40,10 +40,9 @@ std::uint64_t save_learner_checkpoint(const learner<Model, InnerStep, Transport>
 /// id or model), `std::invalid_argument` when the learner's incarnation is
 /// not newer than the one that saved; the learner is unchanged then.
 template <class Model, class InnerStep, class Transport>
-  requires checkpointable<InnerStep>
-std::optional<std::uint64_t> load_latest_learner_checkpoint(learner<Model, InnerStep, Transport>& l,
-                                                            const checkpoint_store& store,
-                                                            std::vector<std::string>* skipped = nullptr) {
+requires checkpointable<InnerStep> std::optional<std::uint64_t> load_latest_learner_checkpoint(
+    learner<Model, InnerStep, Transport>& l, const checkpoint_store& store,
+    std::vector<std::string>* skipped = nullptr) {
   auto c = store.latest(skipped);
   if (!c) return std::nullopt;
   std::istringstream in(std::move(c->body));

@@ -35,7 +35,11 @@ class learner_contributions {
   /// All are the learner's and outlive this.
   learner_contributions(learner_fragments<T, Memory>& fragments, learner_adoption<T, Memory>& adoption, Outbox& out,
                         const learner_options& options, learner_metrics& metrics, learner_reports& reports) noexcept
-      : fragments_(fragments), adoption_(adoption), out_(out), options_(options), metrics_(metrics),
+      : fragments_(fragments),
+        adoption_(adoption),
+        out_(out),
+        options_(options),
+        metrics_(metrics),
         reports_(reports) {}
 
   /// Sends fragment p's work since its last send, `Δ_p = base_p − θ_p`, as
@@ -100,8 +104,11 @@ class learner_contributions {
     if (!unanswered_since_) unanswered_since_ = now;
     ++metrics_.contributions_sent;
     if (reports_.wants_events())
-      reports_.emit({.what = learner_event::kind::sent, .fragment = p, .sequence = h.sequence,
-                     .revision = h.base_revision, .work = h.steps});
+      reports_.emit({.what = learner_event::kind::sent,
+                     .fragment = p,
+                     .sequence = h.sequence,
+                     .revision = h.base_revision,
+                     .work = h.steps});
     out_.send(m);
     return true;
   }
@@ -112,8 +119,8 @@ class learner_contributions {
     unanswered_since_.reset();
     take_verdict(h.answers);
     if (reports_.wants_events())
-      reports_.emit({.what = learner_event::kind::verdict, .fragment = h.fragment, .sequence = h.answers,
-                     .accepted = true});
+      reports_.emit(
+          {.what = learner_event::kind::verdict, .fragment = h.fragment, .sequence = h.answers, .accepted = true});
   }
 
   /// The syncer refused contribution `h.answers` for `why`: it is no longer
@@ -124,8 +131,11 @@ class learner_contributions {
     ++metrics_.contributions_refused;
     metrics_.steps_refused += take_verdict(h.answers);
     if (reports_.wants_events())
-      reports_.emit({.what = learner_event::kind::verdict, .fragment = h.fragment, .sequence = h.answers,
-                     .accepted = false, .reason = why});
+      reports_.emit({.what = learner_event::kind::verdict,
+                     .fragment = h.fragment,
+                     .sequence = h.answers,
+                     .accepted = false,
+                     .reason = why});
     if (h.fragment < fragments_.size()) {
       auto& f = fragments_[h.fragment];
       if (f.in_flight && f.in_flight->sequence == h.answers) f.in_flight.reset();

@@ -112,7 +112,7 @@ class learner_fragments {
   const training_config& config() const noexcept { return config_; }
   const fragment_plan& plan() const noexcept { return plan_; }
   const fragment_schedule& schedule() const noexcept { return schedule_; }
-  codec_id codec() const noexcept { return codec_; }      ///< the contributions', from the welcome
+  codec_id codec() const noexcept { return codec_; }       ///< the contributions', from the welcome
   std::uint32_t block() const noexcept { return block_; }  ///< the welcome's, for a block-scaled codec
 
   std::uint32_t size() const noexcept { return static_cast<std::uint32_t>(tracks_.size()); }

@@ -65,15 +65,15 @@ struct learner_options {
   std::uint32_t id = 0;           ///< unique per learner unit, stable across restarts
   std::uint32_t incarnation = 1;  ///< bump on every restart of learner `id`
   std::chrono::nanoseconds heartbeat_interval = std::chrono::seconds(1);
-  std::chrono::nanoseconds join_retry = std::chrono::seconds(1);      ///< re-send `join` until welcomed
-  std::chrono::nanoseconds join_timeout = std::chrono::seconds(60);   ///< `step()` gives up joining after this
-  std::chrono::nanoseconds answer_timeout = std::chrono::seconds(60); ///< give up waiting for an answer after this
+  std::chrono::nanoseconds join_retry = std::chrono::seconds(1);       ///< re-send `join` until welcomed
+  std::chrono::nanoseconds join_timeout = std::chrono::seconds(60);    ///< `step()` gives up joining after this
+  std::chrono::nanoseconds answer_timeout = std::chrono::seconds(60);  ///< give up waiting for an answer after this
   /// Join again (same incarnation) when a contribution has had no verdict
   /// (ack or reject) for this long, or — runs that are not lock-step, rules
   /// that keep work — no answer: the connection changed under us or the
   /// syncer restarted, and it no longer knows this learner at this address.
   std::chrono::nanoseconds rejoin_after = std::chrono::seconds(10);
-  std::size_t max_outbox = 64;    ///< messages kept for retry while the transport refuses them
+  std::size_t max_outbox = 64;  ///< messages kept for retry while the transport refuses them
   /// With a compressed contribution codec: add each fragment's encoding
   /// error to its next outer gradient (error feedback, Seide et al. 2014;
   /// Karimireddy et al. 2019), so that what the codec rounds away is sent

@@ -96,7 +96,8 @@ class learner_reports {
     const auto wait = std::chrono::duration_cast<std::chrono::nanoseconds>(now - *wait_began_);
     wait_began_.reset();
     metrics_.wait_ns += static_cast<std::uint64_t>(std::max<std::int64_t>(0, wait.count()));
-    if (wants_events() && wait >= std::chrono::milliseconds(20)) emit({.what = learner_event::kind::waited, .wait = wait});
+    if (wants_events() && wait >= std::chrono::milliseconds(20))
+      emit({.what = learner_event::kind::waited, .wait = wait});
   }
 
  private:

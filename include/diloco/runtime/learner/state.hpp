@@ -21,9 +21,9 @@
 
 #include "diloco/params/fragments.hpp"
 #include "diloco/params/layout.hpp"
+#include "diloco/protocol/crc32c.hpp"
 #include "diloco/runtime/config.hpp"
 #include "diloco/serialize.hpp"
-#include "diloco/protocol/crc32c.hpp"
 
 namespace diloco {
 

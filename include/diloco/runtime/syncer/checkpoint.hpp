@@ -17,9 +17,9 @@
 #include "diloco/concepts/outer_optimizer.hpp"
 #include "diloco/concepts/transport.hpp"
 #include "diloco/params/layout.hpp"
+#include "diloco/protocol/wire.hpp"
 #include "diloco/runtime/syncer.hpp"
 #include "diloco/serialize.hpp"
-#include "diloco/protocol/wire.hpp"
 
 namespace diloco {
 

@@ -116,8 +116,10 @@ class end_rules {
       std::size_t joined = 0;
       for (std::uint32_t id = 0; id < w.size; ++id) {
         const auto it = learners_.find(id);
-        if (it != learners_.end() && it->second.live) ++joined;
-        else missing += (missing.empty() ? "" : ", ") + std::to_string(id);
+        if (it != learners_.end() && it->second.live)
+          ++joined;
+        else
+          missing += (missing.empty() ? "" : ", ") + std::to_string(id);
       }
       failure_ = "rendezvous timed out after " + syncer_log::seconds(now - *first_message_) + ": " +
                  std::to_string(joined) + " of " + std::to_string(w.size) +

@@ -110,7 +110,8 @@ bool payload_norm(const message& m, double& squared) {
 template <class T>
 void accumulate(const contribution_entry<T>& e, T c, std::span<T> out, unsigned threads) {
   if constexpr (std::is_same_v<T, float>) {
-    if (const auto f = format_of(e.codec)) return codec::decode_accumulate(*f, e.block, e.payload.bytes(), c, out, threads);
+    if (const auto f = format_of(e.codec))
+      return codec::decode_accumulate(*f, e.block, e.payload.bytes(), c, out, threads);
   }
   if (!e.compressed()) {
     const T* d = e.payload.template as<const T>().data();

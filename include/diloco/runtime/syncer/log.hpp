@@ -19,7 +19,13 @@
 namespace diloco::detail {
 
 /// What a syncer's log line is about: one category per refusal reason, then these.
-enum class syncer_log_category : std::size_t { liveness = reject_reason_count, membership, rounds, undecodable, count_ };
+enum class syncer_log_category : std::size_t {
+  liveness = reject_reason_count,
+  membership,
+  rounds,
+  undecodable,
+  count_
+};
 
 /// Writes a syncer's lines to `syncer_options::log`, at most a few per
 /// category every 10 s (real time, not the clock the syncer is driven with:

@@ -32,15 +32,15 @@ struct learner_entry : learner_record {
   bool bound = true;  ///< false after a restore: the first message of its incarnation names its peer
   bool live = false;
   time_point last_seen{};
-  std::optional<time_point> gone_since;  ///< when it left or was declared dead
+  std::optional<time_point> gone_since;         ///< when it left or was declared dead
   std::optional<time_point> unreachable_since;  ///< a send to its connection failed (a claim is pending)
-  std::optional<double> loss;  ///< the latest finite training loss it reported
+  std::optional<double> loss;                   ///< the latest finite training loss it reported
   // What it reports of its timing, each the latest (0: none): the syncer
   // takes the lower median over learners, so that one liar cannot stretch
   // the grace window or the periods.
   double step_ns = 0.0;
   double transfer_ns = 0.0;
-  double tokens_per_step = 0.0;  ///< of its latest accepted contribution (0: none)
+  double tokens_per_step = 0.0;    ///< of its latest accepted contribution (0: none)
   std::uint64_t steps_merged = 0;  ///< credited steps of its merged work, this incarnation: its say in the loss
   /// When its latest contribution was accepted, or it first joined: a live
   /// learner that stops contributing stops weighing on rounds.
@@ -116,9 +116,8 @@ class syncer_learners {
   /// world size, else the live learners that are not quarantined.
   std::size_t whole_round() const {
     if (options_.world.size > 0) return options_.world.size;
-    return static_cast<std::size_t>(std::count_if(learners_.begin(), learners_.end(), [](const auto& kv) {
-      return kv.second.live && !kv.second.quarantined;
-    }));
+    return static_cast<std::size_t>(std::count_if(
+        learners_.begin(), learners_.end(), [](const auto& kv) { return kv.second.live && !kv.second.quarantined; }));
   }
 
   /// Takes the join `h` (of the syncer's model) from connection `from` at

@@ -32,8 +32,8 @@ namespace diloco::detail {
 
 /// What `round_merger::merge` made of a round.
 struct merged_round {
-  double scale = 1.0;              ///< share applied to the merged outer gradient
-  std::uint64_t max_staleness = 0; ///< largest (revision − base revision) merged
+  double scale = 1.0;                  ///< share applied to the merged outer gradient
+  std::uint64_t max_staleness = 0;     ///< largest (revision − base revision) merged
   std::optional<drop_reason> dropped;  ///< why nothing may be published; the fragment is unchanged
 };
 
@@ -48,7 +48,12 @@ class round_merger {
   /// The arguments are the syncer's and outlive this.
   round_merger(const syncer_options& options, syncer_metrics& metrics, syncer_log& log, syncer_learners& learners,
                OuterOptimizer& outer, MergePolicy& merge, const fragment_plan& plan) noexcept
-      : options_(options), metrics_(metrics), log_(log), learners_(learners), outer_(outer), merge_(merge),
+      : options_(options),
+        metrics_(metrics),
+        log_(log),
+        learners_(learners),
+        outer_(outer),
+        merge_(merge),
         plan_(plan) {}
 
   /// Sizes the scratch space for the largest fragment of the plan.
@@ -156,8 +161,8 @@ class round_merger {
                      time_point now) {
     if (options_.scaling == partial_rounds::full_step) return 1.0;
     const auto half = learners_.half_life();
-    const auto period = rounds::absent_half_life(learners_.step_time(), options_.training.sync_period,
-                                                 options_.heartbeat_timeout, 1.0);
+    const auto period =
+        rounds::absent_half_life(learners_.step_time(), options_.training.sync_period, options_.heartbeat_timeout, 1.0);
     const auto patience = period * options_.membership.silent_after;
     const auto silent_half = period * options_.membership.silent_half_life;
     // Absent learners are held to the learners doing the work now: one that
@@ -186,11 +191,8 @@ class round_merger {
       }
       const double presence = l.live ? rounds::activity(l.worked_at, now, patience, silent_half)
                                      : rounds::presence(l.live, l.gone_since, now, half);
-      members_.push_back({.in_round = false,
-                          .weight = weight,
-                          .live = l.live,
-                          .quarantined = l.quarantined,
-                          .presence = presence});
+      members_.push_back(
+          {.in_round = false, .weight = weight, .live = l.live, .quarantined = l.quarantined, .presence = presence});
     }
     const double cap = std::isfinite(weights.outlier) ? weights.outlier : weights.reference;
     return rounds::partial_round_scale(options_.scaling, members_, cap);
@@ -198,8 +200,10 @@ class round_merger {
 
   /// The threads the merge policy merges on (its `threads`, if it has one).
   unsigned merge_threads() const noexcept {
-    if constexpr (requires { unsigned(merge_.threads); }) return unsigned(merge_.threads);
-    else return 1;
+    if constexpr (requires { unsigned(merge_.threads); })
+      return unsigned(merge_.threads);
+    else
+      return 1;
   }
 
   /// Merges fragment p's round `f` into `delta`. A linear merge (a weighted

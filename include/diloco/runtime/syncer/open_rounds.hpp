@@ -38,7 +38,11 @@ class open_rounds {
   /// The arguments are the syncer's and outlive this.
   open_rounds(const syncer_options& options, syncer_metrics& metrics, syncer_log& log, const syncer_learners& learners,
               const MergePolicy& merge)
-      : options_(options), metrics_(metrics), log_(log), learners_(learners), merge_(merge),
+      : options_(options),
+        metrics_(metrics),
+        log_(log),
+        learners_(learners),
+        merge_(merge),
         quorum_time_(options.ema_decay) {}
 
   /// Every fragment at revision 0 with its values from `initial` (flat, in
@@ -142,8 +146,9 @@ class open_rounds {
     bool everyone_in = true;
     for (const auto& [id, l] : learners_) {
       const bool in = contributed(f, id);
-      const bool may_come = w.size == 0 ? !l.left : learners_.in_world(id) && !l.left &&
-                                                        (l.live || !l.gone_since || now - *l.gone_since < w.loss_wait);
+      const bool may_come = w.size == 0 ? !l.left
+                                        : learners_.in_world(id) && !l.left &&
+                                              (l.live || !l.gone_since || now - *l.gone_since < w.loss_wait);
       if ((may_come && !l.quarantined) || in) ++possible;
       if (l.live && !l.quarantined && !in) everyone_in = false;
     }

@@ -91,7 +91,8 @@ struct shard_options {
   void check(std::uint32_t fragments) const {
     if (count == 0) detail::bad_option("diloco::shard_options", "count", count, "must be at least 1");
     if (index >= count)
-      detail::bad_option("diloco::shard_options", "index", index, "must be below count (" + std::to_string(count) + ")");
+      detail::bad_option("diloco::shard_options", "index", index,
+                         "must be below count (" + std::to_string(count) + ")");
     if (count > fragments)
       detail::bad_option("diloco::shard_options", "count", count,
                          "must not exceed the fragments P (" + std::to_string(fragments) + ")");
@@ -104,10 +105,10 @@ struct shard_options {
 /// learner (`message_kind::end`; `learner::step` then returns `errc::ended`),
 /// and `run` returns; `syncer::ended()` says why.
 struct end_options {
-  std::uint64_t max_outer_updates = 0;  ///< revisions created, all fragments together
-  std::uint64_t max_tokens = 0;         ///< tokens trained into the global model (merged, per fragment)
-  std::uint64_t max_steps = 0;          ///< inner steps trained into the global model (merged, per fragment)
-  std::chrono::nanoseconds deadline{0}; ///< wall time since the syncer's first message
+  std::uint64_t max_outer_updates = 0;   ///< revisions created, all fragments together
+  std::uint64_t max_tokens = 0;          ///< tokens trained into the global model (merged, per fragment)
+  std::uint64_t max_steps = 0;           ///< inner steps trained into the global model (merged, per fragment)
+  std::chrono::nanoseconds deadline{0};  ///< wall time since the syncer's first message
   /// Once a learner has joined: when every learner has left or has been
   /// dead (silent past the heartbeat timeout) this much longer. Empty: never.
   std::optional<std::chrono::nanoseconds> when_all_gone{};
@@ -148,7 +149,7 @@ struct evaluation_context {
   /// The global parameters, flat in the layout's order, in the syncer's
   /// scalar type (`parameters_as<T>()`). Valid during the call only.
   std::variant<std::span<const float>, std::span<const double>> parameters;
-  std::uint64_t outer_updates = 0;           ///< revisions created so far, all fragments: a multiple of `evaluate_every`
+  std::uint64_t outer_updates = 0;  ///< revisions created so far, all fragments: a multiple of `evaluate_every`
   std::span<const std::uint64_t> revisions;  ///< each fragment's revision (valid during the call only)
   std::optional<double> training_loss{};     ///< `syncer::training_loss()` now
   time_point at{};
@@ -166,20 +167,20 @@ struct evaluation_context {
 /// every learner.
 struct syncer_options {
   training_config training;
-  world_options world{};             ///< a fixed set of M learners (synchronous modes); off by default
-  end_options end{};                 ///< when the run is over; no limit by default
-  shard_options shard{};             ///< which fragments this syncer owns (all, unless sharded)
-  std::uint32_t quorum = 1;          ///< K, distinct learners before a round may close (with a world: all of them)
-  double grace_factor = 0.5;         ///< γ in [0, 1): share of the slack spent waiting for more learners
+  world_options world{};      ///< a fixed set of M learners (synchronous modes); off by default
+  end_options end{};          ///< when the run is over; no limit by default
+  shard_options shard{};      ///< which fragments this syncer owns (all, unless sharded)
+  std::uint32_t quorum = 1;   ///< K, distinct learners before a round may close (with a world: all of them)
+  double grace_factor = 0.5;  ///< γ in [0, 1): share of the slack spent waiting for more learners
   std::chrono::nanoseconds max_grace = std::chrono::seconds(1);  ///< upper bound of one grace window
-  std::uint32_t max_staleness = 16;  ///< S: refuse a base more than S revisions old
-  std::uint32_t max_learners = 4096; ///< learners it keeps track of at once (every round visits them all)
+  std::uint32_t max_staleness = 16;                              ///< S: refuse a base more than S revisions old
+  std::uint32_t max_learners = 4096;  ///< learners it keeps track of at once (every round visits them all)
   std::chrono::nanoseconds heartbeat_timeout = std::chrono::seconds(10);  ///< silence before a learner is dead
   partial_rounds scaling = partial_rounds::all_share;
-  membership_options membership{};    ///< how absent learners count in partial rounds
-  screening_options screening{};      ///< clipping, bounds and quarantine (robustness to bad learners)
+  membership_options membership{};  ///< how absent learners count in partial rounds
+  screening_options screening{};    ///< clipping, bounds and quarantine (robustness to bad learners)
   update_recipients recipients = update_recipients::live_learners;
-  double ema_decay = 0.8;            ///< smoothing of step, quorum and transfer times
+  double ema_decay = 0.8;  ///< smoothing of step, quorum and transfer times
   /// The sink of the syncer's log lines: every refused message and liveness
   /// change, at most a few lines per reason every 10 s with a summary of
   /// what was held back. None by default: the syncer writes nothing

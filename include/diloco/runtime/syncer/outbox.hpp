@@ -33,7 +33,10 @@ class syncer_outbox {
  public:
   /// The arguments are the syncer's and outlive this.
   syncer_outbox(Transport& transport, const syncer_options& options, syncer_metrics& metrics, syncer_log& log)
-      : transport_(transport), options_(options), metrics_(metrics), log_(log),
+      : transport_(transport),
+        options_(options),
+        metrics_(metrics),
+        log_(log),
         update_codec_(codec_id_of<T>(options.training.codecs.updates)) {}
 
   /// A payload buffer of `bytes` from the pool.
@@ -44,8 +47,8 @@ class syncer_outbox {
   void reject(reject_reason why, const message_header& h, const learner_entry* to = nullptr) {
     ++metrics_.rejected[static_cast<std::size_t>(why)];
     if (options_.on_contribution && to && h.kind == message_kind::contribution)
-      options_.on_contribution(contribution_event{h.learner, h.incarnation, h.sequence, h.fragment, h.base_revision,
-                                                  false, why});
+      options_.on_contribution(
+          contribution_event{h.learner, h.incarnation, h.sequence, h.fragment, h.base_revision, false, why});
     log_(why, [&] { return "refused message " + syncer_log::describe(h) + ": " + std::string(to_string(why)); });
     if (to) send_reject(to->peer, h, why);
   }
@@ -147,8 +150,8 @@ class syncer_outbox {
     m.payload = pool_.acquire(payload::size(h.codec, f.global.size(), h.block));
     // The global values are finite (every outer step is checked), and a
     // compressed codec saturates rather than overflow: this cannot fail.
-    [[maybe_unused]] const bool encoded =
-        payload::encode<T>(h.codec, h.block, f.global.size(), [&](std::size_t i) { return f.global[i]; }, m.payload.bytes());
+    [[maybe_unused]] const bool encoded = payload::encode<T>(
+        h.codec, h.block, f.global.size(), [&](std::size_t i) { return f.global[i]; }, m.payload.bytes());
     assert(encoded);
     const std::size_t bytes = m.payload.size();  // the transport may take the payload
     if (transport_.try_send(l.peer, m)) {

@@ -60,7 +60,8 @@ class round_publisher {
       for (const auto& c : f.round)
         event.contributions.push_back({c.learner, c.incarnation, c.sequence, f.revision - 1 - c.base_revision});
     // Keys older than S revisions can never be accepted again: forget them.
-    std::erase_if(f.seen, [&](const auto& entry) { return std::get<2>(entry.first) + options_.max_staleness < f.revision; });
+    std::erase_if(f.seen,
+                  [&](const auto& entry) { return std::get<2>(entry.first) + options_.max_staleness < f.revision; });
 
     // The merged round leaves the fragment before anything is published: a
     // checkpoint that `before_publish` writes must not keep it as open.
@@ -94,8 +95,8 @@ class round_publisher {
     metrics_.contributions_dropped += f.round.size();
     metrics_.contributions_pending -= f.round.size();
     log_(syncer_log_category::rounds, [&] {
-      return "dropped a round of fragment " + std::to_string(p) + " at revision " + std::to_string(f.revision) +
-             " (" + std::string(to_string(why)) + ")" + describe_round(f);
+      return "dropped a round of fragment " + std::to_string(p) + " at revision " + std::to_string(f.revision) + " (" +
+             std::string(to_string(why)) + ")" + describe_round(f);
     });
     drop_event event{p, f.revision, why, now, {}};
     for (const auto& c : f.round)

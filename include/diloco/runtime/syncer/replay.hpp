@@ -40,8 +40,14 @@ class syncer_recovery {
   syncer_recovery(const parameter_layout& layout, const syncer_options& options, syncer_metrics& metrics,
                   syncer_learners& learners, open_rounds<T, MergePolicy>& rounds, OuterOptimizer& outer,
                   syncer_outbox<T, Transport>& outbox, end_rules& end) noexcept
-      : layout_(layout), options_(options), metrics_(metrics), learners_(learners), rounds_(rounds), outer_(outer),
-        outbox_(outbox), end_(end) {}
+      : layout_(layout),
+        options_(options),
+        metrics_(metrics),
+        learners_(learners),
+        rounds_(rounds),
+        outer_(outer),
+        outbox_(outbox),
+        end_(end) {}
 
   /// `syncer::save`: the state (`write_syncer_state`), then the outer optimizer's.
   void save(std::ostream& out) const {

@@ -129,11 +129,11 @@ inline std::uint64_t period_tokens(std::uint64_t tokens, std::uint64_t steps, st
 
 /// One learner of the table as the partial-round scale sees it.
 struct round_member {
-  bool in_round = false;     ///< it contributed to the round
-  double weight = 0.0;       ///< in the round: its period weight; absent: its `expected_weight`
+  bool in_round = false;  ///< it contributed to the round
+  double weight = 0.0;    ///< in the round: its period weight; absent: its `expected_weight`
   bool live = true;
   bool quarantined = false;
-  double presence = 1.0;     ///< absent: how much it still counts (`presence`)
+  double presence = 1.0;  ///< absent: how much it still counts (`presence`)
 };
 
 /// The share of the expected total weight that a round's contributors bring

@@ -76,12 +76,12 @@ namespace diloco {
 /// quarantined: everything it sends is refused as `quarantined` until it joins
 /// with a new incarnation.
 struct screening_options {
-  double clip_factor = 8.0;              ///< c ≥ 1; 0 turns clipping off
-  std::uint32_t history = 32;            ///< published norms per fragment kept for the reference
-  std::uint32_t min_reference = 3;       ///< values needed before anything is clipped
-  std::uint32_t quarantine_after = 3;    ///< bad contributions in a row; 0: never quarantine
-  double max_update_ratio = 100.0;       ///< bound on ‖Θ' − Θ‖ relative to the fragment; 0: no bound
-  double update_floor = 1e-1;            ///< RMS per element below which ‖Θ‖ counts as this much
+  double clip_factor = 8.0;            ///< c ≥ 1; 0 turns clipping off
+  std::uint32_t history = 32;          ///< published norms per fragment kept for the reference
+  std::uint32_t min_reference = 3;     ///< values needed before anything is clipped
+  std::uint32_t quarantine_after = 3;  ///< bad contributions in a row; 0: never quarantine
+  double max_update_ratio = 100.0;     ///< bound on ‖Θ' − Θ‖ relative to the fragment; 0: no bound
+  double update_floor = 1e-1;          ///< RMS per element below which ‖Θ‖ counts as this much
   std::uint64_t max_tokens_per_step = std::uint64_t{1} << 24;  ///< largest batch a step may claim
 
   /// Throws `std::invalid_argument` naming the first bad setting.
@@ -310,8 +310,8 @@ inline std::uint64_t credited_steps(std::uint64_t steps, std::uint32_t sync_peri
 /// and `factor` > 0). Saturates at 2^64 − 1.
 inline std::uint64_t credited_tokens(std::uint64_t tokens, std::uint64_t reported_steps, std::uint64_t steps,
                                      std::optional<double> typical, double factor) noexcept {
-  const bool capped = typical && *typical > 0.0 && factor > 0.0 &&
-                      double(tokens) > factor * *typical * double(reported_steps);
+  const bool capped =
+      typical && *typical > 0.0 && factor > 0.0 && double(tokens) > factor * *typical * double(reported_steps);
   if (!capped && steps == reported_steps) return tokens;
   const double per_step = capped ? factor * *typical : double(tokens) / double(reported_steps);
   const double t = per_step * double(steps);

@@ -165,7 +165,8 @@ inline syncer_metrics read_syncer_metrics_v3(std::istream& in) {
   constexpr std::size_t before = 11, reasons = 25, after = 11;
   static_assert(before + after <= syncer_counter_count && reasons <= reject_reason_count);
   syncer_metrics m;
-  for (std::size_t i = 0; i < before; ++i) m.*syncer_counter_fields[i] = serial::read_pod<std::uint64_t>(in, "counters");
+  for (std::size_t i = 0; i < before; ++i)
+    m.*syncer_counter_fields[i] = serial::read_pod<std::uint64_t>(in, "counters");
   for (std::size_t r = 0; r < reasons; ++r) m.rejected[r] = serial::read_pod<std::uint64_t>(in, "counters");
   for (std::size_t i = before; i < before + after; ++i)
     m.*syncer_counter_fields[i] = serial::read_pod<std::uint64_t>(in, "counters");

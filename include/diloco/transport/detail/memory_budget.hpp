@@ -19,9 +19,9 @@ namespace diloco::detail {
 /// so every count is atomic; each is exact once the threads that change it
 /// are quiet.
 struct memory_use {
-  std::atomic<std::uint64_t> inbound{0};   ///< buffers of unfinished inbound messages
-  std::atomic<std::uint64_t> outbound{0};  ///< bytes queued for sending, not yet written
-  std::atomic<std::uint64_t> evicted{0};   ///< unfinished inbound messages refused for the budget
+  std::atomic<std::uint64_t> inbound{0};        ///< buffers of unfinished inbound messages
+  std::atomic<std::uint64_t> outbound{0};       ///< bytes queued for sending, not yet written
+  std::atomic<std::uint64_t> evicted{0};        ///< unfinished inbound messages refused for the budget
   std::atomic<std::uint64_t> sends_refused{0};  ///< sends refused for the budget (not a peer's own queue limit)
 
   std::uint64_t held() const noexcept {

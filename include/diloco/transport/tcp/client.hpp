@@ -155,7 +155,6 @@ class client {
   std::atomic<std::uint64_t> connects_{0};
 };
 
-
 static_assert(blocking_transport<client>);
 
 }  // namespace diloco::tcp

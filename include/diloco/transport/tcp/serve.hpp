@@ -84,7 +84,6 @@ class syncer_driver {
   std::optional<time_point> armed_;
 };
 
-
 }  // namespace detail
 
 /// Serves `s` (a `diloco::syncer` whose transport is a `tcp::server`) on the
@@ -94,11 +93,10 @@ class syncer_driver {
 /// busy-waits. At stop it handles what has already arrived, then flushes the
 /// open rounds (like `syncer::run`).
 template <class Syncer>
-  requires std::is_same_v<std::remove_cvref_t<decltype(std::declval<Syncer&>().transport())>, server>
+requires std::is_same_v<std::remove_cvref_t<decltype(std::declval<Syncer&>().transport())>, server>
 void serve(Syncer& s, std::stop_token stop) {
   detail::syncer_driver<Syncer> driver(s);
   driver.run(std::move(stop));
 }
-
 
 }  // namespace diloco::tcp

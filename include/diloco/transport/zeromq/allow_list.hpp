@@ -48,8 +48,9 @@ inline std::vector<allowed_key> load_allow_list(const std::filesystem::path& pat
   std::vector<pending> entries;
   const auto require_learners = [&](const pending& p) {
     if (!p.learners)
-      throw fail(p.line, "the key has no 'learners = ...' line after it; add 'learners = <ids>' (like 0-3,7) "
-                         "for the learner ids it may speak for, or 'learners = *' to let it speak for any learner");
+      throw fail(p.line,
+                 "the key has no 'learners = ...' line after it; add 'learners = <ids>' (like 0-3,7) "
+                 "for the learner ids it may speak for, or 'learners = *' to let it speak for any learner");
   };
   std::size_t number = 0;
   for (std::string text; std::getline(in, text);) {
@@ -81,8 +82,7 @@ inline std::vector<allowed_key> load_allow_list(const std::filesystem::path& pat
       throw fail(number, "unknown field '" + name + "' (expected 'public-key' or 'learners')");
     }
   }
-  if (entries.empty())
-    throw std::runtime_error("diloco::zeromq: " + path.string() + " has no 'public-key = ...' line");
+  if (entries.empty()) throw std::runtime_error("diloco::zeromq: " + path.string() + " has no 'public-key = ...' line");
   require_learners(entries.back());
   std::vector<allowed_key> list;
   list.reserve(entries.size());

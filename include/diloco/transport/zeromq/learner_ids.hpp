@@ -55,13 +55,15 @@ class learner_ids {
     learner_ids ids;
     for (std::size_t start = 0;;) {
       const auto comma = all.find(',', start);
-      const std::string item =
-          detail::trim(std::string_view(all).substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+      const std::string item = detail::trim(
+          std::string_view(all).substr(start, comma == std::string::npos ? std::string::npos : comma - start));
       if (item.empty()) throw bad("an empty item between commas");
       if (item == "*") throw bad("'*' stands alone (it already means any learner)");
       const auto dash = item.find('-');
-      const auto first = number(dash == std::string::npos ? item : detail::trim(std::string_view(item).substr(0, dash)));
-      const auto last = dash == std::string::npos ? first : number(detail::trim(std::string_view(item).substr(dash + 1)));
+      const auto first =
+          number(dash == std::string::npos ? item : detail::trim(std::string_view(item).substr(0, dash)));
+      const auto last =
+          dash == std::string::npos ? first : number(detail::trim(std::string_view(item).substr(dash + 1)));
       if (!first || !last) throw bad("'" + item + "' is neither an id (0 to 4294967295) nor a range of ids (A-B)");
       if (*last < *first) throw bad("the range '" + item + "' ends before it starts");
       ids.add(*first, *last);

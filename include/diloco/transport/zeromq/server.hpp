@@ -22,9 +22,9 @@
 #include "diloco/concepts/transport.hpp"
 #include "diloco/error.hpp"
 #include "diloco/protocol/message.hpp"
+#include "diloco/transport/zeromq/detail/listener_watch.hpp"
 #include "diloco/transport/zeromq/detail/receiving.hpp"
 #include "diloco/transport/zeromq/detail/sending.hpp"
-#include "diloco/transport/zeromq/detail/listener_watch.hpp"
 #include "diloco/transport/zeromq/detail/socket.hpp"
 #include "diloco/transport/zeromq/learner_ids.hpp"
 #include "diloco/transport/zeromq/options.hpp"
@@ -155,7 +155,8 @@ class server {
           else if (watch_)
             items[watched++].socket = watch_->events().handle();
           try {
-            (void)::zmq::poll(items, static_cast<std::size_t>(watched), std::chrono::ceil<std::chrono::milliseconds>(wait));
+            (void)::zmq::poll(items, static_cast<std::size_t>(watched),
+                              std::chrono::ceil<std::chrono::milliseconds>(wait));
           } catch (const ::zmq::error_t&) {
             return false;
           }
@@ -192,7 +193,7 @@ class server {
   socket_options options_;
   /// Shared with libzmq's release of what was sent: outlives the socket.
   std::shared_ptr<diloco::detail::memory_use> memory_ = std::make_shared<diloco::detail::memory_use>();
-  std::unique_ptr<zap_handler> zap_;  ///< before the socket: destroyed after it
+  std::unique_ptr<zap_handler> zap_;   ///< before the socket: destroyed after it
   std::vector<learner_ids> learners_;  ///< by allow-list entry
   ::zmq::socket_t socket_;
   std::unique_ptr<detail::listener_watch> watch_;  ///< tcp only; after the socket: destroyed before it

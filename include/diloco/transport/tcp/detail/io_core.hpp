@@ -32,11 +32,11 @@
 
 #include "diloco/error.hpp"
 #include "diloco/protocol/buffer.hpp"
+#include "diloco/protocol/message.hpp"
+#include "diloco/protocol/wire.hpp"
 #include "diloco/transport/detail/memory_budget.hpp"
 #include "diloco/transport/tcp/detail/connection.hpp"
-#include "diloco/protocol/message.hpp"
 #include "diloco/transport/tcp/options.hpp"
-#include "diloco/protocol/wire.hpp"
 
 namespace diloco::tcp::detail {
 
@@ -456,6 +456,5 @@ class io_core {
   bool stopping_ = false;
   std::thread thread_;
 };
-
 
 }  // namespace diloco::tcp::detail

@@ -21,7 +21,6 @@
 #include <optional>
 #include <span>
 
-
 namespace diloco::zeromq::detail {
 
 // --- continuation frames ------------------------------------------------------

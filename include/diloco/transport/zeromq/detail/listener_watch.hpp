@@ -129,7 +129,9 @@ class listener_watch {
 
   /// Starts the monitor; call before `router` binds.
   listener_watch(::zmq::context_t& context, ::zmq::socket_t& router)
-      : router_(router), events_(context, ::zmq::socket_type::pair), stack_(std::make_unique<std::byte[]>(stack_bytes)) {
+      : router_(router),
+        events_(context, ::zmq::socket_type::pair),
+        stack_(std::make_unique<std::byte[]>(stack_bytes)) {
     static std::atomic<std::uint64_t> made{0};
     const std::string name = "inproc://diloco.zeromq.listener-watch." + std::to_string(made.fetch_add(1));
     if (zmq_socket_monitor(router.handle(), name.c_str(), ZMQ_EVENT_LISTENING | ZMQ_EVENT_ACCEPT_FAILED) != 0)

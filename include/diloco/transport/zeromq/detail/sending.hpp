@@ -118,7 +118,8 @@ inline std::error_code send(::zmq::socket_t& s, const std::string* prefix, messa
     return from_errno(e.num());
   }
   // After a routing id, libzmq never refuses the rest of the message.
-  const std::size_t chunk = o.chunk_bytes == 0 || n == 0 ? n : static_cast<std::size_t>(std::min<std::uint64_t>(o.chunk_bytes, n));
+  const std::size_t chunk =
+      o.chunk_bytes == 0 || n == 0 ? n : static_cast<std::size_t>(std::min<std::uint64_t>(o.chunk_bytes, n));
   auto* lent = new lent_message{};
   wire::encode_header(m.header, m.payload.bytes(), lent->header);
   lent->payload = std::move(m.payload);
