@@ -5,6 +5,8 @@
 #                                      # (the unit and runtime tests)
 #   bash scripts/sanitize.sh thread    # ThreadSanitizer: the `threads` suites (the
 #                                      # threaded runtime and the transports), not `slow`
+#   bash scripts/sanitize.sh address --build   # only configure and build
+#   bash scripts/sanitize.sh address --test    # only run what --build built
 #
 # Build folders: build-address, build-thread (or $2). Only the test program is
 # built (no tools, examples or benchmarks), with only the suites that run
@@ -26,20 +28,33 @@ cd "$(dirname "$0")/.."
 # stays at -O1: unoptimized code runs several times slower under it, and it
 # builds only the ten threaded suites.
 
+usage="usage: bash scripts/sanitize.sh address|thread [--build|--test] [build-dir]"
 kind=${1:-}
+step=all
+if [[ ${2:-} == --build || ${2:-} == --test ]]; then
+  step=${2#--}
+  set -- "$1" "${@:3}"
+fi
 case $kind in
   address) sanitizers=address,undefined; optimization=-O0; targets=(diloco_tests); with=unit; without="" ;;
   thread) sanitizers=thread; optimization=-O1; targets=(diloco_tests); with=threads; without=slow ;;
-  *) echo "usage: bash scripts/sanitize.sh address|thread [build-dir]" >&2; exit 2 ;;
+  *) echo "$usage" >&2; exit 2 ;;
 esac
 dir=${2:-build-$kind}
 jobs=$(nproc)
 
-CC=clang-14 CXX=clang++-14 cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=Sanitize -DCMAKE_CXX_FLAGS_SANITIZE="$optimization" \
-  -DDILOCO_SANITIZE="$sanitizers" -DDILOCO_WERROR=ON -DDILOCO_FUZZ=OFF -DDILOCO_ENABLE_CUDA=OFF -DDILOCO_WITH_TORCH=OFF \
-  -DDILOCO_BUILD_TOOLS=OFF -DDILOCO_BUILD_EXAMPLES=OFF -DDILOCO_BUILD_BENCH=OFF \
-  -DDILOCO_TESTS_WITH_LABEL="$with" -DDILOCO_TESTS_WITHOUT_LABEL="$without"
-for target in "${targets[@]}"; do cmake --build "$dir" -j"$jobs" --target "$target"; done
+if [[ $step != test ]]; then
+  CC=clang-14 CXX=clang++-14 cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=Sanitize -DCMAKE_CXX_FLAGS_SANITIZE="$optimization" \
+    -DDILOCO_SANITIZE="$sanitizers" -DDILOCO_WERROR=ON -DDILOCO_FUZZ=OFF -DDILOCO_ENABLE_CUDA=OFF -DDILOCO_WITH_TORCH=OFF \
+    -DDILOCO_BUILD_TOOLS=OFF -DDILOCO_BUILD_EXAMPLES=OFF -DDILOCO_BUILD_BENCH=OFF \
+    -DDILOCO_TESTS_WITH_LABEL="$with" -DDILOCO_TESTS_WITHOUT_LABEL="$without"
+  for target in "${targets[@]}"; do cmake --build "$dir" -j"$jobs" --target "$target"; done
+fi
+if [[ $step == build ]]; then exit 0; fi
+if [[ ! -f $dir/CTestTestfile.cmake ]]; then
+  echo "sanitize.sh: nothing built in $dir: run 'bash scripts/sanitize.sh $kind --build' first" >&2
+  exit 2
+fi
 labels=(-L "$with")
 if [[ -n $without ]]; then labels+=(-LE "$without"); fi
 ctest --test-dir "$dir" --output-on-failure -j"$jobs" "${labels[@]}"
