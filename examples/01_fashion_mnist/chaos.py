@@ -29,6 +29,12 @@ overwrite: docs/design.md, "Keeping every step"), to see what it costs.
 steps in DIR/learnerL/, so that a learner restarted after a kill resumes from
 it (docs/design.md, "Learner checkpoints").
 
+--learner-speed V (0 < V <= 1) makes every learner rest (1/V - 1) times as
+long as each step took (fashion_mnist --speeds): the learners train for a
+fixed time, and at full speed they would take every core they can get. The
+CTest tests run them at 0.5, so that the rest of the suite, running beside
+them, keeps half of the CPU.
+
 BIN_DIR is the build directory (tools/ and examples/01_fashion_mnist/ below it).
 """
 import argparse
@@ -113,6 +119,8 @@ def run_in(bins, out, mode, args, faults, net):
         learner += f" --checkpoint-dir {{dir}}/learner{{id}} --checkpoint-every {args.learner_checkpoints}"
     if args.adopt:
         learner += f" --adopt {args.adopt}"
+    if args.learner_speed < 1:
+        learner += " --speeds " + ",".join([str(args.learner_speed)] * m)
     command = [f"{bins}/tools/diloco_chaos", "--out", out, "--learners", str(m), "--duration", str(args.duration),
                "--syncer", syncer, "--learner", learner, "--seed", str(args.seed),
                "--title", f"{mode}_{'faults' if faults else 'no_faults'}", "--downtime-bound", str(args.bound),
@@ -254,9 +262,13 @@ def main():
                    "14mbit:10ms)")
     p.add_argument("--adopt", choices=["rebase", "lazy", "overwrite"],
                    help="the learners' adoption rule (fashion_mnist --adopt; default: the trainer's, rebase)")
+    p.add_argument("--learner-speed", type=float, default=1.0, metavar="V",
+                   help="every learner at this relative speed, in (0, 1] (fashion_mnist --speeds; default 1)")
     p.add_argument("--learner-checkpoints", type=int, default=0, metavar="N",
                    help="learners save a checkpoint every N inner steps and resume from it after a restart (0: off)")
     args = p.parse_args()
+    if not 0 < args.learner_speed <= 1:
+        p.error(f"--learner-speed must be in (0, 1], not {args.learner_speed}")
     out = args.out or tempfile.mkdtemp(prefix="diloco_chaos.")
 
     if args.compare:
