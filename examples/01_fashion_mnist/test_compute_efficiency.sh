@@ -62,8 +62,8 @@ else:
 PY
 }
 
-processes() {  # name, speeds, bound, mode, learner extra args
-  local name=$1 speeds=$2 bound=$3 mode=$4 largs=${5:-}
+processes() {  # name, speeds, bound, mode
+  local name=$1 speeds=$2 bound=$3 mode=$4
   local endpoint="tcp://127.0.0.1:$(port)"
   timeout 600 "$syncer" --endpoint "$endpoint" --learners 4 --fragments 4 --H 50 --quorum 1 --quiet \
     > "$work/$name.json" 2> "$work/$name.log" &
@@ -72,7 +72,7 @@ processes() {  # name, speeds, bound, mode, learner extra args
   local learners=() files=()
   for id in 0 1 2 3; do
     timeout 600 "$fashion" --role learner --mode decoupled --endpoint "$endpoint" --learners 4 --learner-id "$id" \
-      --steps "$steps" --speeds "$speeds" --progress 0 $largs \
+      --steps "$steps" --speeds "$speeds" --progress 0 \
       > "$work/$name.learner$id.json" 2> "$work/$name.learner$id.log" &
     learners+=($!)
     pids+=($!)
@@ -89,16 +89,19 @@ processes() {  # name, speeds, bound, mode, learner extra args
   check "$name" "$work/$name.json" "$bound" "$mode" "${files[@]}"
 }
 
+# one_process NAME BOUND MODE ARGS...: one fashion_mnist run with ARGS.
+one_process() {
+  local name=$1 bound=$2 mode=$3
+  shift 3
+  timeout 600 "$fashion" --mode decoupled --fragments 4 --H 50 --quorum 1 --steps "$steps" --progress 0 "$@" \
+    > "$work/$name.json" 2> "$work/$name.log" || { fail "$name: exit status $?"; cat "$work/$name.log"; }
+  [[ -s $work/$name.json ]] && check "$name" "$work/$name.json" "$bound" "$mode"
+}
+
 processes zmq-equal 1,1,1,1 0.95 at-least
 processes zmq-uneven 1,1,0.7,0.5 0.95 at-least
-timeout 600 "$fashion" --mode decoupled --learners 8 --fragments 4 --H 50 --quorum 1 --steps "$steps" \
-  --speeds 1,1,0.7,0.5,1,1,0.7,0.5 --progress 0 \
-  > "$work/threads-8.json" 2> "$work/threads-8.log" || { fail "threads-8: exit status $?"; cat "$work/threads-8.log"; }
-[[ -s $work/threads-8.json ]] && check threads-8 "$work/threads-8.json" 0.95 at-least
+one_process threads-8 0.95 at-least --learners 8 --speeds 1,1,0.7,0.5,1,1,0.7,0.5
 if [[ $contrast == --contrast ]]; then
-  timeout 600 "$fashion" --transport sim --mode decoupled --learners 4 --fragments 4 --H 50 --quorum 1 \
-    --steps "$steps" --speeds 1,1,0.7,0.5 --adopt overwrite --progress 0 \
-    > "$work/sim-overwrite.json" 2> "$work/sim-overwrite.log" || { fail "sim-overwrite: exit status $?"; cat "$work/sim-overwrite.log"; }
-  [[ -s $work/sim-overwrite.json ]] && check sim-overwrite "$work/sim-overwrite.json" 0.5 below
+  one_process sim-overwrite 0.5 below --transport sim --learners 4 --speeds 1,1,0.7,0.5 --adopt overwrite
 fi
 exit $((failures > 0))
