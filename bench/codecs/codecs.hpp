@@ -23,11 +23,11 @@ namespace bytes_per_param {
 inline constexpr double triad = 12;     ///< reads b, c; writes a
 inline constexpr double nesterov = 20;  ///< reads Θ, m, Δ; writes Θ, m
 /// encode_delta: reads base, θ (and residual), writes the encoding (and residual).
-inline double encode(diloco::codec::format f, std::size_t n, std::size_t block, bool feedback) {
+inline double encode(diloco::codec_id f, std::size_t n, std::size_t block, bool feedback) {
   return (feedback ? 16.0 : 8.0) + double(diloco::codec::encoded_size(f, n, block)) / double(n);
 }
 /// decode_accumulate: reads the encoding, reads and writes acc.
-inline double decode(diloco::codec::format f, std::size_t n, std::size_t block) {
+inline double decode(diloco::codec_id f, std::size_t n, std::size_t block) {
   return 8.0 + double(diloco::codec::encoded_size(f, n, block)) / double(n);
 }
 }  // namespace bytes_per_param
@@ -41,10 +41,10 @@ void triad(std::span<float> a, std::span<const float> b, std::span<const float> 
 // library.cpp
 
 /// `diloco::codec::encode_delta`.
-bool encode_delta(diloco::codec::format f, std::size_t block, std::span<const float> base, std::span<const float> theta,
+bool encode_delta(diloco::codec_id f, std::size_t block, std::span<const float> base, std::span<const float> theta,
                   std::span<float> residual, std::span<std::byte> out, unsigned threads);
 /// `diloco::codec::decode_accumulate`.
-void decode_accumulate(diloco::codec::format f, std::size_t block, std::span<const std::byte> in, float weight,
+void decode_accumulate(diloco::codec_id f, std::size_t block, std::span<const std::byte> in, float weight,
                        std::span<float> acc, unsigned threads);
 /// `diloco::outer::nesterov<float>::step` on fragment 0 (its options say how many threads).
 void nesterov_step(diloco::outer::nesterov<float>& optimizer, std::span<float> global, std::span<const float> delta);

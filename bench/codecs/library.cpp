@@ -4,12 +4,12 @@
 
 namespace bench {
 
-bool encode_delta(diloco::codec::format f, std::size_t block, std::span<const float> base, std::span<const float> theta,
+bool encode_delta(diloco::codec_id f, std::size_t block, std::span<const float> base, std::span<const float> theta,
                   std::span<float> residual, std::span<std::byte> out, unsigned threads) {
   return diloco::codec::encode_delta(f, block, base, theta, residual, out, threads);
 }
 
-void decode_accumulate(diloco::codec::format f, std::size_t block, std::span<const std::byte> in, float weight,
+void decode_accumulate(diloco::codec_id f, std::size_t block, std::span<const std::byte> in, float weight,
                        std::span<float> acc, unsigned threads) {
   diloco::codec::decode_accumulate(f, block, in, weight, acc, threads);
 }

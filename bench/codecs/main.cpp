@@ -48,7 +48,7 @@ namespace {
 using bench::summarize;
 using bench::summary;
 
-using diloco::codec::format;
+using diloco::codec_id;
 
 struct options {
   std::vector<std::size_t> sizes{std::size_t{16} << 20};
@@ -125,7 +125,7 @@ std::string check_prefix(std::span<const float> base, std::span<const float> the
                          unsigned threads) {
   using namespace diloco::codec;
   const std::size_t n = base.size();
-  for (const format f : formats) {
+  for (const codec_id f : float_codecs) {
     std::vector<float> delta(n), residual(n, 1e-4f), r_want(n);
     for (std::size_t i = 0; i < n; ++i) delta[i] = base[i] - theta[i] + residual[i];
     std::vector<std::byte> want(encoded_size(f, n, block)), got(want.size());
@@ -211,7 +211,7 @@ int run_size(const options& o, std::size_t n, unsigned many, const buffers& b) {
     methods.push_back(
         {"triad", t, bench::bytes_per_param::triad, [=] { bench::triad(triad_out, base, theta, 3.0f, t); }});
   // Per format: the encodings, then the decodings of what the last one wrote.
-  for (const format f : diloco::codec::formats) {
+  for (const codec_id f : diloco::codec::float_codecs) {
     const auto out = b.encoded.first<std::byte>(diloco::codec::encoded_size(f, n, o.block));
     const std::string fmt(diloco::codec::name(f));
     for (const bool feedback : {false, true})

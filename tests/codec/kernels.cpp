@@ -31,6 +31,7 @@
 namespace codec_kernels_test {
 
 using namespace diloco::codec;
+using diloco::codec_id;
 
 /// base and θ whose differences cover ordinary values, all-zero blocks, tiny
 /// (subnormal) and huge magnitudes and exact ties of the roundings.
@@ -69,7 +70,7 @@ std::vector<float> reference_delta(const inputs& in, bool feedback) {
   return d;
 }
 
-std::vector<std::byte> reference_encoding(format f, std::size_t block, const std::vector<float>& delta) {
+std::vector<std::byte> reference_encoding(codec_id f, std::size_t block, const std::vector<float>& delta) {
   std::vector<std::byte> out(encoded_size(f, delta.size(), block));
   const bool ok = encode(
       f, delta.size(), block, [&](std::size_t i) { return delta[i]; }, out);
@@ -77,7 +78,7 @@ std::vector<std::byte> reference_encoding(format f, std::size_t block, const std
   return out;
 }
 
-std::vector<float> reference_decoding(format f, std::size_t block, std::size_t n, const std::vector<std::byte>& in) {
+std::vector<float> reference_decoding(codec_id f, std::size_t block, std::size_t n, const std::vector<std::byte>& in) {
   std::vector<float> out(n, std::numeric_limits<float>::quiet_NaN());
   decode(f, n, block, in, [&](std::size_t i, float v) { out[i] = v; });
   return out;
@@ -133,7 +134,7 @@ scattered_theta scatter(const std::vector<float>& theta, std::size_t run_length)
 /// Runs encode_delta on `threads` threads and checks its bytes and residual
 /// against codec::encode and codec::decode of the Δ computed here. With
 /// `run_length` > 0, θ is scattered in runs (`scatter`) and read through them.
-void check_encode_delta(format f, std::size_t block, const inputs& in, bool feedback, unsigned threads,
+void check_encode_delta(codec_id f, std::size_t block, const inputs& in, bool feedback, unsigned threads,
                         std::size_t run_length = 0) {
   const std::size_t n = in.base.size();
   const auto delta = reference_delta(in, feedback);
@@ -174,23 +175,23 @@ void check_encode_delta(format f, std::size_t block, const inputs& in, bool feed
                                << ", Δ − decode(encode(Δ)) is " << value_at(want_residual, at));
 }
 
-void check_encode_delta(format f, std::size_t block, std::size_t n, bool feedback, unsigned threads, unsigned seed) {
+void check_encode_delta(codec_id f, std::size_t block, std::size_t n, bool feedback, unsigned threads, unsigned seed) {
   check_encode_delta(f, block, make_inputs(n, seed), feedback, threads);
 }
 
 /// A valid encoding of `n` values with every kind of code: random scales
 /// (some 0) and random codes (none of the invalid ones), written byte by byte
 /// here, not by the encoder.
-std::vector<std::byte> random_encoding(format f, std::size_t n, std::size_t block, unsigned seed) {
+std::vector<std::byte> random_encoding(codec_id f, std::size_t n, std::size_t block, unsigned seed) {
   std::mt19937 gen(seed);
   std::uniform_int_distribution<unsigned> byte(0, 255);
   std::normal_distribution<float> normal;
   std::vector<std::byte> out(encoded_size(f, n, block));
   auto random_float = [&] { return normal(gen) * std::ldexp(1.0f, int(byte(gen) % 40) - 20); };
-  if (f == format::fp32 || f == format::bf16) {
+  if (f == codec_id::f32 || f == codec_id::bf16) {
     for (std::size_t i = 0; i < n; ++i) {
       const float v = random_float();
-      if (f == format::fp32)
+      if (f == codec_id::f32)
         std::memcpy(out.data() + 4 * i, &v, 4);
       else
         std::memcpy(out.data() + 2 * i, reinterpret_cast<const char*>(&v) + 2, 2);  // the upper half: bf16
@@ -203,9 +204,9 @@ std::vector<std::byte> random_encoding(format f, std::size_t n, std::size_t bloc
       std::memcpy(p, &scale, 4);
       for (std::size_t i = 0; i < code_bytes(f, len); ++i) {
         unsigned c = byte(gen);
-        if (f == format::int8 && c == 0x80u) c = 0x81u;
-        if (f == format::fp8 && (c & 0x7Fu) == 0x7Fu) c ^= 0x01u;
-        if (f == format::int4) {
+        if (f == codec_id::int8 && c == 0x80u) c = 0x81u;
+        if (f == codec_id::fp8 && (c & 0x7Fu) == 0x7Fu) c ^= 0x01u;
+        if (f == codec_id::int4) {
           if ((c & 0xFu) == 0x8u) c ^= 0x1u;
           if ((c >> 4) == 0x8u) c ^= 0x10u;
           if (2 * i + 1 == len) c &= 0xFu;  // the odd tail's padding
@@ -219,7 +220,7 @@ std::vector<std::byte> random_encoding(format f, std::size_t n, std::size_t bloc
   return out;
 }
 
-void check_decode_accumulate(format f, std::size_t block, std::size_t n, unsigned threads, unsigned seed) {
+void check_decode_accumulate(codec_id f, std::size_t block, std::size_t n, unsigned threads, unsigned seed) {
   const auto bytes = random_encoding(f, n, block, seed);
   std::mt19937 gen(seed + 1);
   std::normal_distribution<float> normal;
@@ -250,7 +251,7 @@ BOOST_AUTO_TEST_SUITE(codec_kernels)
 
 BOOST_AUTO_TEST_CASE(encode_delta_writes_the_bytes_of_codec_encode) {
   unsigned seed = 1;
-  for (const format f : formats)
+  for (const codec_id f : float_codecs)
     for (const std::size_t block : blocks)
       for (const std::size_t n : sizes_for(block)) check_encode_delta(f, block, n, false, 1, seed++);
 }
@@ -259,7 +260,7 @@ BOOST_AUTO_TEST_CASE(theta_in_runs_gives_the_bytes_and_residual_of_theta_in_one_
   // Runs shorter and longer than a block, so that blocks lie within a run,
   // across two and across many; on 1 thread and on 3.
   unsigned seed = 50;
-  for (const format f : formats)
+  for (const codec_id f : float_codecs)
     for (const std::size_t block : {std::size_t{256}, std::size_t{7}})
       for (const std::size_t run_length : {std::size_t{1000}, std::size_t{300}, std::size_t{5}})
         for (const bool feedback : {false, true}) {
@@ -270,7 +271,7 @@ BOOST_AUTO_TEST_CASE(theta_in_runs_gives_the_bytes_and_residual_of_theta_in_one_
 
 BOOST_AUTO_TEST_CASE(error_feedback_leaves_the_encoding_error) {
   unsigned seed = 100;
-  for (const format f : formats)
+  for (const codec_id f : float_codecs)
     for (const std::size_t block : blocks)
       for (const std::size_t n : sizes_for(block)) check_encode_delta(f, block, n, true, 1, seed++);
 }
@@ -280,13 +281,13 @@ BOOST_AUTO_TEST_CASE(error_feedback_carries_the_error_into_the_next_encoding) {
   // absmax 1: 0.3·127 = 38.1 → 38, decoded 38/127; residual 0.3 − 38/127.
   // Round 2 with the same base and θ: Δ₂ = (1, 0.3 + residual₁).
   std::vector<float> base{1.0f, 0.3f}, theta{0.0f, 0.0f}, residual{0.0f, 0.0f};
-  std::vector<std::byte> out(encoded_size(format::int8, 2, 256));
-  BOOST_TEST_REQUIRE(encode_delta(format::int8, 256, base, theta, residual, out, 1));
+  std::vector<std::byte> out(encoded_size(codec_id::int8, 2, 256));
+  BOOST_TEST_REQUIRE(encode_delta(codec_id::int8, 256, base, theta, residual, out, 1));
   BOOST_TEST(std::to_integer<int>(out[5]) == 38);
   const float r1 = 0.3f - 38.0f / 127.0f * 1.0f;
   BOOST_TEST(residual[0] == 0.0f);
   BOOST_TEST(residual[1] == r1);
-  BOOST_TEST_REQUIRE(encode_delta(format::int8, 256, base, theta, residual, out, 1));
+  BOOST_TEST_REQUIRE(encode_delta(codec_id::int8, 256, base, theta, residual, out, 1));
   const float d2 = 0.3f + r1;  // 38.2 or so: still 38
   BOOST_TEST(std::to_integer<int>(out[5]) == 38);
   BOOST_TEST(residual[1] == d2 - 38.0f / 127.0f * 1.0f);
@@ -309,12 +310,12 @@ BOOST_AUTO_TEST_CASE(error_feedback_sends_over_rounds_what_one_round_drops) {
   }
   std::vector<float> residual(n, 0.0f);
   std::vector<double> sent_sum(n, 0.0), plain_sum(n, 0.0);
-  std::vector<std::byte> bytes(encoded_size(format::int4, n, n)), plain(bytes.size());
+  std::vector<std::byte> bytes(encoded_size(codec_id::int4, n, n)), plain(bytes.size());
   for (std::size_t r = 0; r < rounds; ++r) {
-    BOOST_TEST_REQUIRE(encode_delta(format::int4, n, base, theta, residual, bytes, 1));
-    BOOST_TEST_REQUIRE(encode_delta(format::int4, n, base, theta, {}, plain, 1));
-    const auto sent = reference_decoding(format::int4, n, n, bytes),
-               once = reference_decoding(format::int4, n, n, plain);
+    BOOST_TEST_REQUIRE(encode_delta(codec_id::int4, n, base, theta, residual, bytes, 1));
+    BOOST_TEST_REQUIRE(encode_delta(codec_id::int4, n, base, theta, {}, plain, 1));
+    const auto sent = reference_decoding(codec_id::int4, n, n, bytes),
+               once = reference_decoding(codec_id::int4, n, n, plain);
     for (std::size_t i = 0; i < n; ++i) sent_sum[i] += sent[i], plain_sum[i] += once[i];
   }
   double feedback_error = 0.0, plain_error = 0.0;
@@ -333,7 +334,7 @@ BOOST_AUTO_TEST_CASE(non_finite_delta_is_refused_and_the_residual_restarts) {
   const float big = std::numeric_limits<float>::max();
   for (const std::size_t n : {std::size_t{300}, threaded_n}) {
     const inputs finite = make_inputs(n, 7);
-    for (const format f : formats)
+    for (const codec_id f : float_codecs)
       for (const std::size_t at : {std::size_t{0}, n / 2 + 1, n - 1})
         for (int where = 0; where < 4; ++where)
           for (const unsigned threads : {1u, 3u}) {
@@ -358,16 +359,27 @@ BOOST_AUTO_TEST_CASE(non_finite_delta_is_refused_and_the_residual_restarts) {
 BOOST_AUTO_TEST_CASE(a_wrong_output_size_is_refused_and_nothing_changes) {
   const inputs in = make_inputs(300, 3);
   std::vector<float> residual = in.residual;
-  std::vector<std::byte> out(encoded_size(format::int8, 300, default_block) - 1);
-  BOOST_TEST(!encode_delta(format::int8, default_block, in.base, in.theta, residual, out, 1));
+  std::vector<std::byte> out(encoded_size(codec_id::int8, 300, default_block) - 1);
+  BOOST_TEST(!encode_delta(codec_id::int8, default_block, in.base, in.theta, residual, out, 1));
   BOOST_TEST(residual == in.residual);
-  std::vector<std::byte> right(encoded_size(format::int8, 300, default_block));
-  BOOST_TEST(!encode_delta(format::int8, 0, in.base, in.theta, residual, right, 1));  // block 0
+  std::vector<std::byte> right(encoded_size(codec_id::int8, 300, default_block));
+  BOOST_TEST(!encode_delta(codec_id::int8, 0, in.base, in.theta, residual, right, 1));  // block 0
+}
+
+BOOST_AUTO_TEST_CASE(a_codec_that_is_not_a_float_codec_is_refused_and_nothing_changes) {
+  const inputs in = make_inputs(300, 3);
+  for (const codec_id c : {codec_id::none, codec_id::f64, codec_id::bytes}) {
+    std::vector<float> residual = in.residual;
+    std::vector<std::byte> out(encoded_size(c, 300, default_block), std::byte{0x5A});
+    BOOST_TEST(!encode_delta(c, default_block, in.base, in.theta, residual, out, 1), name(c));
+    BOOST_TEST(residual == in.residual, name(c));
+    BOOST_TEST(std::ranges::count(out, std::byte{0x5A}) == std::ptrdiff_t(out.size()), name(c) << " wrote bytes");
+  }
 }
 
 BOOST_AUTO_TEST_CASE(decode_accumulate_adds_what_codec_decode_gives) {
   unsigned seed = 200;
-  for (const format f : formats)
+  for (const codec_id f : float_codecs)
     for (const std::size_t block : blocks)
       for (const std::size_t n : sizes_for(block)) check_decode_accumulate(f, block, n, 1, seed++);
 }
@@ -375,10 +387,10 @@ BOOST_AUTO_TEST_CASE(decode_accumulate_adds_what_codec_decode_gives) {
 BOOST_AUTO_TEST_CASE(decode_accumulate_of_encode_delta_is_the_weighted_sum) {
   // By hand: fp32 is exact, so acc = 1 + 0.5 · (base − θ).
   const std::vector<float> base{3.0f, -1.0f, 0.5f}, theta{1.0f, 1.0f, 0.25f};
-  std::vector<std::byte> bytes(encoded_size(format::fp32, 3, 256));
-  BOOST_TEST_REQUIRE(encode_delta(format::fp32, 256, base, theta, {}, bytes, 1));
+  std::vector<std::byte> bytes(encoded_size(codec_id::f32, 3, 256));
+  BOOST_TEST_REQUIRE(encode_delta(codec_id::f32, 256, base, theta, {}, bytes, 1));
   std::vector<float> acc(3, 1.0f);
-  decode_accumulate(format::fp32, 256, bytes, 0.5f, acc, 1);
+  decode_accumulate(codec_id::f32, 256, bytes, 0.5f, acc, 1);
   BOOST_TEST(acc == (std::vector<float>{2.0f, 0.0f, 1.125f}), boost::test_tools::per_element());
 }
 
@@ -386,7 +398,7 @@ BOOST_AUTO_TEST_CASE(results_do_not_depend_on_the_thread_count) {
   // threaded_n gives 3 threads a share each; the results must equal the
   // references (hence each other) bit for bit.
   const inputs in = make_inputs(threaded_n, 300);
-  for (const format f : formats)
+  for (const codec_id f : float_codecs)
     for (const std::size_t block : {std::size_t{256}, std::size_t{7}})
       for (const unsigned threads : {2u, 3u, 0u}) {  // 1 thread: the cases above
         check_encode_delta(f, block, in, false, threads);
@@ -418,7 +430,7 @@ BOOST_AUTO_TEST_CASE(every_copy_of_the_fused_passes_gives_the_same_bits) {
     // cases above cover the thread counts (with the default copy); sizes
     // cross block boundaries and leave short last blocks.
     unsigned seed = 500;
-    for (const format f : formats)
+    for (const codec_id f : float_codecs)
       for (const std::size_t block : {std::size_t{256}, std::size_t{64}, std::size_t{7}})
         for (const std::size_t n : {block + 5, std::size_t{4099}}) {
           for (const bool feedback : {false, true}) check_encode_delta(f, block, n, feedback, 1, seed++);

@@ -24,6 +24,7 @@
 namespace {
 
 namespace codec = diloco::codec;
+using diloco::codec_id;
 namespace dc = diloco::cuda;
 namespace t = diloco::test::cuda;
 
@@ -51,7 +52,7 @@ inputs make_inputs(std::size_t n, float scale, std::uint32_t seed) {
   return in;
 }
 
-void check_encode(codec::format f, std::size_t n, std::size_t block, float scale, bool feedback) {
+void check_encode(codec_id f, std::size_t n, std::size_t block, float scale, bool feedback) {
   const std::string what = std::string(codec::name(f)) + " n=" + std::to_string(n) + " block=" + std::to_string(block) +
                            " scale=" + std::to_string(scale) + (feedback ? " with residual" : "");
   const inputs in = make_inputs(n, scale, static_cast<std::uint32_t>(n * 31 + block));
@@ -83,7 +84,7 @@ void check_encode(codec::format f, std::size_t n, std::size_t block, float scale
 }
 
 DILOCO_CUDA_TEST(codec, encode_delta_matches_codec_encode) {
-  for (const codec::format f : codec::formats)
+  for (const codec_id f : codec::float_codecs)
     for (const std::size_t n : {1u, 7u, 255u, 256u, 257u, 1000u, 4099u, 70001u})
       for (const std::size_t block : {1u, 3u, 32u, 256u, 300u})
         for (const float scale : {1.0f, 3e-36f, 1e30f})
@@ -91,7 +92,7 @@ DILOCO_CUDA_TEST(codec, encode_delta_matches_codec_encode) {
 }
 
 DILOCO_CUDA_TEST(codec, non_finite_delta_is_refused) {
-  for (const codec::format f : codec::formats)
+  for (const codec_id f : codec::float_codecs)
     for (const float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
       inputs in = make_inputs(1000, 1.0f, 5);
       in.theta[613] = bad;
@@ -117,29 +118,28 @@ DILOCO_CUDA_TEST(codec, non_finite_delta_is_refused) {
 
 DILOCO_CUDA_TEST(codec, encode_delta_rejects_bad_arguments) {
   dc::device_buffer<float> x(10);
-  dc::device_buffer<std::byte> out(codec::encoded_size(codec::format::int8, 10, 4));
+  dc::device_buffer<std::byte> out(codec::encoded_size(codec_id::int8, 10, 4));
   dc::device_buffer<unsigned> refused(1);
   const std::span<const float> v(x.span());
-  CUDA_TEST_CHECK(dc::encode_delta(codec::format::int8, 4, v, v.first(9), {}, out.span(), refused.data(), nullptr) ==
+  CUDA_TEST_CHECK(dc::encode_delta(codec_id::int8, 4, v, v.first(9), {}, out.span(), refused.data(), nullptr) ==
                       cudaErrorInvalidValue,
                   "θ of another size");
-  CUDA_TEST_CHECK(dc::encode_delta(codec::format::int8, 4, v, v, {}, out.span().first(5), refused.data(), nullptr) ==
+  CUDA_TEST_CHECK(dc::encode_delta(codec_id::int8, 4, v, v, {}, out.span().first(5), refused.data(), nullptr) ==
                       cudaErrorInvalidValue,
                   "an output of the wrong size");
   CUDA_TEST_CHECK(
-      dc::encode_delta(codec::format::int8, 0, v, v, {}, out.span(), refused.data(), nullptr) == cudaErrorInvalidValue,
+      dc::encode_delta(codec_id::int8, 0, v, v, {}, out.span(), refused.data(), nullptr) == cudaErrorInvalidValue,
       "a zero block");
-  CUDA_TEST_CHECK(
-      dc::encode_delta(codec::format::int8, 4, v, v, {}, out.span(), nullptr, nullptr) == cudaErrorInvalidValue,
-      "no refusal flag");
+  CUDA_TEST_CHECK(dc::encode_delta(codec_id::int8, 4, v, v, {}, out.span(), nullptr, nullptr) == cudaErrorInvalidValue,
+                  "no refusal flag");
   dc::device_buffer<std::byte> dense(4 * 10 + 1);
-  CUDA_TEST_CHECK(dc::encode_delta(codec::format::fp32, 4, v, v, {}, dense.span().subspan(1), refused.data(),
-                                   nullptr) == cudaErrorInvalidValue,
+  CUDA_TEST_CHECK(dc::encode_delta(codec_id::f32, 4, v, v, {}, dense.span().subspan(1), refused.data(), nullptr) ==
+                      cudaErrorInvalidValue,
                   "a misaligned fp32 output");
 }
 
 template <class T>
-void check_decode(codec::format f, std::size_t n, std::size_t block, T weight) {
+void check_decode(codec_id f, std::size_t n, std::size_t block, T weight) {
   const std::string what = std::string(codec::name(f)) + " n=" + std::to_string(n) + " block=" + std::to_string(block) +
                            (sizeof(T) == 8 ? " double" : " float");
   const inputs in = make_inputs(n, 2.5f, static_cast<std::uint32_t>(n + 17 * block));
@@ -170,7 +170,7 @@ void check_decode(codec::format f, std::size_t n, std::size_t block, T weight) {
 }
 
 DILOCO_CUDA_TEST(codec, decode_accumulate_matches_the_cpu_loop) {
-  for (const codec::format f : codec::formats)
+  for (const codec_id f : codec::float_codecs)
     for (const std::size_t n : {1u, 255u, 257u, 4099u, 70001u})
       for (const std::size_t block : {1u, 3u, 256u, 300u}) {
         check_decode<float>(f, n, block, 0.37f);

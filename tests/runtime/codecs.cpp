@@ -44,7 +44,7 @@ message with_payload(message m, codec_id codec, std::uint32_t block, const std::
   return m;
 }
 
-syncer_options with_codecs(codec::format contributions, codec::format updates, std::uint32_t block) {
+syncer_options with_codecs(codec_id contributions, codec_id updates, std::uint32_t block) {
   auto o = fixture::options();
   o.training.codecs = {.contributions = contributions, .updates = updates, .block = block};
   return o;
@@ -155,8 +155,24 @@ std::vector<double> read_int4(const message& m) {
 
 BOOST_AUTO_TEST_SUITE(runtime_codecs)
 
+BOOST_FIXTURE_TEST_CASE(a_codec_a_float_model_cannot_travel_in_is_refused_by_name, fixture) {
+  for (const codec_id c : {codec_id::none, codec_id::f64, codec_id::bytes}) {
+    for (const bool contributions : {true, false}) {
+      const auto o = contributions ? with_codecs(c, codec_id::f32, 4) : with_codecs(codec_id::f32, c, 4);
+      const std::string field = contributions ? "contributions" : "updates";
+      try {
+        test_syncer s(layout, initial, syncer_end, o);
+        BOOST_ERROR(field << " = " << codec::name(c) << " was accepted");
+      } catch (const std::invalid_argument& e) {
+        const std::string what = e.what();
+        BOOST_TEST(what.find(field + " = " + std::string(codec::name(c))) != std::string::npos, what);
+      }
+    }
+  }
+}
+
 BOOST_FIXTURE_TEST_CASE(the_welcome_names_the_codec_and_an_int8_outer_gradient_is_merged_decoded, fixture) {
-  test_syncer s(layout, initial, syncer_end, with_codecs(codec::format::int8, codec::format::fp32, 4));
+  test_syncer s(layout, initial, syncer_end, with_codecs(codec_id::int8, codec_id::f32, 4));
   send(0, join(0));
   deliver(s);
   const auto got = inbox(0);
@@ -184,7 +200,7 @@ BOOST_FIXTURE_TEST_CASE(the_welcome_names_the_codec_and_an_int8_outer_gradient_i
 }
 
 BOOST_FIXTURE_TEST_CASE(malformed_compressed_outer_gradients_are_refused_and_change_nothing, fixture) {
-  auto o = with_codecs(codec::format::int8, codec::format::fp32, 4);
+  auto o = with_codecs(codec_id::int8, codec_id::f32, 4);
   o.screening.quarantine_after = 0;  // every refusal here counts against learner 0: keep it in
   test_syncer s(layout, initial, syncer_end, o);
   join_all(s, 1);
@@ -224,7 +240,7 @@ BOOST_FIXTURE_TEST_CASE(malformed_compressed_outer_gradients_are_refused_and_cha
 }
 
 BOOST_FIXTURE_TEST_CASE(updates_travel_in_the_update_codec_and_the_syncer_keeps_full_precision, fixture) {
-  test_syncer s(layout, initial, syncer_end, with_codecs(codec::format::fp32, codec::format::bf16, 256));
+  test_syncer s(layout, initial, syncer_end, with_codecs(codec_id::f32, codec_id::bf16, 256));
   join_all(s, 1);
   // Θ₀ becomes 1 + 2⁻⁸ (a tie between two bfloat16s: to the even one, 1)
   // and Θ₁ 2 + 3·2⁻⁷ (a tie between 2 + 2·2⁻⁷ and 2 + 4·2⁻⁷: the even one, 2 + 2⁻⁵).
@@ -272,11 +288,11 @@ void compressed_and_decoded_rounds_merge_alike() {
   for (int m = 0; m < 3; ++m) {
     std::vector<float> delta(n);
     for (auto& d : delta) d = float(rng.uniform() - 0.5) * float(m + 1);
-    auto& bytes = encoded.emplace_back(codec::encoded_size(codec::format::int4, n, 4));
+    auto& bytes = encoded.emplace_back(codec::encoded_size(codec_id::int4, n, 4));
     BOOST_TEST_REQUIRE(codec::encode(
-        codec::format::int4, n, 4, [&](std::size_t i) { return delta[i]; }, bytes));
+        codec_id::int4, n, 4, [&](std::size_t i) { return delta[i]; }, bytes));
     auto& values = decoded.emplace_back(n);
-    codec::decode(codec::format::int4, n, 4, bytes, [&](std::size_t i, float v) { values[i] = v; });
+    codec::decode(codec_id::int4, n, 4, bytes, [&](std::size_t i, float v) { values[i] = v; });
   }
   std::vector<double> results[2];
   for (int compressed = 0; compressed < 2; ++compressed) {

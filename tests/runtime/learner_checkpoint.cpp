@@ -237,7 +237,7 @@ BOOST_AUTO_TEST_CASE(an_unchanged_fragment_is_resumed_and_a_moved_one_overwritte
 BOOST_AUTO_TEST_CASE(a_restored_learner_sends_its_error_feedback_residual_as_if_it_had_not_stopped) {
   // int4 in blocks of 2 values rounds coarsely: every send leaves a residual.
   const training_config training{
-      .fragments = 2, .sync_period = 4, .overlap = 1, .codecs = {.contributions = codec::format::int4, .block = 2}};
+      .fragments = 2, .sync_period = 4, .overlap = 1, .codecs = {.contributions = codec_id::int4, .block = 2}};
   world w(training);
   unit a(w, 0, {.id = 0, .incarnation = 1, .error_feedback = true}, 2);
   toy::teacher<float> data(features, 5);

@@ -154,7 +154,7 @@ BOOST_AUTO_TEST_CASE(decoupled_with_compression_mixing_and_error_feedback_trains
   // mixing) with fragments whose slices are not contiguous in θ.
   auto setup = presets::decoupled_diloco<T>(/*H=*/4, /*P=*/3, /*quorum=*/1, /*overlap=*/1);
   setup.training.mixing = 0.5;
-  setup.training.codecs = {.contributions = codec::format::int8, .updates = codec::format::bf16, .block = 5};
+  setup.training.codecs = {.contributions = codec_id::int8, .updates = codec_id::bf16, .block = 5};
   for (const auto rule : {adoption_rule::rebase, adoption_rule::overwrite}) {
     BOOST_TEST_CONTEXT("adoption rule " << name(rule)) {
       const auto host = run<false>(setup, true, 60, rule);
@@ -176,7 +176,7 @@ BOOST_AUTO_TEST_CASE(a_fenced_learner_resumes_from_its_checkpoint) {
   // A state saved by a fenced learner loads into a new fenced learner: θ is
   // written through the space, and equals what was saved.
   auto setup = presets::decoupled_diloco<T>(4, 2);
-  setup.training.codecs = {.contributions = codec::format::int4, .updates = codec::format::fp32, .block = 4};
+  setup.training.codecs = {.contributions = codec_id::int4, .updates = codec_id::f32, .block = 4};
   const auto ran = run<true>(setup, false, 30);
   fenced::arena arena;
   fenced::linear_regression<T> model(arena, features, 555);

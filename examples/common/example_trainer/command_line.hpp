@@ -99,11 +99,11 @@ inline void add_transport(CLI::App& app, run_settings& s) {
 
 /// --codec, --update-codec, --codec-block, --error-feedback.
 inline void add_codecs(CLI::App& app, run_settings& s) {
-  const std::vector<std::pair<std::string, diloco::codec::format>> formats{{"fp32", diloco::codec::format::fp32},
-                                                                           {"bf16", diloco::codec::format::bf16},
-                                                                           {"int8", diloco::codec::format::int8},
-                                                                           {"fp8", diloco::codec::format::fp8},
-                                                                           {"int4", diloco::codec::format::int4}};
+  const std::vector<std::pair<std::string, diloco::codec_id>> formats{{"fp32", diloco::codec_id::f32},
+                                                                      {"bf16", diloco::codec_id::bf16},
+                                                                      {"int8", diloco::codec_id::int8},
+                                                                      {"fp8", diloco::codec_id::fp8},
+                                                                      {"int4", diloco::codec_id::int4}};
   add_choice(app, "--codec", s.codecs.contributions, formats, "codec",
              "outer gradients, learners to syncer: fp32, or compressed: bf16, int8, fp8 (E4M3), int4 (fp32)");
   add_choice(app, "--update-codec", s.codecs.updates, formats, "codec",

@@ -1,4 +1,4 @@
-// The payload formats of the codecs (docs/protocol.md, "Codecs"): fp32,
+// The payloads of the float codecs (docs/protocol.md, "Codecs"): fp32,
 // bf16, and the block-scaled int8, fp8 (E4M3) and int4. Encoding reads each
 // value once through a callable, so that the outer gradient `base − θ` can be
 // computed and encoded in one pass; decoding hands each value to a callable,
@@ -13,61 +13,35 @@
 #include <span>
 #include <string_view>
 
+#include "diloco/codec/codec_id.hpp"
 #include "diloco/codec/element.hpp"
 
 namespace diloco::codec {
-
-/// How a fragment's values travel.
-enum class format : std::uint8_t {
-  fp32,  ///< IEEE binary32, 4 bytes a value
-  bf16,  ///< bfloat16, 2 bytes a value (rounded to nearest even, saturating)
-  int8,  ///< per block: f32 absmax, then one int8 in [−127, 127] a value: x ≈ q/127 · absmax
-  fp8,   ///< per block: f32 absmax, then one E4M3 code a value: x ≈ e4m3(c)/448 · absmax
-  int4,  ///< per block: f32 absmax, then two int4 in [−7, 7] a byte (low nibble first): x ≈ q/7 · absmax
-};
-
-inline constexpr format formats[] = {format::fp32, format::bf16, format::int8, format::fp8, format::int4};
 
 /// Values per scaled block unless the configuration says otherwise. At 256,
 /// int8 and fp8 send 1024/260 = 3.94× and int4 1024/132 = 7.76× fewer bytes
 /// than fp32.
 inline constexpr std::size_t default_block = 256;
 
-constexpr std::string_view name(format f) noexcept {
+/// Bytes of a block of `n` codes (not counting its scale); for the codecs
+/// without blocks, of `n` values.
+constexpr std::size_t code_bytes(codec_id f, std::size_t n) noexcept {
   switch (f) {
-    case format::fp32: return "fp32";
-    case format::bf16: return "bf16";
-    case format::int8: return "int8";
-    case format::fp8: return "fp8";
-    case format::int4: return "int4";
-  }
-  return "unknown";
-}
-
-/// The format named `text` ("fp32", "bf16", "int8", "fp8", "int4").
-constexpr std::optional<format> parse(std::string_view text) noexcept {
-  for (const format f : formats)
-    if (name(f) == text) return f;
-  return std::nullopt;
-}
-
-constexpr bool block_scaled(format f) noexcept { return f == format::int8 || f == format::fp8 || f == format::int4; }
-
-/// Bytes of a block of `n` codes (not counting its scale).
-constexpr std::size_t code_bytes(format f, std::size_t n) noexcept {
-  switch (f) {
-    case format::fp32: return 4 * n;
-    case format::bf16: return 2 * n;
-    case format::int8:
-    case format::fp8: return n;
-    case format::int4: return (n + 1) / 2;
+    case codec_id::f32: return 4 * n;
+    case codec_id::bf16: return 2 * n;
+    case codec_id::int8:
+    case codec_id::fp8: return n;
+    case codec_id::int4: return (n + 1) / 2;
+    case codec_id::f64: return 8 * n;
+    case codec_id::bytes: return n;
+    case codec_id::none: break;
   }
   return 0;
 }
 
-/// Bytes of `n` values in format `f` with blocks of `block` values (`block`
-/// ≥ 1; ignored by fp32 and bf16).
-constexpr std::size_t encoded_size(format f, std::size_t n, std::size_t block) noexcept {
+/// Bytes of `n` values in codec `f` with blocks of `block` values (`block`
+/// ≥ 1 for a block-scaled codec; ignored by the others). 0 for `none`.
+constexpr std::size_t encoded_size(codec_id f, std::size_t n, std::size_t block) noexcept {
   if (!block_scaled(f)) return code_bytes(f, n);
   const std::size_t whole = n / block, tail = n % block;
   return whole * (4 + code_bytes(f, block)) + (tail ? 4 + code_bytes(f, tail) : 0);
@@ -77,16 +51,20 @@ constexpr std::size_t encoded_size(format f, std::size_t n, std::size_t block) n
 /// whose largest magnitude is `absmax`: half a quantization step, plus the
 /// float rounding of the scaling (4 units of roundoff of absmax) and, where
 /// results are subnormal, half the smallest subnormal step.
-inline double error_bound(format f, double x, double absmax) noexcept {
+inline double error_bound(codec_id f, double x, double absmax) noexcept {
   constexpr double eps = 0x1p-24;         // the unit roundoff of binary32
   constexpr double subnormal = 0x1p-149;  // the smallest positive binary32
   switch (f) {
-    case format::fp32: return 0.0;
-    case format::bf16: return std::fmax(std::fabs(x) * 0x1p-8, 0x1p-134);  // half an ulp of 8 significant bits
-    case format::int8: return absmax * (0.5 / 127 + 4 * eps) + subnormal;
-    case format::int4: return absmax * (0.5 / 7 + 4 * eps) + subnormal;
-    case format::fp8:  // relative 2^-4 for normal E4M3, absolute 2^-10 (half the subnormal step) in units of absmax/448
+    case codec_id::f32: return 0.0;
+    case codec_id::bf16: return std::fmax(std::fabs(x) * 0x1p-8, 0x1p-134);  // half an ulp of 8 significant bits
+    case codec_id::int8: return absmax * (0.5 / 127 + 4 * eps) + subnormal;
+    case codec_id::int4: return absmax * (0.5 / 7 + 4 * eps) + subnormal;
+    case codec_id::fp8:  // relative 2^-4 for normal E4M3, absolute 2^-10 (half the subnormal step) in units of
+                         // absmax/448
       return std::fmax(std::fabs(x) * 0x1p-4, absmax / 448 * 0x1p-10) + absmax * 4 * eps + subnormal;
+    case codec_id::f64:
+    case codec_id::bytes:
+    case codec_id::none: break;
   }
   return 0.0;
 }
@@ -103,7 +81,7 @@ inline float get_f32(const std::byte* in) noexcept {
 /// Encodes values `first` … `first + n − 1` of `get` as one block at `out`;
 /// false if one is not finite.
 template <class Get>
-bool encode_block(format f, std::size_t first, std::size_t n, Get& get, std::byte* out) {
+bool encode_block(codec_id f, std::size_t first, std::size_t n, Get& get, std::byte* out) {
   float absmax = 0.0f;
   for (std::size_t i = 0; i < n; ++i) {
     const float v = get(first + i);
@@ -120,13 +98,13 @@ bool encode_block(format f, std::size_t first, std::size_t n, Get& get, std::byt
   const bool by_inverse = std::isnormal(inverse);
   auto unit = [&](float v) { return absmax > 0.0f ? (by_inverse ? v * inverse : v / absmax) : 0.0f; };
   switch (f) {
-    case format::int8:
+    case codec_id::int8:
       for (std::size_t i = 0; i < n; ++i) codes[i] = static_cast<std::byte>(to_int8(unit(get(first + i))));
       return true;
-    case format::fp8:
+    case codec_id::fp8:
       for (std::size_t i = 0; i < n; ++i) codes[i] = static_cast<std::byte>(to_fp8(unit(get(first + i))));
       return true;
-    case format::int4:
+    case codec_id::int4:
       for (std::size_t i = 0; i < n; i += 2) {
         auto nibble = [&](std::size_t k) { return k < n ? to_int4(unit(get(first + k))) : 0u; };
         codes[i / 2] = static_cast<std::byte>(nibble(i) | (nibble(i + 1) << 4));
@@ -143,19 +121,20 @@ bool encode_block(format f, std::size_t first, std::size_t n, Get& get, std::byt
 /// read once for its scale and once for its codes) into `out`, which holds
 /// `encoded_size(f, n, block)` bytes. Returns false if a value is not finite:
 /// nothing is ever sent for it (`out` is then partly written; discard it).
+/// Returns false having written nothing for a codec not in `float_codecs`.
 template <class Get>
-bool encode(format f, std::size_t n, std::size_t block, Get&& get, std::span<std::byte> out) {
-  if ((block_scaled(f) && block == 0) || out.size() != encoded_size(f, n, block)) return false;
+bool encode(codec_id f, std::size_t n, std::size_t block, Get&& get, std::span<std::byte> out) {
+  if (!float_codec(f) || (block_scaled(f) && block == 0) || out.size() != encoded_size(f, n, block)) return false;
   std::byte* o = out.data();
   switch (f) {
-    case format::fp32:
+    case codec_id::f32:
       for (std::size_t i = 0; i < n; ++i) {
         const float v = get(i);
         if (!std::isfinite(v)) return false;
         detail::put_f32(o + 4 * i, v);
       }
       return true;
-    case format::bf16:
+    case codec_id::bf16:
       for (std::size_t i = 0; i < n; ++i) {
         const float v = get(i);
         if (!std::isfinite(v)) return false;
@@ -176,16 +155,17 @@ bool encode(format f, std::size_t n, std::size_t block, Get&& get, std::span<std
 /// Whether `in` is a well-formed encoding of `n` values: the exact size,
 /// every scale finite and not negative, every value finite (no NaN E4M3
 /// code, no int8 −128 or int4 −8, no non-finite fp32 or bf16). Bytes from
-/// the network are checked before they are decoded.
-inline bool valid(format f, std::size_t n, std::size_t block, std::span<const std::byte> in) {
-  if ((block_scaled(f) && block == 0) || in.size() != encoded_size(f, n, block)) return false;
+/// the network are checked before they are decoded. False for a codec not
+/// in `float_codecs`.
+inline bool valid(codec_id f, std::size_t n, std::size_t block, std::span<const std::byte> in) {
+  if (!float_codec(f) || (block_scaled(f) && block == 0) || in.size() != encoded_size(f, n, block)) return false;
   const std::byte* p = in.data();
   switch (f) {
-    case format::fp32:
+    case codec_id::f32:
       for (std::size_t i = 0; i < n; ++i)
         if (!std::isfinite(detail::get_f32(p + 4 * i))) return false;
       return true;
-    case format::bf16:
+    case codec_id::bf16:
       for (std::size_t i = 0; i < n; ++i) {
         std::uint16_t b;
         std::memcpy(&b, p + 2 * i, 2);
@@ -200,10 +180,10 @@ inline bool valid(format f, std::size_t n, std::size_t block, std::span<const st
         const std::byte* codes = p + 4;
         for (std::size_t i = 0; i < code_bytes(f, len); ++i) {
           const auto c = std::to_integer<unsigned>(codes[i]);
-          if (f == format::int8 && c == 0x80u) return false;
-          if (f == format::fp8 && (c & 0x7Fu) == 0x7Fu) return false;
-          if (f == format::int4 && ((c & 0xFu) == 0x8u || (c >> 4) == 0x8u)) return false;
-          if (f == format::int4 && 2 * i + 1 == len && (c >> 4) != 0) return false;  // the odd tail's padding
+          if (f == codec_id::int8 && c == 0x80u) return false;
+          if (f == codec_id::fp8 && (c & 0x7Fu) == 0x7Fu) return false;
+          if (f == codec_id::int4 && ((c & 0xFu) == 0x8u || (c >> 4) == 0x8u)) return false;
+          if (f == codec_id::int4 && 2 * i + 1 == len && (c >> 4) != 0) return false;  // the odd tail's padding
         }
         p += 4 + code_bytes(f, len);
       }
@@ -215,13 +195,13 @@ inline bool valid(format f, std::size_t n, std::size_t block, std::span<const st
 /// `put(i, value)` for each in order: `acc[i] += w * value` makes it the
 /// weighted accumulation of a merge.
 template <class Put>
-void decode(format f, std::size_t n, std::size_t block, std::span<const std::byte> in, Put&& put) {
+void decode(codec_id f, std::size_t n, std::size_t block, std::span<const std::byte> in, Put&& put) {
   const std::byte* p = in.data();
   switch (f) {
-    case format::fp32:
+    case codec_id::f32:
       for (std::size_t i = 0; i < n; ++i) put(i, detail::get_f32(p + 4 * i));
       return;
-    case format::bf16:
+    case codec_id::bf16:
       for (std::size_t i = 0; i < n; ++i) {
         std::uint16_t b;
         std::memcpy(&b, p + 2 * i, 2);
@@ -235,9 +215,9 @@ void decode(format f, std::size_t n, std::size_t block, std::span<const std::byt
         const std::byte* codes = p + 4;
         for (std::size_t i = 0; i < len; ++i) {
           float unit = 0.0f;
-          if (f == format::int8)
+          if (f == codec_id::int8)
             unit = from_int8(static_cast<std::int8_t>(std::to_integer<std::uint8_t>(codes[i])));
-          else if (f == format::fp8)
+          else if (f == codec_id::fp8)
             unit = from_fp8(std::to_integer<std::uint8_t>(codes[i]));
           else
             unit = from_int4(std::to_integer<unsigned>(codes[i / 2]) >> (4 * (i % 2)));

@@ -45,24 +45,24 @@ namespace diloco::codec {
 /// that its content never depends on the thread count: error feedback starts
 /// afresh. (Keeping the old residual instead would take a second pass over
 /// the inputs, or a copy, on every call.) Returns false having touched
-/// nothing if `out` is not `encoded_size` bytes or `block` is 0 for a
-/// block-scaled format.
+/// nothing if `f` is not one of `float_codecs`, `out` is not `encoded_size`
+/// bytes or `block` is 0 for a block-scaled codec.
 ///
 /// Cost: reads `base` and `θ` (and `residual`) once from memory, writes the
 /// encoded bytes (and `residual`) once: 8 (16) bytes per value plus the
 /// encoding. A block-scaled format reads each block twice, the second time
 /// from cache. The result does not depend on `threads`.
 template <class Run>
-bool encode_delta(format f, std::size_t block, std::span<const Run> runs, const float* theta,
+bool encode_delta(codec_id f, std::size_t block, std::span<const Run> runs, const float* theta,
                   std::span<const float> base, std::span<float> residual, std::span<std::byte> out, unsigned threads) {
   assert(residual.empty() || residual.size() == base.size());
   const std::size_t n = base.size();
-  if ((block_scaled(f) && block == 0) || out.size() != encoded_size(f, n, block)) return false;
+  if (!float_codec(f) || (block_scaled(f) && block == 0) || out.size() != encoded_size(f, n, block)) return false;
   if (n == 0) return true;
   assert(!runs.empty() && runs.front().packed_offset == 0);
   const detail::chunking c(f, n, block);
   std::atomic<bool> failed{false};
-  auto run = [&]<format F, bool Feedback>() {
+  auto run = [&]<codec_id F, bool Feedback>() {
     ::diloco::detail::parallel_for(c.count, ::diloco::detail::threads_for(n, threads, detail::min_values_per_thread),
                                    [&](std::size_t first, std::size_t last) {
                                      detail::theta_runs<Run> gather{runs, theta, 0, {}};
@@ -74,11 +74,12 @@ bool encode_delta(format f, std::size_t block, std::span<const Run> runs, const 
   };
   auto with_format = [&]<bool Feedback>() {
     switch (f) {
-      case format::fp32: return run.template operator()<format::fp32, Feedback>();
-      case format::bf16: return run.template operator()<format::bf16, Feedback>();
-      case format::int8: return run.template operator()<format::int8, Feedback>();
-      case format::fp8: return run.template operator()<format::fp8, Feedback>();
-      case format::int4: return run.template operator()<format::int4, Feedback>();
+      case codec_id::f32: return run.template operator()<codec_id::f32, Feedback>();
+      case codec_id::bf16: return run.template operator()<codec_id::bf16, Feedback>();
+      case codec_id::int8: return run.template operator()<codec_id::int8, Feedback>();
+      case codec_id::fp8: return run.template operator()<codec_id::fp8, Feedback>();
+      case codec_id::int4: return run.template operator()<codec_id::int4, Feedback>();
+      default: return;  // refused above
     }
   };
   if (residual.empty())
@@ -93,7 +94,7 @@ bool encode_delta(format f, std::size_t block, std::span<const Run> runs, const 
 }
 
 /// `encode_delta` of a contiguous θ (`theta.size() == base.size()`).
-inline bool encode_delta(format f, std::size_t block, std::span<const float> base, std::span<const float> theta,
+inline bool encode_delta(codec_id f, std::size_t block, std::span<const float> base, std::span<const float> theta,
                          std::span<float> residual, std::span<std::byte> out, unsigned threads) {
   assert(base.size() == theta.size());
   const detail::theta_run whole{0, 0, base.size()};
@@ -112,12 +113,12 @@ inline bool encode_delta(format f, std::size_t block, std::span<const float> bas
 ///
 /// Cost: reads the encoded bytes once, reads and writes `acc` once (8 bytes
 /// per value plus the encoding).
-inline void decode_accumulate(format f, std::size_t block, std::span<const std::byte> in, float weight,
+inline void decode_accumulate(codec_id f, std::size_t block, std::span<const std::byte> in, float weight,
                               std::span<float> acc, unsigned threads) {
   const std::size_t n = acc.size();
-  assert(in.size() == encoded_size(f, n, block) && (!block_scaled(f) || block > 0));
+  assert(float_codec(f) && in.size() == encoded_size(f, n, block) && (!block_scaled(f) || block > 0));
   const detail::chunking c(f, n, block);
-  auto run = [&]<format F>() {
+  auto run = [&]<codec_id F>() {
     ::diloco::detail::parallel_for(
         c.count, ::diloco::detail::threads_for(n, threads, detail::min_values_per_thread),
         [&](std::size_t first, std::size_t last) {
@@ -126,11 +127,12 @@ inline void decode_accumulate(format f, std::size_t block, std::span<const std::
         });
   };
   switch (f) {
-    case format::fp32: return run.template operator()<format::fp32>();
-    case format::bf16: return run.template operator()<format::bf16>();
-    case format::int8: return run.template operator()<format::int8>();
-    case format::fp8: return run.template operator()<format::fp8>();
-    case format::int4: return run.template operator()<format::int4>();
+    case codec_id::f32: return run.template operator()<codec_id::f32>();
+    case codec_id::bf16: return run.template operator()<codec_id::bf16>();
+    case codec_id::int8: return run.template operator()<codec_id::int8>();
+    case codec_id::fp8: return run.template operator()<codec_id::fp8>();
+    case codec_id::int4: return run.template operator()<codec_id::int4>();
+    default: return;  // not a float codec: the precondition does not hold
   }
 }
 

@@ -69,7 +69,7 @@ __device__ inline float block_max(float v, float* scratch) {
 }
 
 /// fp32 and bf16: one value a thread, `out` aligned to its element size.
-template <codec::format F>
+template <codec_id F>
 __global__ void encode_dense_kernel(std::size_t n, delta_source delta, std::byte* out, unsigned* refused) {
   for (std::size_t i = first_index(); i < n; i += grid_stride()) {
     const float d = delta(i);
@@ -77,7 +77,7 @@ __global__ void encode_dense_kernel(std::size_t n, delta_source delta, std::byte
       *refused = 1u;
       continue;
     }
-    if constexpr (F == codec::format::fp32) {
+    if constexpr (F == codec_id::f32) {
       reinterpret_cast<float*>(out)[i] = d;
       if (delta.residual) delta.residual[i] = 0.0f;  // d − d
     } else {
@@ -91,7 +91,7 @@ __global__ void encode_dense_kernel(std::size_t n, delta_source delta, std::byte
 /// Block-scaled formats: one codec block per thread block (grid-stride over
 /// codec blocks). Each thread reads its values twice, once for the block's
 /// largest magnitude and once for its codes, as `codec::encode` reads them.
-template <codec::format F>
+template <codec_id F>
 __global__ void encode_blocks_kernel(std::size_t n, std::size_t block, delta_source delta, std::byte* out,
                                      unsigned* refused) {
   __shared__ float scratch[33];
@@ -117,7 +117,7 @@ __global__ void encode_blocks_kernel(std::size_t n, std::size_t block, delta_sou
     std::byte* codes = o + 4;
     // The decoded value is `mul_rn(unit, absmax)`, rounded on its own before
     // the subtraction (no FMA), as the CPU computes `d − unit · absmax`.
-    if constexpr (F == codec::format::int4) {
+    if constexpr (F == codec_id::int4) {
       for (std::size_t j = threadIdx.x; j < (len + 1) / 2; j += blockDim.x) {
         unsigned byte = 0;
         for (std::size_t k = 2 * j; k < 2 * j + 2 && k < len; ++k) {
@@ -133,7 +133,7 @@ __global__ void encode_blocks_kernel(std::size_t n, std::size_t block, delta_sou
         const float d = delta(first + i);
         std::uint8_t c;
         float unit;
-        if constexpr (F == codec::format::int8) {
+        if constexpr (F == codec_id::int8) {
           const std::int8_t q = codec::to_int8(unit_of(scale, d));
           c = static_cast<std::uint8_t>(q);
           unit = codec::from_int8(q);
@@ -149,11 +149,11 @@ __global__ void encode_blocks_kernel(std::size_t n, std::size_t block, delta_sou
   }
 }
 
-template <codec::format F, class T>
+template <codec_id F, class T>
 __global__ void decode_dense_kernel(std::size_t n, const std::byte* in, T weight, T* acc) {
   for (std::size_t i = first_index(); i < n; i += grid_stride()) {
     float v;
-    if constexpr (F == codec::format::fp32)
+    if constexpr (F == codec_id::f32)
       v = reinterpret_cast<const float*>(in)[i];
     else
       v = codec::from_bf16(reinterpret_cast<const std::uint16_t*>(in)[i]);
@@ -161,7 +161,7 @@ __global__ void decode_dense_kernel(std::size_t n, const std::byte* in, T weight
   }
 }
 
-template <codec::format F, class T>
+template <codec_id F, class T>
 __global__ void decode_blocks_kernel(std::size_t n, std::size_t block, const std::byte* in, T weight, T* acc) {
   const std::size_t stride = 4 + codec::code_bytes(F, block);
   const std::size_t blocks = (n + block - 1) / block;
@@ -174,9 +174,9 @@ __global__ void decode_blocks_kernel(std::size_t n, std::size_t block, const std
     const std::byte* codes = p + 4;
     for (std::size_t i = threadIdx.x; i < len; i += blockDim.x) {
       float unit;
-      if constexpr (F == codec::format::int8)
+      if constexpr (F == codec_id::int8)
         unit = codec::from_int8(static_cast<std::int8_t>(codes[i]));
-      else if constexpr (F == codec::format::fp8)
+      else if constexpr (F == codec_id::fp8)
         unit = codec::from_fp8(static_cast<std::uint8_t>(codes[i]));
       else
         unit = codec::from_int4(static_cast<unsigned>(codes[i / 2]) >> (4 * (i % 2)));
@@ -231,40 +231,39 @@ inline bool aligned(const void* p, std::size_t alignment) noexcept {
 /// write of the bytes (and the residual). Block-scaled formats run one codec
 /// block per thread block; the absmax is a max-reduction, exact in any
 /// order: the result is deterministic. Enqueued on `stream`; returns at once
-/// with the launch's error, or cudaErrorInvalidValue for sizes that do not
-/// match, a zero `block` for a block-scaled format, a null `refused`, or an
+/// with the launch's error, or cudaErrorInvalidValue for a codec not in
+/// `codec::float_codecs`, sizes that do not match, a zero `block` for a block-scaled format, a null `refused`, or an
 /// `out` not aligned to 4 (fp32) or 2 (bf16) bytes.
-inline cudaError_t encode_delta(codec::format f, std::size_t block, std::span<const float> base,
+inline cudaError_t encode_delta(codec_id f, std::size_t block, std::span<const float> base,
                                 std::span<const float> theta, std::span<float> residual, std::span<std::byte> out,
                                 unsigned* refused, cudaStream_t stream) {
   const std::size_t n = base.size();
-  if (theta.size() != n || (!residual.empty() && residual.size() != n) || refused == nullptr ||
-      (codec::block_scaled(f) && block == 0) || out.size() != codec::encoded_size(f, n, block))
+  if (!codec::float_codec(f) || theta.size() != n || (!residual.empty() && residual.size() != n) ||
+      refused == nullptr || (block_scaled(f) && block == 0) || out.size() != codec::encoded_size(f, n, block))
     return cudaErrorInvalidValue;
   if (n == 0) return cudaSuccess;
   const detail::delta_source delta{base.data(), theta.data(), residual.empty() ? nullptr : residual.data()};
-  if (!codec::block_scaled(f)) {
-    if (!detail::aligned(out.data(), f == codec::format::fp32 ? 4 : 2)) return cudaErrorInvalidValue;
-    if (f == codec::format::fp32)
-      detail::encode_dense_kernel<codec::format::fp32>
+  if (!block_scaled(f)) {
+    if (!detail::aligned(out.data(), f == codec_id::f32 ? 4 : 2)) return cudaErrorInvalidValue;
+    if (f == codec_id::f32)
+      detail::encode_dense_kernel<codec_id::f32>
           <<<detail::blocks_for(n), detail::threads, 0, stream>>>(n, delta, out.data(), refused);
     else
-      detail::encode_dense_kernel<codec::format::bf16>
+      detail::encode_dense_kernel<codec_id::bf16>
           <<<detail::blocks_for(n), detail::threads, 0, stream>>>(n, delta, out.data(), refused);
   } else {
     const unsigned grid = detail::grid_for_blocks((n + block - 1) / block);
-    const unsigned threads = detail::threads_for_block(f == codec::format::int4 ? (block + 1) / 2 : block);
+    const unsigned threads = detail::threads_for_block(f == codec_id::int4 ? (block + 1) / 2 : block);
     switch (f) {
-      case codec::format::int8:
-        detail::encode_blocks_kernel<codec::format::int8>
+      case codec_id::int8:
+        detail::encode_blocks_kernel<codec_id::int8>
             <<<grid, threads, 0, stream>>>(n, block, delta, out.data(), refused);
         break;
-      case codec::format::fp8:
-        detail::encode_blocks_kernel<codec::format::fp8>
-            <<<grid, threads, 0, stream>>>(n, block, delta, out.data(), refused);
+      case codec_id::fp8:
+        detail::encode_blocks_kernel<codec_id::fp8><<<grid, threads, 0, stream>>>(n, block, delta, out.data(), refused);
         break;
       default:
-        detail::encode_blocks_kernel<codec::format::int4>
+        detail::encode_blocks_kernel<codec_id::int4>
             <<<grid, threads, 0, stream>>>(n, block, delta, out.data(), refused);
         break;
     }
@@ -286,40 +285,40 @@ inline cudaError_t encode_delta(codec::format f, std::size_t block, std::span<co
 /// the network are checked on the host, where they arrive). Reads the bytes
 /// and acc once, writes acc once; deterministic. Enqueued on `stream`;
 /// returns at once with the launch's error, or cudaErrorInvalidValue for a
-/// size that does not match, a zero `block` for a block-scaled format, or an
+/// codec not in `codec::float_codecs`, a size that does not match, a zero `block` for a block-scaled format, or an
 /// `in` not aligned to 4 (fp32) or 2 (bf16) bytes.
 template <class T>
-cudaError_t decode_accumulate(codec::format f, std::size_t block, std::span<const std::byte> in, T weight,
-                              std::span<T> acc, cudaStream_t stream) {
+cudaError_t decode_accumulate(codec_id f, std::size_t block, std::span<const std::byte> in, T weight, std::span<T> acc,
+                              cudaStream_t stream) {
   static_assert(std::is_same_v<T, float> || std::is_same_v<T, double>,
                 "diloco::cuda::decode_accumulate: float or double");
   const std::size_t n = acc.size();
-  if ((codec::block_scaled(f) && block == 0) || in.size() != codec::encoded_size(f, n, block))
+  if (!codec::float_codec(f) || (block_scaled(f) && block == 0) || in.size() != codec::encoded_size(f, n, block))
     return cudaErrorInvalidValue;
   if (n == 0) return cudaSuccess;
-  if (!codec::block_scaled(f)) {
-    if (!detail::aligned(in.data(), f == codec::format::fp32 ? 4 : 2)) return cudaErrorInvalidValue;
-    if (f == codec::format::fp32)
-      detail::decode_dense_kernel<codec::format::fp32, T>
+  if (!block_scaled(f)) {
+    if (!detail::aligned(in.data(), f == codec_id::f32 ? 4 : 2)) return cudaErrorInvalidValue;
+    if (f == codec_id::f32)
+      detail::decode_dense_kernel<codec_id::f32, T>
           <<<detail::blocks_for(n), detail::threads, 0, stream>>>(n, in.data(), weight, acc.data());
     else
-      detail::decode_dense_kernel<codec::format::bf16, T>
+      detail::decode_dense_kernel<codec_id::bf16, T>
           <<<detail::blocks_for(n), detail::threads, 0, stream>>>(n, in.data(), weight, acc.data());
     return detail::launched();
   }
   const unsigned grid = detail::grid_for_blocks((n + block - 1) / block);
   const unsigned threads = detail::threads_for_block(block);
   switch (f) {
-    case codec::format::int8:
-      detail::decode_blocks_kernel<codec::format::int8, T>
+    case codec_id::int8:
+      detail::decode_blocks_kernel<codec_id::int8, T>
           <<<grid, threads, 0, stream>>>(n, block, in.data(), weight, acc.data());
       break;
-    case codec::format::fp8:
-      detail::decode_blocks_kernel<codec::format::fp8, T>
+    case codec_id::fp8:
+      detail::decode_blocks_kernel<codec_id::fp8, T>
           <<<grid, threads, 0, stream>>>(n, block, in.data(), weight, acc.data());
       break;
     default:
-      detail::decode_blocks_kernel<codec::format::int4, T>
+      detail::decode_blocks_kernel<codec_id::int4, T>
           <<<grid, threads, 0, stream>>>(n, block, in.data(), weight, acc.data());
       break;
   }

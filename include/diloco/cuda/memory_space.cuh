@@ -77,7 +77,7 @@ class device_memory {
     grow(staging_, out.size());
     if (!refused_.data()) refused_ = device_buffer<unsigned>(1), flag_ = pinned_buffer<unsigned>(1);
     check(cudaMemsetAsync(refused_.data(), 0, sizeof(unsigned), stream_), "cudaMemsetAsync");
-    check(diloco::cuda::encode_delta(*format_of(c), block, std::span<const float>(base.span()), packed,
+    check(diloco::cuda::encode_delta(c, block, std::span<const float>(base.span()), packed,
                                      residual ? residual->span() : std::span<float>(), bytes_.span().first(out.size()),
                                      refused_.data(), stream_),
           "encode_delta");
@@ -108,10 +108,9 @@ class device_memory {
                                         std::span<const float>(base.data() + s.packed_offset, s.size), alpha, stream_),
             "subtract_base");
     check(cudaMemsetAsync(base.data(), 0, base.bytes(), stream_), "cudaMemsetAsync");
-    check(
-        diloco::cuda::decode_accumulate(*format_of(c), block, std::span<const std::byte>(bytes_.data(), payload.size()),
-                                        1.0f, base.span(), stream_),
-        "decode_accumulate");
+    check(diloco::cuda::decode_accumulate(c, block, std::span<const std::byte>(bytes_.data(), payload.size()), 1.0f,
+                                          base.span(), stream_),
+          "decode_accumulate");
     if (how == adoption::overwrite) {
       scatter(slices, base, theta);
       return;

@@ -11,7 +11,7 @@
 namespace diloco::detail {
 
 /// `value` as a user wrote it: numbers as numbers (booleans as words),
-/// durations in seconds ("0.25 s").
+/// durations in seconds ("0.25 s"), names as they are.
 template <class V>
 std::string show_option(const V& value) {
   std::ostringstream out;
@@ -22,6 +22,8 @@ std::string show_option(const V& value) {
                          typename V::period;
                        }) {
     out << std::chrono::duration<double>(value).count() << " s";
+  } else if constexpr (std::convertible_to<const V&, std::string_view>) {
+    out << std::string_view(value);  // a name: a codec's, say
   } else {
     out << +value;  // a uint8_t as a number, not a character
   }

@@ -12,7 +12,7 @@
 #include <optional>
 #include <type_traits>
 
-#include "diloco/codec/blocks.hpp"
+#include "diloco/codec/codec_id.hpp"
 #include "diloco/protocol/buffer.hpp"
 #include "diloco/scalar.hpp"
 
@@ -38,27 +38,6 @@ enum class message_kind : std::uint8_t {
   end = 11,          ///< syncer → learner: the run is over (its end rule was met); stop training
 };
 
-/// Element encoding of a payload (docs/protocol.md, "Codecs", has each
-/// one's byte layout).
-enum class codec_id : std::uint8_t {
-  none = 0,
-  f32 = 1,    ///< IEEE 754 binary32
-  f64 = 2,    ///< IEEE 754 binary64
-  bytes = 3,  ///< opaque bytes (a `layout` description)
-  bf16 = 4,   ///< bfloat16
-  int8 = 5,   ///< blocks of `block` values: f32 absmax, then int8 codes
-  fp8 = 6,    ///< blocks: f32 absmax, then FP8 E4M3 codes
-  int4 = 7,   ///< blocks: f32 absmax, then two 4-bit codes a byte
-};
-
-/// The largest codec id this build knows.
-inline constexpr codec_id last_codec = codec_id::int4;
-
-/// Whether payloads of codec `c` are cut into blocks of `message_header::block` values.
-constexpr bool block_scaled(codec_id c) noexcept {
-  return c == codec_id::int8 || c == codec_id::fp8 || c == codec_id::int4;
-}
-
 /// The largest block a header may announce: beyond it a block's 4-byte
 /// scale costs nothing worth saving, and a bound keeps sizes in range.
 inline constexpr std::uint32_t max_codec_block = 1u << 16;
@@ -68,31 +47,12 @@ inline constexpr std::uint32_t max_codec_block = 1u << 16;
 template <scalar T>
 inline constexpr codec_id codec_of = std::is_same_v<T, float> ? codec_id::f32 : codec_id::f64;
 
-/// The codec format of a parameter codec id: `fp32` for `f32`, and the
-/// compressed formats; none for `f64` (carried as is), `bytes` and `none`.
-constexpr std::optional<codec::format> format_of(codec_id c) noexcept {
-  switch (c) {
-    case codec_id::f32: return codec::format::fp32;
-    case codec_id::bf16: return codec::format::bf16;
-    case codec_id::int8: return codec::format::int8;
-    case codec_id::fp8: return codec::format::fp8;
-    case codec_id::int4: return codec::format::int4;
-    default: return std::nullopt;
-  }
-}
-
-/// The codec id of payloads of `T`s in format `f`: `fp32` means full
-/// precision, `codec_of<T>` (`f64` for a `double` model).
+/// The codec of a model of `T`s' payloads when the configuration names
+/// `configured` (a float codec): `f32` means full precision, `codec_of<T>`
+/// (`f64` for a `double` model); the compressed codecs stay as they are.
 template <scalar T>
-constexpr codec_id codec_id_of(codec::format f) noexcept {
-  switch (f) {
-    case codec::format::bf16: return codec_id::bf16;
-    case codec::format::int8: return codec_id::int8;
-    case codec::format::fp8: return codec_id::fp8;
-    case codec::format::int4: return codec_id::int4;
-    case codec::format::fp32: break;
-  }
-  return codec_of<T>;
+constexpr codec_id payload_codec(codec_id configured) noexcept {
+  return configured == codec_id::f32 ? codec_of<T> : configured;
 }
 
 /// Why an update was sent.

@@ -53,10 +53,8 @@ bool encode(codec_id c, std::uint32_t block, std::size_t n, Get&& get, std::span
     }
     return true;
   }
-  const auto f = format_of(c);
-  if (!f) return false;
   return codec::encode(
-      *f, n, block, [&get](std::size_t i) { return static_cast<float>(get(i)); }, out);
+      c, n, block, [&get](std::size_t i) { return static_cast<float>(get(i)); }, out);
 }
 
 /// Whether `in` holds `n` values of codec `c` that a model of `T`s reads:
@@ -75,7 +73,7 @@ verdict check(codec_id c, std::uint32_t block, std::span<const std::byte> in, st
     }
     return verdict::ok;
   }
-  return codec::valid(*format_of(c), n, block, in) ? verdict::ok : verdict::non_finite;
+  return codec::valid(c, n, block, in) ? verdict::ok : verdict::non_finite;
 }
 
 /// Reads `out.size()` values of codec `c` from `in` into `out`, and adds
@@ -97,9 +95,8 @@ verdict decode(codec_id c, std::uint32_t block, std::span<const std::byte> in, s
       sum += double(v) * double(v);
     }
   } else {
-    const auto f = *format_of(c);
-    if (!codec::valid(f, n, block, in)) return verdict::non_finite;
-    codec::decode(f, n, block, in, [&](std::size_t i, float v) {
+    if (!codec::valid(c, n, block, in)) return verdict::non_finite;
+    codec::decode(c, n, block, in, [&](std::size_t i, float v) {
       out[i] = T(v);
       sum += double(v) * double(v);
     });

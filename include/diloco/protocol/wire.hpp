@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "diloco/codec/blocks.hpp"
 #include "diloco/params/layout.hpp"
 #include "diloco/protocol/crc32c.hpp"
 #include "diloco/protocol/message.hpp"
@@ -62,7 +63,7 @@ inline constexpr std::uint64_t max_element_count = std::uint64_t{1} << 56;
 /// (block-scaled codecs only, ≥ 1); 0 for `none`. Precondition:
 /// `n ≤ max_element_count`.
 constexpr std::uint64_t payload_size(codec_id c, std::uint64_t n, std::uint32_t block) noexcept {
-  if (block_scaled(c)) return codec::encoded_size(*format_of(c), n, block);
+  if (block_scaled(c)) return codec::encoded_size(c, n, block);
   return n * element_size(c);
 }
 

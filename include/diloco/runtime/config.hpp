@@ -20,17 +20,22 @@ namespace diloco {
 struct codec_options {
   /// Outer gradients, learners → syncer. The welcome names it; learners
   /// encode their outer gradients in it.
-  codec::format contributions = codec::format::fp32;
+  codec_id contributions = codec_id::f32;
   /// Global fragments, syncer → learners. The syncer keeps its global
   /// parameters at full precision and sends their encoding; learners take
   /// the decoded values as their base, bit for bit the same on every learner.
-  codec::format updates = codec::format::fp32;
+  codec_id updates = codec_id::f32;
   /// Values per block of the block-scaled formats (int8, fp8, int4), in
   /// [1, 65536].
   std::uint32_t block = codec::default_block;
 
-  /// Throws `std::invalid_argument` naming a block out of range.
+  /// Throws `std::invalid_argument` naming a codec that is not one of
+  /// `codec::float_codecs` or a block out of range.
   void check() const {
+    for (const auto& [name, c] : {std::pair{"contributions", contributions}, std::pair{"updates", updates}})
+      if (!codec::float_codec(c))
+        detail::bad_option("diloco::codec_options", name, std::string(codec::name(c)),
+                           "must be one of fp32, bf16, int8, fp8, int4");
     if (block < 1 || block > max_codec_block)
       detail::bad_option("diloco::codec_options", "block", block, "must be in [1, 65536]");
   }
@@ -109,7 +114,7 @@ message welcome_message(std::uint32_t learner, std::uint32_t incarnation, std::u
   message m;
   auto& h = m.header;
   h.kind = message_kind::welcome;
-  h.codec = flags & state_wanted ? codec_of<T> : codec_id_of<T>(config.codecs.contributions);
+  h.codec = flags & state_wanted ? codec_of<T> : payload_codec<T>(config.codecs.contributions);
   h.block = block_scaled(h.codec) ? config.codecs.block : 0;
   h.flags = flags;
   h.learner = learner;

@@ -47,8 +47,8 @@ struct host_memory {
   bool encode_delta(codec_id c, std::uint32_t block, std::span<const fragment_slice> slices, std::span<const T> theta,
                     const Buffer& base, Buffer* residual, std::span<std::byte> out) const {
     if constexpr (std::is_same_v<T, float>) {
-      if (const auto f = format_of(c))
-        return codec::encode_delta(*f, block, slices, theta.data(), std::span<const float>(base.data(), base.size()),
+      if (codec::float_codec(c))
+        return codec::encode_delta(c, block, slices, theta.data(), std::span<const float>(base.data(), base.size()),
                                    residual ? std::span<float>(residual->data(), residual->size()) : std::span<float>(),
                                    out, 1);
     }
@@ -58,8 +58,7 @@ struct host_memory {
     if (residual) {
       auto value = delta_reader<T>{slices, theta.data(), base.data(), r};
       T* e = residual->data();
-      codec::decode(*format_of(c), base.size(), block, out,
-                    [&](std::size_t i, float decoded) { e[i] = value(i) - T(decoded); });
+      codec::decode(c, base.size(), block, out, [&](std::size_t i, float decoded) { e[i] = value(i) - T(decoded); });
     }
     return true;
   }

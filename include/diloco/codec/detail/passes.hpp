@@ -63,7 +63,7 @@ inline constexpr std::size_t min_values_per_thread = std::size_t{1} << 16;
 /// byte `k · bytes`; the last one may be shorter.
 struct chunking {
   std::size_t values, bytes, count;
-  chunking(format f, std::size_t n, std::size_t block)
+  chunking(codec_id f, std::size_t n, std::size_t block)
       : values(block_scaled(f) ? block : unscaled_chunk),
         bytes(block_scaled(f) ? 4 + code_bytes(f, values) : code_bytes(f, values)),
         count((n + values - 1) / values) {}
@@ -138,14 +138,14 @@ inline constexpr std::size_t pipelined_block_max = 1024;
 /// magnitude maximum into `m`. One loop doing both keeps loads from memory
 /// (the next block) in flight while this block's codes are computed, and
 /// each value is computed once.
-template <format F, bool Feedback, bool Load, class UnitOf>
+template <codec_id F, bool Feedback, bool Load, class UnitOf>
 void encode_and_load(std::size_t n, const float* __restrict cur, [[maybe_unused]] float absmax, UnitOf unit_of,
                      std::uint8_t* __restrict codes, [[maybe_unused]] float* __restrict residual_cur,
                      [[maybe_unused]] const float* __restrict base, [[maybe_unused]] const float* __restrict theta,
                      [[maybe_unused]] const float* __restrict residual_next, [[maybe_unused]] float* __restrict next,
                      [[maybe_unused]] magnitude_max& m) {
   [[maybe_unused]] magnitude_max next_max;
-  [[maybe_unused]] std::uint8_t q[F == format::int4 ? pipelined_block_max : 1];  // int4 levels, packed after
+  [[maybe_unused]] std::uint8_t q[F == codec_id::int4 ? pipelined_block_max : 1];  // int4 levels, packed after
   for (std::size_t i = 0; i < n; ++i) {
     if constexpr (Load) {
       const float v = outer_gradient_at<Feedback>(base, theta, residual_next, i);
@@ -153,22 +153,22 @@ void encode_and_load(std::size_t n, const float* __restrict cur, [[maybe_unused]
       next_max(v);
     }
     const float d = cur[i];
-    if constexpr (F == format::int8) {
+    if constexpr (F == codec_id::int8) {
       const std::int8_t c = to_int8(unit_of(d));
       codes[i] = static_cast<std::uint8_t>(c);
       if constexpr (Feedback) residual_cur[i] = d - from_int8(c) * absmax;
-    } else if constexpr (F == format::fp8) {
+    } else if constexpr (F == codec_id::fp8) {
       const fp8_rounding r = round_to_fp8(unit_of(d));
       codes[i] = r.code;
       if constexpr (Feedback) residual_cur[i] = d - r.unit * absmax;
     } else {
-      static_assert(F == format::int4);
+      static_assert(F == codec_id::int4);
       const int level = int4_level(unit_of(d));
       q[i] = static_cast<std::uint8_t>(level & 0xF);                            // to_int4
       if constexpr (Feedback) residual_cur[i] = d - int4_unit(level) * absmax;  // from_int4 of that code
     }
   }
-  if constexpr (F == format::int4) {
+  if constexpr (F == codec_id::int4) {
     // Packed in pairs after the loop: one loop doing both does not vectorize.
     // An odd run ends its block (it is shorter than pipelined_block_max,
     // which is even): the block's padding nibble.
@@ -183,7 +183,7 @@ void encode_and_load(std::size_t n, const float* __restrict cur, [[maybe_unused]
 /// above 2^126. Out of line and so in the baseline instruction set only:
 /// `with_best_isa`'s copies then carry one loop per step instead of two, and
 /// compile in about half the time, for blocks no training meets.
-template <format F, bool Feedback, bool Load>
+template <codec_id F, bool Feedback, bool Load>
 [[gnu::noinline]] void encode_and_load_dividing(std::size_t n, const float* cur, float absmax, std::uint8_t* codes,
                                                 float* residual_cur, const float* base, const float* theta,
                                                 const float* residual_next, float* next, magnitude_max& m) {
@@ -198,7 +198,7 @@ template <format F, bool Feedback, bool Load>
 /// scale, a second (from cache, in pieces of `pipelined_block_max` values
 /// gathered into a buffer) for the codes and, with error feedback,
 /// `residual ← Δ − decoded`. False if a value is not finite.
-template <format F, bool Feedback>
+template <codec_id F, bool Feedback>
 bool encode_delta_block(const float* __restrict base, const float* __restrict theta, float* __restrict residual,
                         std::size_t n, std::byte* out) {
   auto value = [&](std::size_t i) { return outer_gradient_at<Feedback>(base, theta, residual, i); };
@@ -237,18 +237,18 @@ bool encode_delta_block(const float* __restrict base, const float* __restrict th
 
 /// Encodes the `n` values of `base − θ` (+ `residual`) in an unscaled
 /// format `F` (fp32, bf16) at `out`. False if a value is not finite.
-template <format F, bool Feedback>
+template <codec_id F, bool Feedback>
 bool encode_delta_run(const float* __restrict base, const float* __restrict theta, float* __restrict residual,
                       std::size_t n, std::byte* out) {
   magnitude_max m;
   for (std::size_t i = 0; i < n; ++i) {
     const float d = outer_gradient_at<Feedback>(base, theta, residual, i);
     m(d);
-    if constexpr (F == format::fp32) {
+    if constexpr (F == codec_id::f32) {
       std::memcpy(out + 4 * i, &d, 4);
       if constexpr (Feedback) residual[i] = d - d;  // fp32 is exact: the error is 0
     } else {
-      static_assert(F == format::bf16);
+      static_assert(F == codec_id::bf16);
       const std::uint16_t b = to_bf16(d);
       std::memcpy(out + 2 * i, &b, 2);
       if constexpr (Feedback) residual[i] = d - from_bf16(b);
@@ -264,7 +264,7 @@ bool encode_delta_run(const float* __restrict base, const float* __restrict thet
 /// loop of its own). Block by block, a block was read from memory for its
 /// scale and then again, from cache, for its codes, and memory idled while
 /// the codes were computed (bench/codecs/README.md, "Pipelined encoder").
-template <format F, bool Feedback, class Run>
+template <codec_id F, bool Feedback, class Run>
 bool encode_delta_pipelined(const float* base, theta_runs<Run>& theta, float* residual, std::size_t n,
                             const chunking& c, std::size_t first_chunk, std::size_t last_chunk, std::byte* out,
                             std::atomic<bool>& failed) {
@@ -338,7 +338,7 @@ bool encode_delta_pipelined(const float* base, theta_runs<Run>& theta, float* re
   return true;
 }
 
-template <format F, bool Feedback, class Run>
+template <codec_id F, bool Feedback, class Run>
 bool encode_delta_chunks(const float* base, theta_runs<Run>& theta, float* residual, std::size_t n, const chunking& c,
                          std::size_t first_chunk, std::size_t last_chunk, std::byte* out, std::atomic<bool>& failed) {
   if constexpr (block_scaled(F))
@@ -365,7 +365,7 @@ bool encode_delta_chunks(const float* base, theta_runs<Run>& theta, float* resid
 
 /// Adds `weight ·` the values of chunks `[first_chunk, last_chunk)` of `in`
 /// to `acc`.
-template <format F>
+template <codec_id F>
 void decode_accumulate_chunks(const std::byte* in, std::size_t n, const chunking& c, std::size_t first_chunk,
                               std::size_t last_chunk, float weight, float* acc_all) {
   for (std::size_t k = first_chunk; k < last_chunk; ++k) {
@@ -373,9 +373,9 @@ void decode_accumulate_chunks(const std::byte* in, std::size_t n, const chunking
     const std::size_t len = n - first < c.values ? n - first : c.values;
     const std::byte* p = in + k * c.bytes;
     float* __restrict acc = acc_all + first;
-    if constexpr (F == format::fp32) {
+    if constexpr (F == codec_id::f32) {
       for (std::size_t i = 0; i < len; ++i) acc[i] += weight * get_f32(p + 4 * i);
-    } else if constexpr (F == format::bf16) {
+    } else if constexpr (F == codec_id::bf16) {
       for (std::size_t i = 0; i < len; ++i) {
         std::uint16_t b;
         std::memcpy(&b, p + 2 * i, 2);
@@ -384,13 +384,13 @@ void decode_accumulate_chunks(const std::byte* in, std::size_t n, const chunking
     } else {
       const float absmax = get_f32(p);
       const auto* __restrict codes = reinterpret_cast<const std::uint8_t*>(p + 4);
-      if constexpr (F == format::int8) {
+      if constexpr (F == codec_id::int8) {
         for (std::size_t i = 0; i < len; ++i)
           acc[i] += weight * (from_int8(static_cast<std::int8_t>(codes[i])) * absmax);
-      } else if constexpr (F == format::fp8) {
+      } else if constexpr (F == codec_id::fp8) {
         for (std::size_t i = 0; i < len; ++i) acc[i] += weight * (from_fp8(codes[i]) * absmax);
       } else {
-        static_assert(F == format::int4);
+        static_assert(F == codec_id::int4);
         for (std::size_t j = 0; j < len / 2; ++j) {
           acc[2 * j] += weight * (from_int4(codes[j]) * absmax);
           acc[2 * j + 1] += weight * (from_int4(codes[j] >> 4u) * absmax);

@@ -60,7 +60,7 @@ result<welcome_terms> read_welcome(const message_header& h, const parameter_layo
   w.codec = compressed ? h.codec : codec_of<T>;
   w.block = compressed ? h.block : 0;
   w.compressed = compressed;
-  w.config.codecs.contributions = compressed ? *format_of(h.codec) : codec::format::fp32;
+  w.config.codecs.contributions = compressed ? h.codec : codec_id::f32;
   if (block_scaled(h.codec)) w.config.codecs.block = h.block;
   return w;
 }

@@ -94,7 +94,7 @@ template <class T>
 bool payload_norm(const message& m, double& squared) {
   const auto& h = m.header;
   if (h.codec == codec_of<T>) return detail::finite_squared_norm(m.payload.template as<const T>(), squared);
-  const auto f = *format_of(h.codec);
+  const codec_id f = h.codec;
   const auto n = static_cast<std::size_t>(h.element_count);
   if (!codec::valid(f, n, h.block, m.payload.bytes())) return false;
   double sum = 0.0;
@@ -110,8 +110,8 @@ bool payload_norm(const message& m, double& squared) {
 template <class T>
 void accumulate(const contribution_entry<T>& e, T c, std::span<T> out, unsigned threads) {
   if constexpr (std::is_same_v<T, float>) {
-    if (const auto f = format_of(e.codec))
-      return codec::decode_accumulate(*f, e.block, e.payload.bytes(), c, out, threads);
+    if (codec::float_codec(e.codec))
+      return codec::decode_accumulate(e.codec, e.block, e.payload.bytes(), c, out, threads);
   }
   if (!e.compressed()) {
     const T* d = e.payload.template as<const T>().data();
@@ -119,8 +119,7 @@ void accumulate(const contribution_entry<T>& e, T c, std::span<T> out, unsigned 
     return;
   }
   T* o = out.data();
-  codec::decode(*format_of(e.codec), out.size(), e.block, e.payload.bytes(),
-                [o, c](std::size_t i, float v) { o[i] += c * T(v); });
+  codec::decode(e.codec, out.size(), e.block, e.payload.bytes(), [o, c](std::size_t i, float v) { o[i] += c * T(v); });
 }
 
 /// Contribution `e`'s outer gradient as `T`s: its payload, or the payload
@@ -129,8 +128,7 @@ template <class T>
 std::span<const T> values_of(const contribution_entry<T>& e, std::vector<T>& scratch, std::size_t n) {
   if (!e.compressed()) return e.payload.template as<const T>();
   scratch.resize(n);
-  codec::decode(*format_of(e.codec), n, e.block, e.payload.bytes(),
-                [&scratch](std::size_t i, float v) { scratch[i] = T(v); });
+  codec::decode(e.codec, n, e.block, e.payload.bytes(), [&scratch](std::size_t i, float v) { scratch[i] = T(v); });
   return scratch;
 }
 

@@ -37,7 +37,7 @@ class syncer_outbox {
         options_(options),
         metrics_(metrics),
         log_(log),
-        update_codec_(codec_id_of<T>(options.training.codecs.updates)) {}
+        update_codec_(payload_codec<T>(options.training.codecs.updates)) {}
 
   /// A payload buffer of `bytes` from the pool.
   byte_buffer acquire(std::size_t bytes) { return pool_.acquire(bytes); }
