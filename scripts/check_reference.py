@@ -20,7 +20,8 @@ include/diloco/runtime/, whatever the file, so that moving code between
 headers changes nothing here. This fails when a name on the page is not a
 public member there (or no such class is found), and when a public member
 (constructors included; destructors, copy and move operators and
-static_asserts excepted) is missing from the page.
+static_asserts excepted) is missing from the page. The public members of a
+public base class count as the class's own (its constructors do not).
 
     python3 scripts/check_reference.py [--list CLASS]
 
@@ -39,6 +40,7 @@ ITEM = re.compile(r"^- `([^`]+)`", re.MULTILINE)
 KEYWORDS = {"requires", "noexcept", "decltype", "sizeof", "alignas", "alignof", "static_assert", "explicit",
             "operator", "return", "if", "for", "while", "switch", "typename", "template"}
 IDENT = re.compile(r"[A-Za-z_~][A-Za-z_0-9]*")
+PUBLIC_BASE = re.compile(r"\bpublic\s+(?:\w+::)*(\w+)")
 
 
 def strip_comments_and_strings(text):
@@ -176,19 +178,28 @@ def bodies(kind, name):
             start = m.end() - 1
             end = matching(text, start, "{", "}")
             default = "public" if kind == "namespace" or (m.group(1) == "struct") else "private"
-            yield path, default, text[start + 1:end - 1]
+            bases = [] if kind == "namespace" else PUBLIC_BASE.findall(m.group(3) or "")
+            yield path, default, text[start + 1:end - 1], bases
 
 
 def public_members(kind, name):
-    """{member name: declaration} of the public members, and the files."""
-    members, files = {}, []
-    for path, default, body in bodies(kind, name):
+    """{member name: declaration} of the public members, those of public
+    base classes included (but their constructors), and the files."""
+    members, files, bases = {}, [], []
+    for path, default, body, public_bases in bodies(kind, name):
         files.append(path.relative_to(ROOT).as_posix())
+        bases += public_bases
         for access, decl in statements(body):
             if (access or default) != "public":
                 continue
             member = declared_name(decl)
             if member:
+                members.setdefault(member, decl)
+    for base in bases:
+        inherited, base_files = public_members("class", base)
+        files += base_files
+        for member, decl in inherited.items():
+            if member != base:
                 members.setdefault(member, decl)
     return members, files
 

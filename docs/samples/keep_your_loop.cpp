@@ -18,6 +18,10 @@
 
 #include <diloco/diloco.hpp>
 
+// A program that compiles the library once (docs/building.md, "Separate
+// compilation") compiles this file's syncer there too; otherwise nothing.
+DILOCO_EXTERN_SYNCER(diloco::outer::sgd<float>, diloco::merge::average)
+
 // ---- The trainer's own code: logistic regression on 3 features. ----
 
 struct batch {

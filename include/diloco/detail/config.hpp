@@ -1,4 +1,5 @@
 // DILOCO_HOST_DEVICE: marks the element-wise functions of the optimizers.
+// DILOCO_DECL: marks the functions a program may compile once.
 #pragma once
 
 /// Marks element-wise functions (an optimizer's per-element update) so that,
@@ -10,4 +11,14 @@
 #define DILOCO_HOST_DEVICE __host__ __device__
 #else
 #define DILOCO_HOST_DEVICE
+#endif
+
+/// Marks the non-template functions whose definitions a program may compile
+/// once (diloco/separate_compilation.hpp, as Asio's ASIO_DECL): `inline` in
+/// the header-only library; with DILOCO_SEPARATE_COMPILATION defined, nothing,
+/// and the headers only declare them.
+#if defined(DILOCO_SEPARATE_COMPILATION)
+#define DILOCO_DECL
+#else
+#define DILOCO_DECL inline
 #endif

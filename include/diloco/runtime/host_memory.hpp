@@ -13,11 +13,11 @@
 #include <vector>
 
 #include "diloco/codec/blocks.hpp"
-#include "diloco/codec/kernels.hpp"
 #include "diloco/concepts/memory_space.hpp"
 #include "diloco/params/fragments.hpp"
 #include "diloco/params/mixing.hpp"
 #include "diloco/protocol/payload.hpp"
+#include "diloco/runtime/fused_passes.hpp"
 #include "diloco/scalar.hpp"
 
 namespace diloco {
@@ -39,7 +39,7 @@ struct host_memory {
   /// One pass reads θ_p (through its slices), the base and the residual and
   /// writes the encoded outer gradient, and, with error feedback, leaves in
   /// the residual what the codec rounded away. For `float` models it is the
-  /// fused, vectorized pass of codec/kernels.hpp (bench/codecs), on the
+  /// fused, vectorized pass of codec/kernels.hpp (bench/codecs; fused_passes.hpp), on the
   /// calling thread: a learner's other cores are training. For `double`
   /// models, a loop through `payload::encode`, then a second pass over the
   /// bytes for the residual.
@@ -48,9 +48,9 @@ struct host_memory {
                     const Buffer& base, Buffer* residual, std::span<std::byte> out) const {
     if constexpr (std::is_same_v<T, float>) {
       if (codec::float_codec(c))
-        return codec::encode_delta(c, block, slices, theta.data(), std::span<const float>(base.data(), base.size()),
-                                   residual ? std::span<float>(residual->data(), residual->size()) : std::span<float>(),
-                                   out, 1);
+        return detail::encode_fragment_delta(
+            c, block, slices, theta.data(), std::span<const float>(base.data(), base.size()),
+            residual ? std::span<float>(residual->data(), residual->size()) : std::span<float>(), out);
     }
     const T* r = residual ? residual->data() : nullptr;
     if (!payload::encode<T>(c, block, base.size(), delta_reader<T>{slices, theta.data(), base.data(), r}, out))

@@ -167,3 +167,31 @@ diloco_setup<T, merge::token_weighted> decoupled_diloco(std::uint32_t sync_perio
 }
 
 }  // namespace diloco::presets
+
+/// Declares that a program compiles the syncer for these policies once, in
+/// the file that says `DILOCO_COMPILE_SYNCER` for them (at namespace scope,
+/// with qualified names, before the syncer is used); nothing without
+/// DILOCO_SEPARATE_COMPILATION. The presets' syncers are declared here and
+/// compiled by diloco/separate_compilation.hpp; a program whose syncer has
+/// other policies may do the same for its own (docs/building.md, "Separate
+/// compilation").
+#if defined(DILOCO_SEPARATE_COMPILATION)
+#define DILOCO_EXTERN_SYNCER(OuterOptimizer, MergePolicy) \
+  extern template class diloco::detail::syncer_core<OuterOptimizer, MergePolicy>;
+#else
+#define DILOCO_EXTERN_SYNCER(OuterOptimizer, MergePolicy)
+#endif
+
+/// Compiles the syncer for these policies in this file, for every file of
+/// the program that declared it with `DILOCO_EXTERN_SYNCER`.
+#define DILOCO_COMPILE_SYNCER(OuterOptimizer, MergePolicy) \
+  template class diloco::detail::syncer_core<OuterOptimizer, MergePolicy>;
+
+/// The syncers of the presets for `float` models, one `X(outer optimizer,
+/// merge policy)` each.
+#define DILOCO_PRESET_SYNCERS(X)                                                    \
+  X(diloco::outer::from_inner<diloco::inner::adamw<float>>, diloco::merge::average) \
+  X(diloco::outer::nesterov<float>, diloco::merge::average)                         \
+  X(diloco::outer::nesterov<float>, diloco::merge::token_weighted)
+
+DILOCO_PRESET_SYNCERS(DILOCO_EXTERN_SYNCER)

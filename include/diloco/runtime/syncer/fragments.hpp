@@ -16,9 +16,9 @@
 
 #include "diloco/clock.hpp"
 #include "diloco/codec/blocks.hpp"
-#include "diloco/codec/kernels.hpp"
 #include "diloco/protocol/buffer.hpp"
 #include "diloco/protocol/message.hpp"
+#include "diloco/runtime/fused_passes.hpp"
 #include "diloco/runtime/syncer/screening.hpp"
 #include "diloco/runtime/syncer/state.hpp"
 
@@ -105,13 +105,13 @@ bool payload_norm(const message& m, double& squared) {
 
 /// Adds `c ·` contribution `e`'s outer gradient to `out`, in one pass over
 /// its payload (decoding it on the way when it is compressed). For a
-/// `float` model, the fused pass of codec/kernels.hpp on `threads` threads
+/// `float` model, the fused pass of codec/kernels.hpp (fused_passes.hpp) on `threads` threads
 /// (the merge policy's; the result does not depend on them).
 template <class T>
 void accumulate(const contribution_entry<T>& e, T c, std::span<T> out, unsigned threads) {
   if constexpr (std::is_same_v<T, float>) {
     if (codec::float_codec(e.codec))
-      return codec::decode_accumulate(e.codec, e.block, e.payload.bytes(), c, out, threads);
+      return detail::decode_accumulate(e.codec, e.block, e.payload.bytes(), c, out, threads);
   }
   if (!e.compressed()) {
     const T* d = e.payload.template as<const T>().data();

@@ -6,9 +6,12 @@
 #include <cassert>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
+#include <system_error>
 
+#include "diloco/concepts/transport.hpp"
 #include "diloco/error.hpp"
 #include "diloco/metrics/counters.hpp"
 #include "diloco/metrics/events.hpp"
@@ -25,14 +28,34 @@
 
 namespace diloco::detail {
 
+/// A transport's `try_send` without the transport's type: a reference to
+/// the transport and a function that calls it. The syncer's parts above the
+/// transport are then the same code whatever carries the messages, so that
+/// a program may compile them once (diloco/separate_compilation.hpp).
+class message_sender {
+ public:
+  /// Refers to `t`, which outlives this.
+  template <transport Transport>
+  explicit message_sender(Transport& t) noexcept
+      : transport_(std::addressof(t)), try_send_([](void* object, peer_id to, message& m) -> std::error_code {
+          return static_cast<Transport*>(object)->try_send(to, m);
+        }) {}
+
+  std::error_code try_send(peer_id to, message& m) const { return try_send_(transport_, to, m); }
+
+ private:
+  void* transport_;
+  std::error_code (*try_send_)(void*, peer_id, message&);
+};
+
 /// Sends a syncer's messages through its transport without ever blocking
 /// (`try_send`; a failed send is counted in `send_failures`), and keeps the
 /// pool the payloads of its updates come from.
-template <class T, class Transport>
+template <class T>
 class syncer_outbox {
  public:
   /// The arguments are the syncer's and outlive this.
-  syncer_outbox(Transport& transport, const syncer_options& options, syncer_metrics& metrics, syncer_log& log)
+  syncer_outbox(message_sender transport, const syncer_options& options, syncer_metrics& metrics, syncer_log& log)
       : transport_(transport),
         options_(options),
         metrics_(metrics),
@@ -194,7 +217,7 @@ class syncer_outbox {
       ++metrics_.verdicts_sent;
   }
 
-  Transport& transport_;
+  message_sender transport_;
   const syncer_options& options_;
   syncer_metrics& metrics_;
   syncer_log& log_;

@@ -25,12 +25,12 @@ namespace diloco::detail {
 /// syncer's `metrics`, calls the syncer's hooks, and sends the learners the
 /// fragment through the syncer's `outbox`. Either way the round is empty
 /// afterwards.
-template <class T, class Transport>
+template <class T>
 class round_publisher {
  public:
   /// The arguments are the syncer's and outlive this.
   round_publisher(const syncer_options& options, syncer_metrics& metrics, syncer_log& log, syncer_learners& learners,
-                  syncer_outbox<T, Transport>& outbox) noexcept
+                  syncer_outbox<T>& outbox) noexcept
       : options_(options), metrics_(metrics), log_(log), learners_(learners), outbox_(outbox) {}
 
   /// Fragment p's round `f`, merged at `now` into its new values as
@@ -118,7 +118,7 @@ class round_publisher {
   syncer_metrics& metrics_;
   syncer_log& log_;
   syncer_learners& learners_;
-  syncer_outbox<T, Transport>& outbox_;
+  syncer_outbox<T>& outbox_;
 };
 
 }  // namespace diloco::detail

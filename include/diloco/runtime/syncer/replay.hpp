@@ -33,13 +33,13 @@ namespace diloco::detail {
 /// `syncer::save`, `syncer::load` and `syncer::replay` over the syncer's
 /// parts: its fragments and open rounds, learner table, counters, outer
 /// optimizer and where the run stands.
-template <class T, class OuterOptimizer, class MergePolicy, class Transport>
+template <class T, class OuterOptimizer, class MergePolicy>
 class syncer_recovery {
  public:
   /// The arguments are the syncer's and outlive this.
   syncer_recovery(const parameter_layout& layout, const syncer_options& options, syncer_metrics& metrics,
                   syncer_learners& learners, open_rounds<T, MergePolicy>& rounds, OuterOptimizer& outer,
-                  syncer_outbox<T, Transport>& outbox, end_rules& end) noexcept
+                  syncer_outbox<T>& outbox, end_rules& end) noexcept
       : layout_(layout),
         options_(options),
         metrics_(metrics),
@@ -151,7 +151,7 @@ class syncer_recovery {
   syncer_learners& learners_;
   open_rounds<T, MergePolicy>& rounds_;
   OuterOptimizer& outer_;
-  syncer_outbox<T, Transport>& outbox_;
+  syncer_outbox<T>& outbox_;
   end_rules& end_;
 };
 
