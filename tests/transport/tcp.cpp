@@ -239,6 +239,37 @@ BOOST_AUTO_TEST_CASE(many_messages_of_many_sizes_arrive_whole_and_in_order_both_
   BOOST_TEST(!client.try_receive().has_value());
 }
 
+BOOST_AUTO_TEST_CASE(compressed_payloads_of_each_block_scaled_codec_make_the_round_trip) {
+  tcp::server server(loopback, 0);
+  tcp::client client(loopback, server.port());
+  // 100 values in blocks of 64: a whole block and a tail of 36, each with its
+  // 4-byte scale; int8 and fp8 take a byte a value, int4 half a byte (rounded up).
+  struct compressed {
+    codec_id codec;
+    std::size_t bytes;
+  };
+  const std::vector<compressed> cases{{codec_id::int8, (4 + 64) + (4 + 36)},
+                                      {codec_id::fp8, (4 + 64) + (4 + 36)},
+                                      {codec_id::int4, (4 + 32) + (4 + 18)}};
+  std::uint64_t sequence = 0;
+  for (const auto& c : cases) {
+    auto m = patterned(message_kind::contribution, ++sequence, 0);
+    m.header.codec = c.codec;
+    m.header.block = 64;
+    m.header.element_count = 100;
+    m.payload = byte_buffer(c.bytes);
+    for (std::size_t i = 0; i < c.bytes; ++i) m.payload.data()[i] = pattern(sequence, i);
+    BOOST_TEST_CONTEXT("codec " << int(c.codec)) { send_within(client, syncer_peer, std::move(m)); }
+    auto e = server.receive_for(5s);
+    BOOST_TEST_REQUIRE(e.has_value());
+    BOOST_TEST_REQUIRE(int(e->error) == int(wire_error::none));
+    BOOST_TEST(int(e->msg.header.codec) == int(c.codec));
+    BOOST_TEST(e->msg.header.block == 64u);
+    BOOST_TEST(e->msg.payload.size() == c.bytes);
+    BOOST_TEST(has_pattern(e->msg, sequence));
+  }
+}
+
 BOOST_AUTO_TEST_CASE(sending_to_an_unknown_or_vanished_peer_fails_and_keeps_the_message) {
   tcp::server server(loopback, 0);
   auto update = update_with({1.0f});

@@ -42,19 +42,6 @@ inline constexpr std::size_t magic = 0, version = 4, kind = 6, codec = 7, status
 inline constexpr std::size_t loss = hold_ns;
 }  // namespace offset
 
-/// Bytes per element of a codec whose elements all take the same bytes (0
-/// for `none`, the block-scaled codecs and unknown codecs).
-constexpr std::size_t element_size(codec_id c) noexcept {
-  switch (c) {
-    case codec_id::f32: return 4;
-    case codec_id::f64: return 8;
-    case codec_id::bytes: return 1;
-    case codec_id::bf16: return 2;
-    default: break;
-  }
-  return 0;
-}
-
 /// The largest element count a header may announce (2^56): far beyond any
 /// receiver's payload limit, and small enough that no payload size overflows.
 inline constexpr std::uint64_t max_element_count = std::uint64_t{1} << 56;
@@ -63,8 +50,7 @@ inline constexpr std::uint64_t max_element_count = std::uint64_t{1} << 56;
 /// (block-scaled codecs only, ≥ 1); 0 for `none`. Precondition:
 /// `n ≤ max_element_count`.
 constexpr std::uint64_t payload_size(codec_id c, std::uint64_t n, std::uint32_t block) noexcept {
-  if (block_scaled(c)) return codec::encoded_size(c, n, block);
-  return n * element_size(c);
+  return codec::encoded_size(c, n, block);
 }
 
 /// Whether messages of this kind carry a payload frame.

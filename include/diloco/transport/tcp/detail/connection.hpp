@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -65,9 +66,13 @@ inline constexpr std::size_t max_gather = 32;
 /// word of its header.
 inline constexpr std::size_t read_piece_bytes = std::size_t{1} << 20;
 
-/// Payload bytes a header announces (what the receiver will read after it).
-inline std::uint64_t announced_payload(const message_header& h) noexcept {
-  return wire::carries_payload(h.kind) ? h.element_count * wire::element_size(h.codec) : 0;
+/// Payload bytes a header announces (what the receiver will read after it);
+/// nothing for a block-scaled codec without a block size, which no receiver
+/// accepts.
+inline std::optional<std::uint64_t> announced_payload(const message_header& h) noexcept {
+  if (!wire::carries_payload(h.kind)) return 0;
+  if (block_scaled(h.codec) && h.block == 0) return std::nullopt;
+  return wire::payload_size(h.codec, h.element_count, h.block);
 }
 
 inline void configure(::asio::ip::tcp::socket& s, const socket_options& o) {
