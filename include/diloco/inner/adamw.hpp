@@ -70,7 +70,7 @@ struct adamw_element {
 namespace detail {
 
 #if DILOCO_ADAMW_SSE2
-// The SSE2 operations `adamw_simd` needs, for both scalar types.
+// The SSE2 operations `adamw_apply` needs, for both scalar types.
 inline __m128 sse_broadcast(float x) noexcept { return _mm_set1_ps(x); }
 inline __m128d sse_broadcast(double x) noexcept { return _mm_set1_pd(x); }
 inline __m128 sse_load(const float* p) noexcept { return _mm_loadu_ps(p); }
