@@ -27,6 +27,7 @@ enum class errc {
   ended,            ///< the syncer ended the run (not a failure: training is over)
   cancelled,        ///< the caller asked the call to stop (its `std::stop_token`)
   non_finite,       ///< the learner's outer gradient is NaN or infinite: nothing was sent
+  rank_lost,        ///< another rank of this learner unit failed, left or gave up: the unit must end
 };
 
 namespace detail {
@@ -48,6 +49,7 @@ class error_category_impl final : public std::error_category {
       case errc::ended: return "the syncer ended the run";
       case errc::cancelled: return "cancelled by the caller";
       case errc::non_finite: return "outer gradient not finite (NaN or infinite parameters): not sent";
+      case errc::rank_lost: return "another rank of this learner unit failed or left: the unit must end";
     }
     return "unknown diloco error";
   }

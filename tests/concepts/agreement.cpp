@@ -34,6 +34,8 @@ template <class T>
 constexpr bool transport_agrees = diloco::transport<T> == diloco::check_transport<T, quiet>() &&
                                   diloco::blocking_transport<T> == diloco::check_blocking_transport<T, quiet>();
 template <class C>
+constexpr bool collective_agrees = diloco::collective<C> == diloco::check_collective<C, quiet>();
+template <class C>
 constexpr bool checkpointable_agrees = diloco::checkpointable<C> == diloco::check_checkpointable<C, quiet>();
 
 // ---------------------------------------------------------------------------
@@ -51,6 +53,8 @@ static_assert(diloco::check_blocking_transport<blocking_transport_archetype, qui
               diloco::check_blocking_transport<blocking_transport_archetype>());
 static_assert(diloco::check_checkpointable<checkpointable_archetype, quiet>() &&
               diloco::check_checkpointable<checkpointable_archetype>());
+static_assert(diloco::check_collective<collective_archetype, quiet>() &&
+              diloco::check_collective<collective_archetype>());
 // An outer optimizer is checkpointable; the outer archetype is the smallest one.
 static_assert(diloco::check_checkpointable<outer_archetype, quiet>());
 
@@ -234,6 +238,28 @@ static_assert(rc::save<checkpointable_lacking<checkpointable_req::load>> &&
 static_assert(!diloco::checkpointable<checkpointable_lacking<checkpointable_req::load>> &&
               checkpointable_agrees<checkpointable_lacking<checkpointable_req::load>>);
 
+// Collective: each variant misses exactly its requirement, and none before it.
+namespace rcol = diloco::requirements::collective;
+static_assert(diloco::collective<collective_lacking<collective_req::none>> &&
+              collective_agrees<collective_lacking<collective_req::none>>);
+static_assert(!rcol::rank_and_size<collective_lacking<collective_req::rank_and_size>> &&
+              collective_agrees<collective_lacking<collective_req::rank_and_size>>);
+static_assert(rcol::rank_and_size<collective_lacking<collective_req::all_reduce>> &&
+              !rcol::all_reduce<collective_lacking<collective_req::all_reduce>> &&
+              collective_agrees<collective_lacking<collective_req::all_reduce>>);
+static_assert(rcol::all_reduce<collective_lacking<collective_req::reduce_scatter>> &&
+              !rcol::reduce_scatter<collective_lacking<collective_req::reduce_scatter>> &&
+              collective_agrees<collective_lacking<collective_req::reduce_scatter>>);
+static_assert(rcol::reduce_scatter<collective_lacking<collective_req::all_gather>> &&
+              !rcol::all_gather<collective_lacking<collective_req::all_gather>> &&
+              collective_agrees<collective_lacking<collective_req::all_gather>>);
+static_assert(rcol::all_gather<collective_lacking<collective_req::broadcast>> &&
+              !rcol::broadcast<collective_lacking<collective_req::broadcast>> &&
+              collective_agrees<collective_lacking<collective_req::broadcast>>);
+static_assert(rcol::broadcast<collective_lacking<collective_req::barrier>> &&
+              !rcol::barrier<collective_lacking<collective_req::barrier>> &&
+              collective_agrees<collective_lacking<collective_req::barrier>>);
+
 // ---------------------------------------------------------------------------
 // The library's own types.
 
@@ -245,6 +271,7 @@ static_assert(outer_optimizer_agrees<diloco::outer::nesterov<float>> &&
 static_assert(merge_policy_agrees<diloco::merge::average, float> &&
               merge_policy_agrees<diloco::merge::coordinate_median<>, double>);
 static_assert(transport_agrees<diloco::inproc::endpoint> && transport_agrees<diloco::sim::endpoint>);
+static_assert(collective_agrees<diloco::threads::communicator> && collective_agrees<collective_archetype>);
 static_assert(checkpointable_agrees<diloco::inner::adamw<float>> && checkpointable_agrees<diloco::outer::sgd<double>>);
 
 // ---------------------------------------------------------------------------

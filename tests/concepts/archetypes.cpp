@@ -23,6 +23,7 @@
 namespace concepts_archetypes_test {
 
 using archetypes::blocking_transport_archetype;
+using archetypes::collective_archetype;
 using archetypes::inner_archetype;
 using archetypes::merge_archetype;
 using archetypes::model_archetype;
@@ -46,6 +47,11 @@ static_assert(diloco::check_inner_step<inner_archetype>());
 static_assert(diloco::check_outer_optimizer<outer_archetype>());
 static_assert(diloco::check_merge_policy<merge_archetype, float>());
 static_assert(diloco::check_transport<transport_archetype>());
+static_assert(diloco::collective<collective_archetype> && diloco::check_collective<collective_archetype>());
+static_assert(!std::is_copy_constructible_v<collective_archetype> &&
+              !std::is_move_constructible_v<collective_archetype>);
+// A unit's model, built from nothing but archetypes, is a model.
+static_assert(diloco::model<diloco::unit_model<model_archetype, collective_archetype>>);
 
 // Nothing beyond the requirements.
 static_assert(!std::is_default_constructible_v<model_archetype> && !std::is_copy_constructible_v<model_archetype>);
@@ -182,6 +188,24 @@ BOOST_AUTO_TEST_SUITE(concepts_archetypes)
 // of one contribution is Δ itself (scale 1: the only learner brought all the
 // expected weight); the outer step with lr 0.5 gives Θ' = Θ − 0.5 =
 // (0.5, 1.5, 2.5, 3.5), which the learner adopts.
+BOOST_AUTO_TEST_CASE(unit_model_with_archetypes) {
+  // A unit of one rank: the broadcast keeps the parameters, the mean over
+  // one rank is the rank's own gradient, and the tokens are its own.
+  diloco::parameter_layout layout;
+  layout.add("w", 3);
+  model_archetype model(layout, {1.0f, 2.0f, 3.0f});
+  collective_archetype ranks(archetypes::construct);
+  diloco::unit_model unit(model, ranks);
+  const model_archetype::batch_type batch(0.25f, 8);
+  const diloco::step_stats stats = unit.compute_gradients(batch);
+  BOOST_TEST(stats.tokens == 8u);
+  BOOST_TEST(stats.loss == 0.0);
+  const std::vector<float> gradients(unit.gradients().begin(), unit.gradients().end());
+  const std::vector<float> parameters(unit.parameters().begin(), unit.parameters().end());
+  BOOST_TEST(gradients == std::vector<float>(3, 0.25f), boost::test_tools::per_element());
+  BOOST_TEST(parameters == (std::vector<float>{1.0f, 2.0f, 3.0f}), boost::test_tools::per_element());
+}
+
 BOOST_AUTO_TEST_CASE(round_with_archetypes) {
   diloco::parameter_layout layout;
   layout.add("w", 4);

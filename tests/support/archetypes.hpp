@@ -17,7 +17,9 @@
 // concepts only look at declarations, so none of them is defined.
 #pragma once
 
+#include <algorithm>
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <cstdlib>
 #include <deque>
@@ -32,6 +34,7 @@
 #include <vector>
 
 #include <diloco/concepts/checkpointable.hpp>
+#include <diloco/concepts/collective.hpp>
 #include <diloco/concepts/inner_step.hpp>
 #include <diloco/concepts/merge_policy.hpp>
 #include <diloco/concepts/model.hpp>
@@ -245,6 +248,62 @@ class blocking_transport_archetype : public transport_archetype {
   }
 };
 
+/// Collective (`diloco::collective`): `rank()` and `size()`, and
+/// `all_reduce`, `reduce_scatter`, `all_gather`, `broadcast` for `float` and
+/// `double` and `barrier`, each taking a deadline and returning
+/// `std::error_code`. Neither copyable nor movable (a unit holds a reference).
+///
+/// Behaviour: a unit of one rank, so every collective copies `in` to `out`
+/// (the mean over one rank is the value itself); a deadline already passed
+/// is `errc::timed_out`.
+class collective_archetype {
+ public:
+  explicit collective_archetype(construct_t) {}
+  collective_archetype(const collective_archetype&) = delete;
+  collective_archetype& operator=(const collective_archetype&) = delete;
+
+  std::size_t rank() const { return 0; }
+  std::size_t size() const { return 1; }
+  std::error_code all_reduce(std::span<const float> in, std::span<float> out, diloco::reduce_op, diloco::time_point d) {
+    return copy(in, out, d);
+  }
+  std::error_code all_reduce(std::span<const double> in, std::span<double> out, diloco::reduce_op,
+                             diloco::time_point d) {
+    return copy(in, out, d);
+  }
+  std::error_code reduce_scatter(std::span<const float> in, std::span<float> out, diloco::reduce_op,
+                                 diloco::time_point d) {
+    return copy(in, out, d);
+  }
+  std::error_code reduce_scatter(std::span<const double> in, std::span<double> out, diloco::reduce_op,
+                                 diloco::time_point d) {
+    return copy(in, out, d);
+  }
+  std::error_code all_gather(std::span<const float> in, std::span<float> out, diloco::time_point d) {
+    return copy(in, out, d);
+  }
+  std::error_code all_gather(std::span<const double> in, std::span<double> out, diloco::time_point d) {
+    return copy(in, out, d);
+  }
+  std::error_code broadcast(std::span<float>, std::size_t root, diloco::time_point d) { return check(root, d); }
+  std::error_code broadcast(std::span<double>, std::size_t root, diloco::time_point d) { return check(root, d); }
+  std::error_code barrier(diloco::time_point d) { return check(0, d); }
+
+ private:
+  static std::error_code check(std::size_t root, diloco::time_point d) {
+    if (root != 0) return std::make_error_code(std::errc::invalid_argument);
+    if (diloco::clock::now() > d) return diloco::errc::timed_out;
+    return {};
+  }
+  template <class T>
+  static std::error_code copy(std::span<const T> in, std::span<T> out, diloco::time_point d) {
+    if (in.size() != out.size()) return std::make_error_code(std::errc::invalid_argument);
+    if (auto e = check(0, d)) return e;
+    std::copy(in.begin(), in.end(), out.begin());
+    return {};
+  }
+};
+
 /// Checkpointable (`diloco::checkpointable`): `save(std::ostream&) const` and
 /// `load(std::istream&)`, both returning void. Neither default-constructible,
 /// copyable nor movable (the concept asks for neither).
@@ -406,6 +465,26 @@ struct transport_lacking {
   std::error_code try_send(diloco::peer_id, diloco::message&) requires(R != transport_req::try_send);
   std::optional<diloco::envelope> try_receive() requires(R != transport_req::try_receive);
   std::optional<diloco::envelope> receive_for(std::chrono::nanoseconds) requires(R != transport_req::receive_for);
+};
+
+enum class collective_req { none, rank_and_size, all_reduce, reduce_scatter, all_gather, broadcast, barrier };
+
+template <collective_req R>
+struct collective_lacking {
+  std::size_t rank() const requires(R != collective_req::rank_and_size);
+  std::size_t size() const requires(R != collective_req::rank_and_size);
+  template <class T>
+  std::error_code all_reduce(std::span<const T>, std::span<T>, diloco::reduce_op,
+                             diloco::time_point) requires(R != collective_req::all_reduce);
+  template <class T>
+  std::error_code reduce_scatter(std::span<const T>, std::span<T>, diloco::reduce_op,
+                                 diloco::time_point) requires(R != collective_req::reduce_scatter);
+  template <class T>
+  std::error_code all_gather(std::span<const T>, std::span<T>,
+                             diloco::time_point) requires(R != collective_req::all_gather);
+  template <class T>
+  std::error_code broadcast(std::span<T>, std::size_t, diloco::time_point) requires(R != collective_req::broadcast);
+  std::error_code barrier(diloco::time_point) requires(R != collective_req::barrier);
 };
 
 enum class checkpointable_req { none, save, load };

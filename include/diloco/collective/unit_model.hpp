@@ -1,0 +1,92 @@
+// Data parallel inside a learner unit: the user's model on each rank, seen as
+// one model whose gradients are the mean over the unit's ranks.
+#pragma once
+
+#include <array>
+#include <chrono>
+#include <cstdint>
+#include <span>
+#include <system_error>
+#include <vector>
+
+#include "diloco/clock.hpp"
+#include "diloco/concepts/collective.hpp"
+#include "diloco/concepts/model.hpp"
+#include "diloco/error.hpp"
+#include "diloco/params/layout.hpp"
+
+namespace diloco {
+
+struct unit_model_options {
+  /// How long each collective may wait for the other ranks: a rank that has
+  /// not answered by then ends the unit (`std::system_error` with
+  /// `errc::timed_out`). Size it above the slowest rank's forward and
+  /// backward pass.
+  std::chrono::nanoseconds timeout = std::chrono::seconds(60);
+};
+
+/// A `model` made of the same model on every rank of a unit, as DDP makes
+/// one: each rank computes the gradients of its own batch, and
+/// `compute_gradients` then all-reduces them to their mean over the ranks, so
+/// the inner step (the same on every rank) keeps the ranks' parameters equal.
+/// With equal batches of B on R ranks, the mean is the gradient of the batch
+/// of R·B they form together, up to the rounding of the summation order.
+///
+/// `step_stats::loss` is the mean of the ranks' losses and `tokens` their sum:
+/// the unit's contribution counts every rank's examples once.
+///
+/// Collective failures (`errc::rank_lost`, `errc::timed_out`) are thrown as
+/// `std::system_error`: the unit has ended, and so should this rank.
+///
+/// Host memory only: a model with `memory()` (a GPU model) needs a backend
+/// that reduces device memory in place.
+///
+/// Constrained by the concepts, each preceded by its check, so that a type
+/// that misses a requirement gets an error naming the missing member.
+template <class M, class C>
+requires(check_model<M>() && model<M> && check_collective<C>() && collective<C>) class unit_model {
+  static_assert(
+      !requires(M & m) { m.memory(); },
+      "diloco::unit_model: host models only (a model with memory() needs a device collective)");
+
+ public:
+  using scalar_type = typename M::scalar_type;
+  using batch_type = typename M::batch_type;
+
+  /// Rank 0's parameters are broadcast to the others, so that every rank
+  /// starts from the same model whatever its own initialization.
+  unit_model(M& model, C& ranks, unit_model_options options = {})
+      : model_(model), ranks_(ranks), options_(options), gradients_(model.parameters().size()) {
+    check(ranks_.broadcast(model_.parameters(), 0, deadline()));
+  }
+
+  const parameter_layout& layout() const noexcept { return model_.layout(); }
+  std::span<scalar_type> parameters() noexcept { return model_.parameters(); }
+  std::span<const scalar_type> gradients() const noexcept { return gradients_; }
+
+  step_stats compute_gradients(const batch_type& batch) {
+    const step_stats own = model_.compute_gradients(batch);
+    const std::span<const scalar_type> local = model_.gradients();
+    check(ranks_.all_reduce(local, std::span<scalar_type>(gradients_), reduce_op::mean, deadline()));
+    std::array<double, 2> stats{own.loss, static_cast<double>(own.tokens)};
+    check(ranks_.all_reduce(std::span<const double>(stats), std::span<double>(stats), reduce_op::sum, deadline()));
+    return {stats[0] / static_cast<double>(ranks_.size()), static_cast<std::uint64_t>(stats[1])};
+  }
+
+  M& local_model() noexcept { return model_; }
+  C& ranks() noexcept { return ranks_; }
+
+ private:
+  time_point deadline() const { return clock::now() + options_.timeout; }
+
+  static void check(std::error_code e) {
+    if (e) throw std::system_error(e, "diloco::unit_model: the unit's collective failed");
+  }
+
+  M& model_;
+  C& ranks_;
+  unit_model_options options_;
+  std::vector<scalar_type> gradients_;
+};
+
+}  // namespace diloco
