@@ -92,6 +92,8 @@ requires(check_model<Model>() && model<Model> && check_inner_step<InnerStep>() &
     if (options_.id == syncer_peer) throw std::invalid_argument("diloco::learner: id is reserved for the syncer");
     if (model_.parameters().size() != model_.layout().size())
       throw std::invalid_argument("diloco::learner: model parameters do not match its layout");
+    if (options_.share.count == 0 || options_.share.index >= options_.share.count)
+      throw std::invalid_argument("diloco::learner: share.index must be below share.count (at least 1)");
     // The learner's own timeouts in a consistent order (dead_after is the syncer's).
     timeouts{options_.heartbeat_interval, options_.join_retry, 3 * options_.heartbeat_interval, options_.rejoin_after,
              options_.answer_timeout}
@@ -151,7 +153,8 @@ requires(check_model<Model>() && model<Model> && check_inner_step<InnerStep>() &
       ++f.steps;
     }
     for (std::uint32_t p = 0; p < fragments_.size(); ++p)
-      if (fragments_.schedule().due(p, step_) || fragments_[p].send_owed) send_contribution(p, now, 0);
+      if (fragments_.owns(p) && (fragments_.schedule().due(p, step_) || fragments_[p].send_owed))
+        send_contribution(p, now, 0);
     return stats;
   }
 
@@ -187,6 +190,7 @@ requires(check_model<Model>() && model<Model> && check_inner_step<InnerStep>() &
   void finish(time_point now) {
     if (!joined() || ended()) return;  // after the end the syncer takes nothing more
     for (std::uint32_t p = 0; p < fragments_.size(); ++p) {
+      if (!fragments_.owns(p)) continue;
       send_contribution(p, now, final_contribution);
       auto& f = fragments_[p];
       if (f.steps > f.steps_sent) metrics_.steps_unsent += f.steps - f.steps_sent;
@@ -412,9 +416,17 @@ requires(check_model<Model>() && model<Model> && check_inner_step<InnerStep>() &
     if (h.flags & state_wanted)
       return members_.send_state(outbox_, memory(), std::span<const T>(model_.parameters()), model_.layout(),
                                  h.fragment_count);
-    members_.welcome(*terms);
+    // One rank of a unit (`learner_options::share`): decoupled runs only,
+    // against shards its share divides, connected to its own shards.
+    const auto& share = options_.share;
+    if (share.count > 1 && (terms->config.lock_step || terms->shards % share.count != 0 ||
+                            (terms->shards > 1 && h.fragment % share.count != share.index))) {
+      error_ = errc::bad_config;
+      return;
+    }
+    members_.welcome(*terms, share.count);
     fragments_.setup(terms->config, terms->codec, terms->block, model_.layout(), memory(),
-                     options_.error_feedback && terms->compressed);
+                     options_.error_feedback && terms->compressed, share);
   }
 
   /// A refusal of who the learner is (`learner_membership::refused`), or of

@@ -54,13 +54,13 @@ class learner_adoption {
   /// An update `m` arrived at `now`: its payload is checked (decoded where θ
   /// lives when adopted) and it waits in its fragment's inbox, replacing an
   /// older one, unless it is malformed, for a fragment the learner does not
-  /// have (none before the welcome) or not newer than what the fragment has
-  /// (`updates_ignored`). A resync answering the learner's latest send
-  /// of the fragment is the syncer's current state: kept even when older
+  /// have (none before the welcome) or does not speak for, or not newer than
+  /// what the fragment has (`updates_ignored`). A resync answering the
+  /// learner's latest send of the fragment is the syncer's current state: kept even when older
   /// than the base (a syncer restored from an older checkpoint), once.
   void receive(message&& m, time_point now) {
     const auto& h = m.header;
-    if (h.fragment >= fragments_.size() || h.element_count != fragments_.plan()[h.fragment].size() ||
+    if (!fragments_.owns(h.fragment) || h.element_count != fragments_.plan()[h.fragment].size() ||
         payload::check<T>(h.codec, h.block, m.payload.bytes(), fragments_.plan()[h.fragment].size()) !=
             payload::verdict::ok) {
       ++metrics_.updates_ignored;

@@ -91,23 +91,30 @@ class learner_fragments {
 
   /// Sets up the schedule a welcome gave, `config` (P, H, τ, α, lock-step,
   /// codecs), with contributions encoded as `codec` (`block`: its block size,
-  /// 0 unless block-scaled): the plan over `layout`, and for each fragment a
-  /// base in `memory` and, with `residuals`, an error-feedback buffer. Cost:
-  /// one allocation of the fragment's size per buffer.
+  /// 0 unless block-scaled): the plan over `layout`, and for each fragment
+  /// of `share` a base in `memory` and, with `residuals`, an error-feedback
+  /// buffer. Cost: one allocation of the fragment's size per buffer.
   void setup(const training_config& config, codec_id codec, std::uint32_t block, const parameter_layout& layout,
-             Memory& memory, bool residuals) {
+             Memory& memory, bool residuals, fragment_share share = {}) {
     config_ = config;
     codec_ = codec;
     block_ = block;
+    share_ = share;
     plan_ = fragment_plan::balanced(layout, config_.fragments);
     schedule_ = fragment_schedule(config_.sync_period, config_.fragments);
     tracks_.clear();
     tracks_.resize(config_.fragments);
+    owned_ = 0;
     for (std::uint32_t p = 0; p < config_.fragments; ++p) {
+      if (!share.owns(p)) continue;
+      ++owned_;
       tracks_[p].base = memory.template allocate<T>(plan_[p].size());
       if (residuals) tracks_[p].residual = memory.template allocate<T>(plan_[p].size());
     }
   }
+
+  /// Whether this learner speaks for fragment p (`learner_options::share`).
+  bool owns(std::uint32_t p) const noexcept { return p < tracks_.size() && share_.owns(p); }
 
   const training_config& config() const noexcept { return config_; }
   const fragment_plan& plan() const noexcept { return plan_; }
@@ -124,10 +131,10 @@ class learner_fragments {
   auto end() const noexcept { return tracks_.end(); }
 
   /// Counts a fragment taken in for the first time; returns whether every
-  /// fragment now has been (the join is complete).
-  bool first_adoption() noexcept { return ++adopted_ == tracks_.size(); }
-  /// Every fragment has been taken in once (true while there are none).
-  bool all_adopted() const noexcept { return adopted_ == tracks_.size(); }
+  /// fragment it speaks for now has been (the join is complete).
+  bool first_adoption() noexcept { return ++adopted_ == owned_; }
+  /// Every fragment it speaks for has been taken in once (true while there are none).
+  bool all_adopted() const noexcept { return adopted_ == owned_; }
 
   /// Some fragment's unsent work waits behind a contribution in flight.
   bool any_blocked() const noexcept {
@@ -143,15 +150,18 @@ class learner_fragments {
 
   /// Writes the schedule and one record per fragment into `s`: revision,
   /// base and residual (read from `memory` to the host), counters, and
-  /// whether it can be resumed (no contribution of it in flight).
+  /// whether it can be resumed (one it speaks for, no contribution of it in
+  /// flight; one it does not has an empty base).
   void save(learner_state<T>& s, Memory& memory) const {
     s.config = config_;
-    for (const auto& f : tracks_) {
+    for (std::uint32_t p = 0; p < tracks_.size(); ++p) {
+      const auto& f = tracks_[p];
       std::vector<T> base(f.base.size());
       memory.read(std::span<const T>(f.base.data(), f.base.size()), std::span<T>(base));
       std::vector<T> residual(f.residual ? f.residual->size() : 0);
       if (f.residual) memory.read(std::span<const T>(f.residual->data(), f.residual->size()), std::span<T>(residual));
-      s.fragments.push_back({!f.in_flight, f.revision, std::move(base), f.tokens, f.steps, std::move(residual)});
+      s.fragments.push_back(
+          {owns(p) && !f.in_flight, f.revision, std::move(base), f.tokens, f.steps, std::move(residual)});
     }
   }
 
@@ -162,6 +172,8 @@ class learner_fragments {
   std::vector<track> tracks_;
   codec_id codec_ = codec_of<T>;
   std::uint32_t block_ = 0;
+  fragment_share share_{};
+  std::size_t owned_ = 0;  ///< fragments of `share_`
   std::size_t adopted_ = 0;
 };
 

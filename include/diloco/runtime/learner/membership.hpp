@@ -85,9 +85,10 @@ class learner_membership {
 
   bool welcomed() const noexcept { return welcomed_; }
 
-  /// The welcome's `terms` hold: the learner is a member.
-  void welcome(const welcome_terms& terms) noexcept {
-    shards_ = terms.shards;
+  /// The welcome's `terms` hold: the learner is a member, answered by the
+  /// shards of its share of `ranks` (`learner_options::share`).
+  void welcome(const welcome_terms& terms, std::uint32_t ranks = 1) noexcept {
+    shards_ = terms.shards / ranks;
     welcomed_ = true;
   }
 

@@ -59,6 +59,20 @@ constexpr const char* name(adoption_rule r) noexcept {
   return "?";
 }
 
+/// Which fragments a learner speaks for: all of them (the default), or,
+/// for one rank of a learner unit of `count` ranks (docs/units.md), those p
+/// with p mod count = index. Such a learner keeps the outer state (base,
+/// error-feedback residual) of its own fragments only, contributes and
+/// adopts only those, and talks to the syncer shards that own them: the
+/// syncer has S shards, S a multiple of `count`, and rank `index` connects
+/// to the shards s with s mod count = index. Runs that are not lock-step only.
+struct fragment_share {
+  std::uint32_t index = 0;
+  std::uint32_t count = 1;
+
+  bool owns(std::uint32_t p) const noexcept { return p % count == index; }
+};
+
 /// Settings of one learner process or thread. The training schedule itself
 /// (P, H, τ, α, lock-step) comes from the syncer's welcome.
 struct learner_options {
@@ -82,6 +96,9 @@ struct learner_options {
   bool error_feedback = false;
   /// How global fragments are taken in when the run is not lock-step.
   adoption_rule adopt = adoption_rule::rebase;
+  /// The fragments this learner speaks for (all, unless it is one rank of a
+  /// learner unit).
+  fragment_share share{};
   /// Called on the learner's thread for each join, contribution sent,
   /// verdict, adoption and wait (never per inner step).
   std::function<void(const learner_event&)> on_event{};

@@ -172,7 +172,8 @@ learner_state<T> read_learner_state(std::istream& in, const parameter_layout& la
       if (flags > 1) throw corrupt_state("diloco: learner state: bad fragment flags");
       f.resumable = flags != 0;
       f.revision = serial::read_pod<std::uint64_t>(body, "fragment revision");
-      f.base = detail::read_finite<T>(body, plan[p].size(), "fragment base");
+      // Empty for a fragment the learner did not keep (another rank's share).
+      f.base = detail::read_finite<T>(body, plan[p].size(), "fragment base", !f.resumable);
       f.tokens = serial::read_pod<std::uint64_t>(body, "fragment tokens");
       f.steps = serial::read_pod<std::uint64_t>(body, "fragment steps");
       f.residual = detail::read_finite<T>(body, plan[p].size(), "error-feedback residual", true);

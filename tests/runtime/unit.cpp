@@ -1,0 +1,243 @@
+// ctest-labels: unit threads
+// A learner unit of two ranks (`unit_learner`, ranks that are threads)
+// against a syncer of two shards, beside a one-process learner: each rank
+// speaks for its half of the fragments to its own shard, keeps the outer
+// state of that half only, and the unit trains, is counted once and ends
+// with every rank holding the same model.
+#include <boost/test/unit_test.hpp>
+
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <diloco/diloco.hpp>
+#include <diloco/runtime/learner/checkpoint.hpp>
+#include <diloco/runtime/unit.hpp>
+#include <diloco/transport/shards.hpp>
+
+#include "support/toy_model.hpp"
+
+namespace runtime_unit_test {
+
+using namespace diloco;
+using T = double;
+constexpr std::size_t features = 6;
+constexpr std::uint32_t fragments = 4;  // rank 0 speaks for 0 and 2, rank 1 for 1 and 3
+constexpr std::uint64_t steps = 200;
+constexpr std::size_t rank_batch = 8;
+
+using model_type = toy::linear_regression<T>;
+using unit_type = unit_learner<model_type, inner::sgd<T>, inproc::endpoint, threads::communicator>;
+using plain_type = learner<model_type, inner::sgd<T>, sharded<inproc::endpoint>>;
+using shard_type = decltype(presets::decoupled_diloco<T>(8, fragments))::syncer_type<inproc::endpoint>;
+
+/// ½·‖θ − θ*‖², θ* the teacher's weights and bias (toy_model.hpp).
+double distance_to_teacher(std::span<const T> params) {
+  const toy::teacher<T> truth(features, 0);
+  double d = 0;
+  for (std::size_t k = 0; k < features; ++k) d += std::pow(params[k] - truth.weight(k), 2);
+  return 0.5 * (d + std::pow(params[features] - 0.5, 2));
+}
+
+/// The fragment records of a learner's saved state: how many elements of
+/// outer state (bases) it keeps, and for which fragments.
+struct outer_state {
+  std::size_t elements = 0;
+  std::vector<std::uint32_t> fragments;
+};
+
+template <class Learner>
+outer_state outer_state_of(Learner& l) {
+  std::ostringstream out;
+  l.save(out);
+  std::istringstream in(out.str());
+  const auto s = read_learner_state<T>(in, l.model().layout(), l.options().id);
+  outer_state o;
+  for (std::uint32_t p = 0; p < s.fragments.size(); ++p)
+    if (!s.fragments[p].base.empty()) {
+      o.elements += s.fragments[p].base.size();
+      o.fragments.push_back(p);
+    }
+  return o;
+}
+
+BOOST_AUTO_TEST_SUITE(runtime_unit)
+
+BOOST_AUTO_TEST_CASE(a_unit_of_two_ranks_speaks_once_for_each_fragment) {
+  model_type initial(features, 7);
+  std::vector<std::unique_ptr<inproc::hub>> hubs;
+  std::vector<std::unique_ptr<shard_type>> shards;
+  for (std::uint32_t s = 0; s < 2; ++s) {
+    auto options = presets::decoupled_diloco<T>(/*H=*/8, fragments, /*quorum=*/1, /*overlap=*/2);
+    options.shard = {s, 2};
+    options.log = [](const std::string&) {};
+    hubs.push_back(std::make_unique<inproc::hub>());
+    shards.push_back(std::make_unique<shard_type>(initial.layout(), initial.parameters(),
+                                                  hubs.back()->attach(syncer_peer), options, options.outer,
+                                                  options.merge));
+  }
+
+  // The unit, id 0: rank r on shard r. Each rank starts from its own
+  // initialization; the unit takes rank 0's, and the join the syncer's.
+  auto ranks = threads::make_unit(2);
+  std::vector<std::unique_ptr<model_type>> models;
+  std::vector<std::unique_ptr<unit_type>> unit(2);
+  for (std::uint32_t r = 0; r < 2; ++r) models.push_back(std::make_unique<model_type>(features, 1000 + r));
+  std::vector<std::string> errors(3);
+  std::vector<std::vector<T>> finals(2);
+  // A one-process learner, id 1, connected to both shards.
+  model_type plain_model(features, 2000);
+  sharded<inproc::endpoint> plain_link({&hubs[0]->attach(1), &hubs[1]->attach(1)});
+  plain_type plain(plain_model, plain_link, learner_options{.id = 1}, inner::sgd<T>({.learning_rate = 0.1}));
+  {
+    std::vector<std::jthread> servers;
+    for (auto& s : shards) servers.emplace_back([&s](std::stop_token stop) { s->run(stop); });
+    {
+      std::vector<std::jthread> threads;
+      for (std::uint32_t r = 0; r < 2; ++r)
+        threads.emplace_back([&, r] {
+          // Constructing is collective (rank 0's parameters to both).
+          unit[r] = std::make_unique<unit_type>(*models[r], ranks[r], hubs[r]->attach(0), learner_options{.id = 0},
+                                                inner::sgd<T>({.learning_rate = 0.1}));
+          toy::teacher<T> data(features, 100 + r);
+          for (std::uint64_t s = 0; s < steps; ++s) {
+            if (auto result = unit[r]->step(data.next(rank_batch)); !result) {
+              errors[r] = result.error().message();
+              return;
+            }
+            std::this_thread::sleep_for(std::chrono::milliseconds(1));
+          }
+          unit[r]->finish();
+          if (unit[r]->error()) errors[r] = unit[r]->error().message();
+          finals[r].assign(models[r]->parameters().begin(), models[r]->parameters().end());
+        });
+      threads.emplace_back([&] {
+        toy::teacher<T> data(features, 300);
+        for (std::uint64_t s = 0; s < steps; ++s) {
+          if (auto result = plain.step(data.next(2 * rank_batch)); !result) {
+            errors[2] = result.error().message();
+            return;
+          }
+          std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        }
+        plain.finish();
+      });
+    }
+    for (auto& s : servers) s.request_stop();
+  }
+
+  for (const auto& e : errors) BOOST_TEST(e == "");
+  // Both ranks hold the same model, and it learned.
+  BOOST_TEST(finals[0] == finals[1], boost::test_tools::per_element());
+  BOOST_TEST(distance_to_teacher(finals[0]) < 0.01 * distance_to_teacher(initial.parameters()));
+
+  for (std::uint32_t r = 0; r < 2; ++r) {
+    auto& l = unit[r]->rank_learner();
+    // Every rank stepped the unit's steps, on the unit's tokens (both ranks' batches).
+    BOOST_TEST(l.metrics().steps == steps);
+    BOOST_TEST(l.metrics().tokens == steps * 2 * rank_batch);
+    BOOST_TEST(l.metrics().contributions_sent > 0u);
+    // Outer state: only the fragments of its share, half the model here.
+    const outer_state o = outer_state_of(l);
+    BOOST_TEST(o.fragments == (std::vector<std::uint32_t>{r, r + 2}), boost::test_tools::per_element());
+    const auto& plan = l.plan();
+    BOOST_TEST(o.elements == plan[r].size() + plan[r + 2].size());
+  }
+  BOOST_TEST(outer_state_of(plain).elements == initial.parameters().size());
+
+  // Each shard saw two learners, the unit once: one join, one leave, and
+  // the steps its leave reported are the unit's, not twice them.
+  for (std::uint32_t s = 0; s < 2; ++s) {
+    const auto m = shards[s]->metrics();
+    BOOST_TEST(m.joins == 2u);
+    BOOST_TEST(m.leaves == 2u);
+    BOOST_TEST(shards[s]->steps_computed() == 2 * steps);
+    // Tokens merged: at most each learner's tokens once per fragment of the shard.
+    BOOST_TEST(m.tokens_merged <= 2 * (steps * 2 * rank_batch) * 2);
+    BOOST_TEST(m.tokens_merged > 0u);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(a_rank_that_dies_ends_its_unit) {
+  // Rank 1 dies after 20 steps (its communicator destroyed, as a killed
+  // process's connection would be): rank 0's next step fails with
+  // rank_lost instead of waiting, and the unit has stopped.
+  model_type initial(features, 7);
+  std::vector<std::unique_ptr<inproc::hub>> hubs;
+  std::vector<std::unique_ptr<shard_type>> shards;
+  for (std::uint32_t s = 0; s < 2; ++s) {
+    auto options = presets::decoupled_diloco<T>(8, fragments, 1, 2);
+    options.shard = {s, 2};
+    options.log = [](const std::string&) {};
+    hubs.push_back(std::make_unique<inproc::hub>());
+    shards.push_back(std::make_unique<shard_type>(initial.layout(), initial.parameters(),
+                                                  hubs.back()->attach(syncer_peer), options, options.outer,
+                                                  options.merge));
+  }
+  auto ranks = threads::make_unit(2);
+  std::vector<std::unique_ptr<model_type>> models;
+  for (std::uint32_t r = 0; r < 2; ++r) models.push_back(std::make_unique<model_type>(features, 1000 + r));
+  std::vector<std::uint64_t> stepped(2, 0);
+  std::error_code survivor;
+  {
+    std::vector<std::jthread> servers;
+    for (auto& s : shards) servers.emplace_back([&s](std::stop_token stop) { s->run(stop); });
+    {
+      std::vector<std::jthread> threads;
+      for (std::uint32_t r = 0; r < 2; ++r)
+        threads.emplace_back([&, r] {
+          unit_type unit(*models[r], ranks[r], hubs[r]->attach(0), learner_options{.id = 0},
+                         inner::sgd<T>({.learning_rate = 0.1}));
+          toy::teacher<T> data(features, 100 + r);
+          for (std::uint64_t s = 0; s < steps; ++s) {
+            if (r == 1 && s == 20) {
+              threads::communicator dying = std::move(ranks[1]);
+              return;  // destroyed here: the unit has lost a rank
+            }
+            auto result = unit.step(data.next(rank_batch));
+            if (!result) {
+              if (r == 0) survivor = result.error();
+              return;
+            }
+            ++stepped[r];
+          }
+        });
+    }
+    for (auto& s : servers) s.request_stop();
+  }
+  BOOST_TEST(stepped[1] == 20u);
+  BOOST_TEST(stepped[0] == 20u);  // its 21st step needs rank 1
+  BOOST_TEST((survivor == make_error_code(errc::rank_lost)));
+}
+
+BOOST_AUTO_TEST_CASE(a_rank_refuses_a_syncer_its_share_cannot_divide) {
+  // One syncer, not sharded: a unit of two ranks cannot split it.
+  model_type initial(features, 7);
+  inproc::hub hub;
+  auto options = presets::decoupled_diloco<T>(8, fragments, 1, 2);
+  options.log = [](const std::string&) {};
+  auto& syncer_end = hub.attach(syncer_peer);
+  shard_type sync(initial.layout(), initial.parameters(), syncer_end, options, options.outer, options.merge);
+  model_type model(features, 1);
+  learner<model_type, inner::sgd<T>, inproc::endpoint> rank1(
+      model, hub.attach(0), learner_options{.id = 0, .share = {1, 2}}, inner::sgd<T>({.learning_rate = 0.1}));
+  time_point now{};
+  for (int i = 0; i < 10 && !rank1.error(); ++i) {
+    rank1.poll(now);
+    while (auto e = syncer_end.try_receive()) sync.handle(std::move(*e), now);
+    now += std::chrono::milliseconds(10);
+  }
+  BOOST_TEST((rank1.error() == make_error_code(errc::bad_config)));
+  BOOST_CHECK_THROW((learner<model_type, inner::sgd<T>, inproc::endpoint>(model, hub.attach(5),
+                                                                          learner_options{.id = 5, .share = {2, 2}})),
+                    std::invalid_argument);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+}  // namespace runtime_unit_test
