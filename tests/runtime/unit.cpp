@@ -32,7 +32,9 @@ constexpr std::uint64_t steps = 200;
 constexpr std::size_t rank_batch = 8;
 
 using model_type = toy::linear_regression<T>;
-using unit_type = unit_learner<model_type, inner::sgd<T>, inproc::endpoint, threads::communicator>;
+/// Every rank reaches its shards through `sharded`, here over one or two of
+/// them: one instantiation of the learner for all the cases.
+using unit_type = unit_learner<model_type, inner::sgd<T>, sharded<inproc::endpoint>, threads::communicator>;
 using plain_type = learner<model_type, inner::sgd<T>, sharded<inproc::endpoint>>;
 using shard_type = decltype(presets::decoupled_diloco<T>(8, fragments))::syncer_type<inproc::endpoint>;
 
@@ -66,28 +68,50 @@ outer_state outer_state_of(Learner& l) {
   return o;
 }
 
+/// A syncer of `count` shards (Decoupled DiLoCo, H = 8, quorum 1, τ = 2),
+/// each on an in-process hub of its own.
+struct shard_world {
+  std::vector<std::unique_ptr<inproc::hub>> hubs;
+  std::vector<std::unique_ptr<shard_type>> shards;
+
+  shard_world(std::uint32_t count, model_type& initial) {
+    for (std::uint32_t s = 0; s < count; ++s) {
+      auto options = presets::decoupled_diloco<T>(/*H=*/8, fragments, /*quorum=*/1, /*overlap=*/2);
+      options.shard = {s, count};
+      options.log = [](const std::string&) {};
+      hubs.push_back(std::make_unique<inproc::hub>());
+      shards.push_back(std::make_unique<shard_type>(initial.layout(), initial.parameters(),
+                                                    hubs.back()->attach(syncer_peer), options, options.outer,
+                                                    options.merge));
+    }
+  }
+
+  /// Each shard serving on a thread of its own, until the result is destroyed.
+  std::vector<std::jthread> serve() {
+    std::vector<std::jthread> servers;
+    for (auto& s : shards) servers.emplace_back([&s](std::stop_token stop) { s->run(stop); });
+    return servers;
+  }
+};
+
 BOOST_AUTO_TEST_SUITE(runtime_unit)
 
 BOOST_AUTO_TEST_CASE(a_unit_of_two_ranks_speaks_once_for_each_fragment) {
   model_type initial(features, 7);
-  std::vector<std::unique_ptr<inproc::hub>> hubs;
-  std::vector<std::unique_ptr<shard_type>> shards;
-  for (std::uint32_t s = 0; s < 2; ++s) {
-    auto options = presets::decoupled_diloco<T>(/*H=*/8, fragments, /*quorum=*/1, /*overlap=*/2);
-    options.shard = {s, 2};
-    options.log = [](const std::string&) {};
-    hubs.push_back(std::make_unique<inproc::hub>());
-    shards.push_back(std::make_unique<shard_type>(initial.layout(), initial.parameters(),
-                                                  hubs.back()->attach(syncer_peer), options, options.outer,
-                                                  options.merge));
-  }
+  shard_world world(2, initial);
+  auto& hubs = world.hubs;
+  auto& shards = world.shards;
 
   // The unit, id 0: rank r on shard r. Each rank starts from its own
   // initialization; the unit takes rank 0's, and the join the syncer's.
   auto ranks = threads::make_unit(2);
   std::vector<std::unique_ptr<model_type>> models;
   std::vector<std::unique_ptr<unit_type>> unit(2);
-  for (std::uint32_t r = 0; r < 2; ++r) models.push_back(std::make_unique<model_type>(features, 1000 + r));
+  std::vector<std::unique_ptr<sharded<inproc::endpoint>>> links;
+  for (std::uint32_t r = 0; r < 2; ++r) {
+    models.push_back(std::make_unique<model_type>(features, 1000 + r));
+    links.push_back(std::make_unique<sharded<inproc::endpoint>>(std::vector{&hubs[r]->attach(0)}, 2));
+  }
   std::vector<std::string> errors(3);
   std::vector<std::vector<T>> finals(2);
   // A one-process learner, id 1, connected to both shards.
@@ -95,14 +119,13 @@ BOOST_AUTO_TEST_CASE(a_unit_of_two_ranks_speaks_once_for_each_fragment) {
   sharded<inproc::endpoint> plain_link({&hubs[0]->attach(1), &hubs[1]->attach(1)});
   plain_type plain(plain_model, plain_link, learner_options{.id = 1}, inner::sgd<T>({.learning_rate = 0.1}));
   {
-    std::vector<std::jthread> servers;
-    for (auto& s : shards) servers.emplace_back([&s](std::stop_token stop) { s->run(stop); });
+    auto servers = world.serve();
     {
       std::vector<std::jthread> threads;
       for (std::uint32_t r = 0; r < 2; ++r)
         threads.emplace_back([&, r] {
           // Constructing is collective (rank 0's parameters to both).
-          unit[r] = std::make_unique<unit_type>(*models[r], ranks[r], hubs[r]->attach(0), learner_options{.id = 0},
+          unit[r] = std::make_unique<unit_type>(*models[r], ranks[r], *links[r], learner_options{.id = 0},
                                                 inner::sgd<T>({.learning_rate = 0.1}));
           toy::teacher<T> data(features, 100 + r);
           for (std::uint64_t s = 0; s < steps; ++s) {
@@ -163,35 +186,77 @@ BOOST_AUTO_TEST_CASE(a_unit_of_two_ranks_speaks_once_for_each_fragment) {
   }
 }
 
+BOOST_AUTO_TEST_CASE(a_rank_speaks_to_each_shard_of_its_share) {
+  // Four shards of one fragment each, two ranks: rank r connects to shards
+  // r and r + 2 (`sharded` over two of the four) and speaks for their
+  // fragments.
+  model_type initial(features, 7);
+  shard_world world(4, initial);
+  auto ranks = threads::make_unit(2);
+  std::vector<std::unique_ptr<model_type>> models;
+  std::vector<std::unique_ptr<sharded<inproc::endpoint>>> links;
+  for (std::uint32_t r = 0; r < 2; ++r) {
+    models.push_back(std::make_unique<model_type>(features, 1000 + r));
+    links.push_back(std::make_unique<sharded<inproc::endpoint>>(
+        std::vector<inproc::endpoint*>{&world.hubs[r]->attach(0), &world.hubs[r + 2]->attach(0)}, 4));
+  }
+  std::vector<std::string> errors(2);
+  std::vector<outer_state> kept(2);
+  std::vector<std::vector<T>> finals(2);
+  {
+    auto servers = world.serve();
+    std::vector<std::jthread> threads;
+    for (std::uint32_t r = 0; r < 2; ++r)
+      threads.emplace_back([&, r] {
+        unit_type unit(*models[r], ranks[r], *links[r], learner_options{.id = 0},
+                       inner::sgd<T>({.learning_rate = 0.1}));
+        toy::teacher<T> data(features, 100 + r);
+        for (std::uint64_t s = 0; s < steps; ++s)
+          if (auto result = unit.step(data.next(rank_batch)); !result) {
+            errors[r] = result.error().message();
+            return;
+          }
+        unit.finish();
+        kept[r] = outer_state_of(unit.rank_learner());
+        finals[r].assign(models[r]->parameters().begin(), models[r]->parameters().end());
+      });
+    threads.clear();  // joined: the ranks are done
+  }
+  for (const auto& e : errors) BOOST_TEST(e == "");
+  BOOST_TEST(finals[0] == finals[1], boost::test_tools::per_element());
+  BOOST_TEST(distance_to_teacher(finals[0]) < 0.01 * distance_to_teacher(initial.parameters()));
+  for (std::uint32_t r = 0; r < 2; ++r)
+    BOOST_TEST(kept[r].fragments == (std::vector<std::uint32_t>{r, r + 2}), boost::test_tools::per_element());
+  for (const auto& shard : world.shards) {
+    BOOST_TEST(shard->metrics().joins == 1u);
+    BOOST_TEST(shard->metrics().leaves == 1u);
+    BOOST_TEST(shard->steps_computed() == steps);
+  }
+}
+
 BOOST_AUTO_TEST_CASE(a_rank_that_dies_ends_its_unit) {
   // Rank 1 dies after 20 steps (its communicator destroyed, as a killed
   // process's connection would be): rank 0's next step fails with
   // rank_lost instead of waiting, and the unit has stopped.
   model_type initial(features, 7);
-  std::vector<std::unique_ptr<inproc::hub>> hubs;
-  std::vector<std::unique_ptr<shard_type>> shards;
-  for (std::uint32_t s = 0; s < 2; ++s) {
-    auto options = presets::decoupled_diloco<T>(8, fragments, 1, 2);
-    options.shard = {s, 2};
-    options.log = [](const std::string&) {};
-    hubs.push_back(std::make_unique<inproc::hub>());
-    shards.push_back(std::make_unique<shard_type>(initial.layout(), initial.parameters(),
-                                                  hubs.back()->attach(syncer_peer), options, options.outer,
-                                                  options.merge));
-  }
+  shard_world world(2, initial);
+  auto& hubs = world.hubs;
   auto ranks = threads::make_unit(2);
   std::vector<std::unique_ptr<model_type>> models;
-  for (std::uint32_t r = 0; r < 2; ++r) models.push_back(std::make_unique<model_type>(features, 1000 + r));
+  std::vector<std::unique_ptr<sharded<inproc::endpoint>>> links;
+  for (std::uint32_t r = 0; r < 2; ++r) {
+    models.push_back(std::make_unique<model_type>(features, 1000 + r));
+    links.push_back(std::make_unique<sharded<inproc::endpoint>>(std::vector{&hubs[r]->attach(0)}, 2));
+  }
   std::vector<std::uint64_t> stepped(2, 0);
   std::error_code survivor;
   {
-    std::vector<std::jthread> servers;
-    for (auto& s : shards) servers.emplace_back([&s](std::stop_token stop) { s->run(stop); });
+    auto servers = world.serve();
     {
       std::vector<std::jthread> threads;
       for (std::uint32_t r = 0; r < 2; ++r)
         threads.emplace_back([&, r] {
-          unit_type unit(*models[r], ranks[r], hubs[r]->attach(0), learner_options{.id = 0},
+          unit_type unit(*models[r], ranks[r], *links[r], learner_options{.id = 0},
                          inner::sgd<T>({.learning_rate = 0.1}));
           toy::teacher<T> data(features, 100 + r);
           for (std::uint64_t s = 0; s < steps; ++s) {
@@ -224,8 +289,8 @@ BOOST_AUTO_TEST_CASE(a_rank_refuses_a_syncer_its_share_cannot_divide) {
   auto& syncer_end = hub.attach(syncer_peer);
   shard_type sync(initial.layout(), initial.parameters(), syncer_end, options, options.outer, options.merge);
   model_type model(features, 1);
-  learner<model_type, inner::sgd<T>, inproc::endpoint> rank1(
-      model, hub.attach(0), learner_options{.id = 0, .share = {1, 2}}, inner::sgd<T>({.learning_rate = 0.1}));
+  sharded<inproc::endpoint> link({&hub.attach(0)});
+  plain_type rank1(model, link, learner_options{.id = 0, .share = {1, 2}}, inner::sgd<T>({.learning_rate = 0.1}));
   time_point now{};
   for (int i = 0; i < 10 && !rank1.error(); ++i) {
     rank1.poll(now);
@@ -233,9 +298,8 @@ BOOST_AUTO_TEST_CASE(a_rank_refuses_a_syncer_its_share_cannot_divide) {
     now += std::chrono::milliseconds(10);
   }
   BOOST_TEST((rank1.error() == make_error_code(errc::bad_config)));
-  BOOST_CHECK_THROW((learner<model_type, inner::sgd<T>, inproc::endpoint>(model, hub.attach(5),
-                                                                          learner_options{.id = 5, .share = {2, 2}})),
-                    std::invalid_argument);
+  BOOST_CHECK_THROW(plain_type(model, link, learner_options{.id = 5, .share = {2, 2}}), std::invalid_argument);
+  BOOST_CHECK_THROW(sharded<inproc::endpoint>({&hub.attach(6), &hub.attach(7)}, 1), std::invalid_argument);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -35,7 +35,7 @@ namespace diloco {
 /// What `sharded` found wrong in the shards' welcomes.
 enum class shard_error : std::uint8_t {
   none,
-  count_mismatch,  ///< a welcome names a number of shards other than the connections given
+  count_mismatch,  ///< a welcome names a number of shards other than the connections given (or `of`)
   index_conflict,  ///< two connections' welcomes name the same shard (or one changed its index)
 };
 
@@ -46,11 +46,16 @@ requires transport<Transport>
 class sharded {
  public:
   /// `shards`: one connection per syncer shard, in any order; at least one.
-  explicit sharded(std::vector<Transport*> shards)
-      : shards_(std::move(shards)), index_(shards_.size()), pending_(shards_.size()) {
+  /// `of`: the syncer's number of shards when `shards` connects to some of
+  /// them only — a rank of a learner unit connects to its share
+  /// (`learner_options::share`) — or 0 when it connects to all.
+  explicit sharded(std::vector<Transport*> shards, std::uint32_t of = 0)
+      : shards_(std::move(shards)), of_(of), index_(shards_.size()), pending_(shards_.size()) {
     if (shards_.empty()) throw std::invalid_argument("diloco::sharded: at least one shard");
     for (auto* t : shards_)
       if (!t) throw std::invalid_argument("diloco::sharded: a null transport");
+    if (of_ != 0 && of_ < shards_.size())
+      throw std::invalid_argument("diloco::sharded: more connections than the syncer has shards");
   }
 
   /// A contribution to the shard that owns its fragment (`errc::unknown_peer`
@@ -172,7 +177,7 @@ class sharded {
     if (h.kind == message_kind::welcome && !(h.flags & state_wanted)) {
       const std::uint32_t count = h.steps == 0 ? 1 : static_cast<std::uint32_t>(std::min<std::uint64_t>(h.steps, ~0u));
       const std::uint32_t index = h.fragment;
-      if (count != shards_.size() || index >= count) {
+      if (count != (of_ != 0 ? of_ : shards_.size()) || index >= count) {
         error_ = shard_error::count_mismatch;
         return false;
       }
@@ -197,6 +202,7 @@ class sharded {
   }
 
   std::vector<Transport*> shards_;
+  std::uint32_t of_ = 0;                             ///< the syncer's shards, when `shards_` is some of them (0: all)
   std::vector<std::optional<std::uint32_t>> index_;  ///< the shard each connection's welcome named
   std::uint32_t count_ = 0;                          ///< S, once a welcome has said it
   std::vector<std::deque<message>> pending_;         ///< per connection: what it refused, in order
