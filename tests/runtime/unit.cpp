@@ -6,6 +6,7 @@
 // with every rank holding the same model.
 #include <boost/test/unit_test.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdint>
@@ -186,51 +187,70 @@ BOOST_AUTO_TEST_CASE(a_unit_of_two_ranks_speaks_once_for_each_fragment) {
   }
 }
 
-BOOST_AUTO_TEST_CASE(a_rank_speaks_to_each_shard_of_its_share) {
-  // Four shards of one fragment each, two ranks: rank r connects to shards
-  // r and r + 2 (`sharded` over two of the four) and speaks for their
-  // fragments.
-  model_type initial(features, 7);
-  shard_world world(4, initial);
-  auto ranks = threads::make_unit(2);
-  std::vector<std::unique_ptr<model_type>> models;
-  std::vector<std::unique_ptr<sharded<inproc::endpoint>>> links;
-  for (std::uint32_t r = 0; r < 2; ++r) {
-    models.push_back(std::make_unique<model_type>(features, 1000 + r));
-    links.push_back(std::make_unique<sharded<inproc::endpoint>>(
-        std::vector<inproc::endpoint*>{&world.hubs[r]->attach(0), &world.hubs[r + 2]->attach(0)}, 4));
-  }
-  std::vector<std::string> errors(2);
-  std::vector<outer_state> kept(2);
-  std::vector<std::vector<T>> finals(2);
-  {
-    auto servers = world.serve();
-    std::vector<std::jthread> threads;
-    for (std::uint32_t r = 0; r < 2; ++r)
-      threads.emplace_back([&, r] {
-        unit_type unit(*models[r], ranks[r], *links[r], learner_options{.id = 0},
-                       inner::sgd<T>({.learning_rate = 0.1}));
-        toy::teacher<T> data(features, 100 + r);
-        for (std::uint64_t s = 0; s < steps; ++s)
-          if (auto result = unit.step(data.next(rank_batch)); !result) {
-            errors[r] = result.error().message();
-            return;
-          }
-        unit.finish();
-        kept[r] = outer_state_of(unit.rank_learner());
-        finals[r].assign(models[r]->parameters().begin(), models[r]->parameters().end());
-      });
-    threads.clear();  // joined: the ranks are done
-  }
-  for (const auto& e : errors) BOOST_TEST(e == "");
-  BOOST_TEST(finals[0] == finals[1], boost::test_tools::per_element());
-  BOOST_TEST(distance_to_teacher(finals[0]) < 0.01 * distance_to_teacher(initial.parameters()));
-  for (std::uint32_t r = 0; r < 2; ++r)
-    BOOST_TEST(kept[r].fragments == (std::vector<std::uint32_t>{r, r + 2}), boost::test_tools::per_element());
-  for (const auto& shard : world.shards) {
-    BOOST_TEST(shard->metrics().joins == 1u);
-    BOOST_TEST(shard->metrics().leaves == 1u);
-    BOOST_TEST(shard->steps_computed() == steps);
+BOOST_AUTO_TEST_CASE(each_rank_keeps_a_1_over_R_share_of_the_outer_state) {
+  // Four shards of one fragment each and units of R = 1, 2 and 4 ranks:
+  // rank r connects to the shards s with s mod R = r (`sharded` over 4/R of
+  // the four), speaks for their fragments and keeps their outer state only.
+  for (std::uint32_t size : {1u, 2u, 4u}) {
+    BOOST_TEST_CONTEXT("R = " << size) {
+      model_type initial(features, 7);
+      shard_world world(4, initial);
+      auto ranks = threads::make_unit(size);
+      std::vector<std::unique_ptr<model_type>> models;
+      std::vector<std::unique_ptr<sharded<inproc::endpoint>>> links;
+      for (std::uint32_t r = 0; r < size; ++r) {
+        models.push_back(std::make_unique<model_type>(features, 1000 + r));
+        std::vector<inproc::endpoint*> mine;
+        for (std::uint32_t shard = r; shard < 4; shard += size) mine.push_back(&world.hubs[shard]->attach(0));
+        links.push_back(std::make_unique<sharded<inproc::endpoint>>(mine, 4));
+      }
+      std::vector<std::string> errors(size);
+      std::vector<outer_state> kept(size);
+      std::vector<std::vector<T>> finals(size);
+      std::vector<std::size_t> fragment_sizes;
+      {
+        auto servers = world.serve();
+        std::vector<std::jthread> threads;
+        for (std::uint32_t r = 0; r < size; ++r)
+          threads.emplace_back([&, r] {
+            unit_type unit(*models[r], ranks[r], *links[r], learner_options{.id = 0},
+                           inner::sgd<T>({.learning_rate = 0.1}));
+            toy::teacher<T> data(features, 100 + r);
+            for (std::uint64_t s = 0; s < steps; ++s)
+              if (auto result = unit.step(data.next(rank_batch)); !result) {
+                errors[r] = result.error().message();
+                return;
+              }
+            unit.finish();
+            kept[r] = outer_state_of(unit.rank_learner());
+            finals[r].assign(models[r]->parameters().begin(), models[r]->parameters().end());
+            if (r == 0)
+              for (std::uint32_t p = 0; p < fragments; ++p)
+                fragment_sizes.push_back(unit.rank_learner().plan()[p].size());
+          });
+        threads.clear();  // joined: the ranks are done
+      }
+      for (const auto& e : errors) BOOST_TEST(e == "");
+      BOOST_TEST(distance_to_teacher(finals[0]) < 0.01 * distance_to_teacher(initial.parameters()));
+      const std::size_t total = initial.parameters().size();
+      const std::size_t largest = *std::max_element(fragment_sizes.begin(), fragment_sizes.end());
+      std::size_t kept_in_all = 0;
+      for (std::uint32_t r = 0; r < size; ++r) {
+        BOOST_TEST(finals[r] == finals[0], boost::test_tools::per_element());
+        std::vector<std::uint32_t> share;
+        for (std::uint32_t p = r; p < fragments; p += size) share.push_back(p);
+        BOOST_TEST(kept[r].fragments == share, boost::test_tools::per_element());
+        // Within 1/R of the one-process learner's, plus one fragment.
+        BOOST_TEST(kept[r].elements <= total / size + largest);
+        kept_in_all += kept[r].elements;
+      }
+      BOOST_TEST(kept_in_all == total);  // every fragment's state, once
+      for (const auto& shard : world.shards) {
+        BOOST_TEST(shard->metrics().joins == 1u);
+        BOOST_TEST(shard->metrics().leaves == 1u);
+        BOOST_TEST(shard->steps_computed() == steps);
+      }
+    }
   }
 }
 
