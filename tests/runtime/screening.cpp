@@ -144,6 +144,63 @@ BOOST_FIXTURE_TEST_CASE(a_learner_clipped_again_and_again_is_quarantined_until_i
   BOOST_TEST(s.revision(0) == base + 1);
 }
 
+BOOST_FIXTURE_TEST_CASE(a_quarantined_learner_may_still_leave, fixture) {
+  // Quarantined as above (two clipped periods, quarantine_after = 2); its
+  // leave is taken, so that the run does not wait for it to be declared dead.
+  auto o = options(1);
+  o.scaling = partial_rounds::full_step;
+  o.screening.quarantine_after = 2;
+  test_syncer s(layout, initial, syncer_end, o);
+  join_all(s, 2);
+  std::uint64_t base = 0;
+  for (std::uint64_t r = 0; r < 3; ++r, ++base) {
+    send(1, contribution(1, std::vector<double>(6, 1.0), base, 1, 1 + r));
+    deliver(s);
+  }
+  for (std::uint64_t r = 0; r < 2; ++r, ++base) {
+    send(0, contribution(0, std::vector<double>(6, 1000.0), base, 1, 1 + r));
+    deliver(s);
+  }
+  BOOST_TEST_REQUIRE(s.quarantined(0));
+  send(0, heartbeat(0));  // refused, as everything else
+  send(0, leave(0));
+  deliver(s);
+  BOOST_TEST(s.metrics().rejected_for(reject_reason::quarantined) == 1u);
+  BOOST_TEST(s.metrics().leaves == 1u);
+}
+
+BOOST_FIXTURE_TEST_CASE(a_learner_clipped_after_an_outage_is_not_quarantined, fixture) {
+  // Learner 0's contributions carry twelve periods each (120 steps, H = 10),
+  // as after an outage of the syncer: clipped (pace 1000 × the others'),
+  // but no strike. Three in a row, with quarantine_after = 2, and its next
+  // period is still merged. (The same clips at 10 steps quarantine it, in
+  // the test above.)
+  auto o = options(1);
+  o.scaling = partial_rounds::full_step;
+  o.screening.quarantine_after = 2;
+  test_syncer s(layout, initial, syncer_end, o);
+  join_all(s, 2);
+  std::uint64_t base = 0;
+  for (std::uint64_t r = 0; r < 3; ++r, ++base) {
+    send(1, contribution(1, std::vector<double>(6, 1.0), base, 1, 1 + r));
+    deliver(s);
+  }
+  for (std::uint64_t r = 0; r < 3; ++r, ++base) {
+    auto m = contribution(0, std::vector<double>(6, 1000.0), base, 1, 1 + r);
+    m.header.steps = 12 * 10;
+    m.header.tokens = 12 * 640;
+    send(0, std::move(m));
+    deliver(s);
+  }
+  BOOST_TEST(s.metrics().contributions_clipped == 3u);
+  BOOST_TEST(s.metrics().quarantines == 0u);
+  BOOST_TEST(!s.quarantined(0));
+  send(0, contribution(0, std::vector<double>(6, 1.0), base, 1, 4));
+  deliver(s);
+  BOOST_TEST(s.metrics().rejected_for(reject_reason::quarantined) == 0u);
+  BOOST_TEST(s.revision(0) == base + 1);
+}
+
 BOOST_FIXTURE_TEST_CASE(an_inflated_weight_is_capped_at_the_median, fixture) {
   // Four learners in one round (K = 4), token weights w = tokens²/steps.
   // Three honest ones: 640 tokens in 10 steps, Δ = 1, w = 40960. The fourth

@@ -327,9 +327,9 @@ void syncer_core<OuterOptimizer, MergePolicy>::handle(envelope&& e, time_point n
     ++metrics_.reconnects;
   }
   if (e.from != l.peer) return outbox_.reject_sender(reject_reason::wrong_peer, e.from, h);
-  if (l.quarantined) return outbox_.reject(reject_reason::quarantined, h, &l);
-  // A contribution counts (liveness, timing) only once it is accepted: a
-  // refusal changes nothing but counters.
+  // A quarantined learner may still leave, not keep the run waiting for its death.
+  if (l.quarantined && h.kind != message_kind::leave) return outbox_.reject(reject_reason::quarantined, h, &l);
+  // A contribution counts (liveness, timing) only once accepted; a refusal changes only counters.
   if (h.kind == message_kind::contribution) return on_contribution(h.learner, std::move(e.msg), now);
   learners_.accept_from(h, l, now);
   l.steps_reported = std::max(l.steps_reported, h.steps);
