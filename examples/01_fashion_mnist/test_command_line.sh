@@ -85,6 +85,13 @@ refused "unexpected argument 'stray'" -- stray
 refused "bad value '-1' for --gpu-learners" -- --gpu-learners -1
 refused "--gpu-learners must not exceed --learners" -- --learners 2 --gpu-learners 3
 refused "--gpu-learners needs --mode diloco or decoupled" -- --mode dp --gpu-learners 1
+# Given an endpoint, a process never trains alone; the DILOCO_* variables
+# stand for their flags (a learner id makes a learner).
+refused "an endpoint is given .* but no role" -- --endpoint tcp://127.0.0.1:1
+DILOCO_ENDPOINT=tcp://127.0.0.1:1 refused "an endpoint is given .* but no role" -- --learners 2
+DILOCO_LEARNER_ID=0 refused "--role syncer and --role learner need --endpoint" -- --learners 2
+DILOCO_LEARNER_ID=2 DILOCO_LEARNERS=2 refused "--learner-id must be below --learners" -- --endpoint tcp://127.0.0.1:1
+DILOCO_LEARNERS=0 refused "bad value '0' for --learners" -- --role all
 
 # A GPU learner where none can run (a build without CUDA, or no usable
 # device): refused with the reason, status 2. Where one can, the command

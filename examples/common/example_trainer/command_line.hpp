@@ -7,6 +7,7 @@
 #include <CLI/CLI.hpp>
 
 #include <cstdint>
+#include <cstdlib>
 #include <limits>
 #include <optional>
 #include <string>
@@ -38,7 +39,9 @@ inline void add_run_shape(CLI::App& app, run_settings& s, parsed_run& p) {
   add_choice(app, "--mode", s.run_mode,
              {{"dp", mode::data_parallel}, {"diloco", mode::diloco}, {"decoupled", mode::decoupled}}, "mode",
              "data parallel, DiLoCo or Decoupled DiLoCo (decoupled)");
-  add_number<u32>(app, "--learners", s.learners, {1, 1024}, "learner units (" + std::to_string(s.learners) + ")", "M");
+  add_number<u32>(app, "--learners", s.learners, {1, 1024},
+                  "learner units (" + std::to_string(s.learners) + "; or DILOCO_LEARNERS)", "M")
+      ->envname("DILOCO_LEARNERS");
   add_number<std::uint64_t>(app, "--steps", s.steps, {1}, "inner steps per learner (" + std::to_string(s.steps) + ")",
                             "N");
   add_number<u32>(app, "--H", s.sync_period, {1},
@@ -164,10 +167,19 @@ inline void add_processes(CLI::App& app, run_settings& s, parsed_run& p,
          "run as separate processes over ZeroMQ: this process is the syncer, one learner, or starts 1 syncer + M "
          "learner processes (all)")
       ->type_name("syncer|learner|all");
-  app.add_option("--endpoint", s.endpoint, endpoint_help)->type_name(endpoint_type);
-  add_number<std::uint32_t>(app, "--learner-id", s.learner_id, {0}, "role learner: which learner (0..M-1)", "N");
+  // A launcher or scheduler (diloco_launch, a Slurm or Kubernetes recipe,
+  // docs/launch.md) may say who this process is in DILOCO_* variables
+  // instead; a flag given wins over its variable.
+  app.add_option("--endpoint", s.endpoint, endpoint_help + " (or DILOCO_ENDPOINT)")
+      ->type_name(endpoint_type)
+      ->envname("DILOCO_ENDPOINT");
+  add_number<std::uint32_t>(app, "--learner-id", s.learner_id, {0},
+                            "role learner: which learner (0..M-1; or DILOCO_LEARNER_ID, which implies --role learner)",
+                            "N")
+      ->envname("DILOCO_LEARNER_ID");
   add_number<std::uint32_t>(app, "--incarnation", s.incarnation, {0},
-                            "role learner: bump when restarting learner N (1)", "I");
+                            "role learner: bump when restarting learner N (1; or DILOCO_INCARNATION)", "I")
+      ->envname("DILOCO_INCARNATION");
   app.add_option("--curve-secret", s.curve_secret, "CURVE key pair of this process (diloco_keygen)")->type_name("FILE");
   app.add_option("--curve-peer", s.curve_peer, "syncer: the learners' public key; learner: the syncer's")
       ->type_name("FILE");
@@ -196,6 +208,17 @@ inline void check_run_settings(run_settings& s, const parsed_run& p) {
   if (!s.speeds.empty() && s.speeds.size() != s.learners)
     refuse("--speeds needs one value per learner (" + std::to_string(s.learners) + ")");
   s.fragments = p.fragments.value_or(s.run_mode == mode::decoupled ? 8u : 1u);
+  // Given an endpoint, a process is part of a distributed run: it never
+  // trains alone on threads instead (a launcher that set DILOCO_ENDPOINT
+  // and forgot the role would otherwise see a local run end with 0).
+  if (s.part == role::in_process && !p.launch_all) {
+    if (std::getenv("DILOCO_LEARNER_ID"))
+      s.part = role::learner;
+    else if (!s.endpoint.empty())
+      refuse(
+          "an endpoint is given (--endpoint or DILOCO_ENDPOINT) but no role: pass --role syncer, --role learner "
+          "or --role all, or set DILOCO_LEARNER_ID for a learner (a run with an endpoint never trains locally)");
+  }
   if (s.overlap && *s.overlap >= s.sync_period) refuse("--overlap must be smaller than --H");
   if (s.part != role::in_process && s.endpoint.empty()) refuse("--role syncer and --role learner need --endpoint");
   if (s.part == role::learner && s.learner_id >= s.learners) refuse("--learner-id must be below --learners");
