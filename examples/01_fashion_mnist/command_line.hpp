@@ -23,6 +23,7 @@ struct command {
   settings run;
   example_trainer::parsed_run parsed;       ///< `--role all`, `--fragments`
   std::vector<std::string> evaluate_files;  ///< `--evaluate FILE...`: only evaluate the parameters in each FILE
+  std::vector<std::string> shard_files;     ///< `--evaluate-shards FILE...`: evaluate one model saved in shards
 };
 
 using diloco_tools::add_choice;
@@ -62,6 +63,16 @@ inline void check(command& c, std::optional<std::uint64_t> checkpoint_every) {
                                                   : s.gpu_learners > 0;
   if (runs_gpu)
     if (const auto why = gpu_unavailable()) refuse("--gpu-learners: " + *why);
+  if (s.ranks_per_unit > 1) {
+#ifndef FASHION_MNIST_MPI
+    refuse("--ranks-per-unit above 1 needs a build with MPI (CMake option DILOCO_WITH_MPI)");
+#endif
+    if (s.part != role::learner) refuse("--ranks-per-unit is for --role learner (started by mpirun or srun)");
+    if (s.gpu_learners > 0) refuse("--ranks-per-unit: the ranks of a unit train on the CPU; drop --gpu-learners");
+    if (!s.checkpoint_dir.empty())
+      refuse(
+          "--ranks-per-unit: a unit of several ranks keeps no learner checkpoints; it rejoins from the global model");
+  }
   if (!s.snapshot_dir.empty() && s.part == role::learner)
     refuse("--snapshot-dir is for the syncer, not --role learner");
   if (!s.snapshot_dir.empty() && s.eval_every == 0) refuse("--snapshot-dir needs --eval-every N above 0");
@@ -91,6 +102,10 @@ inline std::optional<int> parse_command_line(int argc, char** argv, command& c) 
   add_number<u32>(app, "--gpu-learners", s.gpu_learners, {0, 1024},
                   "learners 0..N-1 train on the GPU, the others on the CPU (0; needs a build with CUDA and a device)",
                   "N");
+  add_number<u32>(app, "--ranks-per-unit", s.ranks_per_unit, {1, 4096},
+                  "role learner: this learner is a unit of R MPI ranks, started by mpirun -np R or srun (1); each "
+                  "rank trains on --batch examples per step and speaks for 1/R of the fragments",
+                  "R");
   add_number<u32>(app, "--batch", s.batch, {1}, "examples per inner step (64)", "B");
   app.add_option_function<std::string>(
          "--stall",
@@ -175,6 +190,13 @@ inline std::optional<int> parse_command_line(int argc, char** argv, command& c) 
       ->type_name("FILE...")
       ->expected(1, 1 << 20)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  app.add_option("--evaluate-shards", c.shard_files,
+                 "only evaluate the model a sharded syncer saved: FILE k is shard k's diloco_syncer --save of S "
+                 "shards, fragment p (of --fragments) is shard p mod S's; one JSON line")
+      ->type_name("FILE...")
+      ->expected(1, 4096)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll)
+      ->excludes("--evaluate");
 
   app.final_callback([&] {
     example_trainer::refuse_extras(app);

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <exception>
 #include <fstream>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -20,6 +21,9 @@
 
 #include "command_line.hpp"
 #include "trainer.hpp"
+#ifdef FASHION_MNIST_MPI
+#include "mpi_unit.hpp"
+#endif
 
 namespace {
 
@@ -27,27 +31,61 @@ using json = nlohmann::ordered_json;  // keeps the fields in the order written
 using diloco_tools::six_digits;
 using example_trainer::name;
 
+/// The f32 parameters in `path`, which must hold exactly `count` of them.
+std::vector<float> read_parameters(const std::string& path, std::size_t count) {
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  if (!in) throw std::invalid_argument("cannot read " + path);
+  const auto bytes = static_cast<std::size_t>(in.tellg());
+  if (bytes != count * sizeof(float))
+    throw std::invalid_argument(path + " holds " + std::to_string(bytes) + " bytes; this model has " +
+                                std::to_string(count) + " f32 parameters");
+  std::vector<float> params(count);
+  in.seekg(0);
+  in.read(reinterpret_cast<char*>(params.data()), static_cast<std::streamsize>(bytes));
+  if (!in) throw std::invalid_argument("cannot read " + path);
+  return params;
+}
+
+void print_evaluation(const std::string& file, std::span<const float> params, const fashion::split& test,
+                      std::uint64_t seed) {
+  const auto [accuracy, loss] = fashion::evaluate(params, test, seed);
+  std::printf(
+      "%s\n",
+      json{{"file", file}, {"test_accuracy", six_digits(accuracy)}, {"test_loss", six_digits(loss)}}.dump().c_str());
+}
+
 /// `--evaluate`: the test accuracy and loss of the parameters in each of
 /// `paths`, one JSON line each.
 int evaluate_saved(const fashion::settings& s, const std::vector<std::string>& paths) {
   fashion::mlp shape({784, 256, 256, 10}, s.seed);
   const auto test = fashion::load_split(s.data_dir, "t10k");
-  std::vector<float> params(shape.parameters().size());
-  for (const auto& path : paths) {
-    std::ifstream in(path, std::ios::binary | std::ios::ate);
-    if (!in) throw std::invalid_argument("cannot read " + path);
-    const auto bytes = static_cast<std::size_t>(in.tellg());
-    if (bytes != params.size() * sizeof(float))
-      throw std::invalid_argument(path + " holds " + std::to_string(bytes) + " bytes; this model has " +
-                                  std::to_string(params.size()) + " f32 parameters");
-    in.seekg(0);
-    in.read(reinterpret_cast<char*>(params.data()), static_cast<std::streamsize>(bytes));
-    if (!in) throw std::invalid_argument("cannot read " + path);
-    const auto [accuracy, loss] = fashion::evaluate(params, test, s.seed);
-    std::printf(
-        "%s\n",
-        json{{"file", path}, {"test_accuracy", six_digits(accuracy)}, {"test_loss", six_digits(loss)}}.dump().c_str());
+  for (const auto& path : paths) print_evaluation(path, read_parameters(path, shape.parameters().size()), test, s.seed);
+  return 0;
+}
+
+/// `--evaluate-shards`: the model of a sharded syncer, `paths[k]` the
+/// parameters shard k of S saved (diloco_syncer --save): fragment p of
+/// `fragments` is shard p mod S's. One JSON line.
+int evaluate_shards(const fashion::settings& s, const std::vector<std::string>& paths, std::uint32_t fragments) {
+  fashion::mlp shape({784, 256, 256, 10}, s.seed);
+  if (paths.size() > fragments)
+    throw std::invalid_argument(std::to_string(paths.size()) + " shards of " + std::to_string(fragments) +
+                                " fragments: a shard owns at least one fragment");
+  const auto plan = diloco::fragment_plan::balanced(shape.layout(), fragments);
+  const auto total = shape.parameters().size();
+  std::vector<float> model(total);
+  std::vector<float> packed;
+  for (std::size_t k = 0; k < paths.size(); ++k) {
+    const auto shard = read_parameters(paths[k], total);
+    for (std::size_t p = k; p < plan.count(); p += paths.size()) {
+      packed.resize(plan[p].size());
+      plan.gather<float>(p, shard, packed);
+      plan.scatter<float>(p, packed, model);
+    }
   }
+  std::string joined;
+  for (const auto& path : paths) joined += (joined.empty() ? "" : ",") + path;
+  print_evaluation(joined, model, fashion::load_split(s.data_dir, "t10k"), s.seed);
   return 0;
 }
 
@@ -88,6 +126,10 @@ fashion::outcome run(const fashion::settings& s) {
     }
     case fashion::role::learner: {
       const auto train = fashion::load_split(s.data_dir, "train");
+#ifdef FASHION_MNIST_MPI
+      if (s.ranks_per_unit > 1)
+        return with_policies(s, [&](auto inner, auto, auto) { return fashion::learn_in_unit(s, train, inner); });
+#endif
       return with_policies(s, [&](auto inner, auto, auto) { return fashion::learn(s, train, inner); });
     }
     case fashion::role::in_process: break;
@@ -153,6 +195,7 @@ int main(int argc, char** argv) {
       return example_trainer::run_this_program(argc, argv, "fashion_mnist", s.learners, s.endpoint);
     if (!c.evaluate_files.empty()) return evaluate_saved(s, c.evaluate_files);
     const auto options = syncer_options_for(s);  // validated again by the syncer
+    if (!c.shard_files.empty()) return evaluate_shards(s, c.shard_files, options.training.fragments);
     if (s.progress_seconds > 0 && s.part != fashion::role::learner)
       std::fprintf(stderr,
                    "fashion_mnist: %s, %u learners x %llu steps of %u, H=%u, P=%u, K=%u, tau=%u, alpha=%g, %s\n",
@@ -165,7 +208,12 @@ int main(int argc, char** argv) {
       return 1;
     }
     if (s.part == fashion::role::learner) {
-      std::printf("%s\n", example_trainer::learner_line(s, r).dump().c_str());
+      auto line = example_trainer::learner_line(s, r);
+      if (r.rank) {  // one line per rank of a unit; the bytes are the unit's
+        line["rank"] = *r.rank;
+        line["ranks"] = s.ranks_per_unit;
+      }
+      std::printf("%s\n", line.dump().c_str());
       return 0;
     }
     auto line = result_line(s, options, r);

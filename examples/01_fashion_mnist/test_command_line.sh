@@ -85,6 +85,11 @@ refused "unexpected argument 'stray'" -- stray
 refused "bad value '-1' for --gpu-learners" -- --gpu-learners -1
 refused "--gpu-learners must not exceed --learners" -- --learners 2 --gpu-learners 3
 refused "--gpu-learners needs --mode diloco or decoupled" -- --mode dp --gpu-learners 1
+refused "bad value '0' for --ranks-per-unit" -- --ranks-per-unit 0
+refused "--ranks-per-unit (above 1 needs a build with MPI|is for --role learner)" -- --ranks-per-unit 2
+refused "--evaluate-shards excludes --evaluate|--evaluate excludes --evaluate-shards" -- --evaluate a.f32 --evaluate-shards b.f32
+refused "cannot read /nonexistent/final0.f32" -- --evaluate-shards /nonexistent/final0.f32
+refused "2 shards of 1 fragments: a shard owns at least one fragment" -- --fragments 1 --evaluate-shards a.f32 b.f32
 # Given an endpoint, a process never trains alone; the DILOCO_* variables
 # stand for their flags (a learner id makes a learner).
 refused "an endpoint is given .* but no role" -- --endpoint tcp://127.0.0.1:1

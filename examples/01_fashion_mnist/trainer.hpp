@@ -66,7 +66,8 @@ struct settings : example_trainer::run_settings {
   /// 3 seeds; docs/configuration.md).
   settings() { outer_default = diloco::presets::diloco_outer_options(); }
 
-  std::uint32_t gpu_learners = 0;  ///< learners 0 … N−1 train on the GPU (gpu.hpp); the others on the CPU
+  std::uint32_t gpu_learners = 0;    ///< learners 0 … N−1 train on the GPU (gpu.hpp); the others on the CPU
+  std::uint32_t ranks_per_unit = 1;  ///< role learner: the MPI ranks of this learner unit (mpi_unit.hpp)
   std::uint32_t batch = 64;
   std::optional<stall_plan> stall;
   std::optional<leave_plan> leave;
@@ -97,8 +98,9 @@ struct outcome : example_trainer::run_outcome {
   std::uint64_t rounds_dropped = 0;
   double staleness_mean = 0.0;  ///< revisions between a merged contribution's base and its merge, mean
   std::uint64_t staleness_max = 0;
-  double imbalance = 0.0;  ///< largest fragment / mean fragment
-  double end_scale = 0.0;  ///< mean partial-round scale over the last quarter of the outer updates
+  double imbalance = 0.0;             ///< largest fragment / mean fragment
+  double end_scale = 0.0;             ///< mean partial-round scale over the last quarter of the outer updates
+  std::optional<std::uint32_t> rank;  ///< role learner, unit of several ranks: this process's rank
 
   /// The syncer's counters and figures this outcome reports.
   template <class Syncer>
