@@ -141,13 +141,7 @@ outcome learn_in_unit(const settings& s, const split& train_set, Inner inner) {
     out.bytes_received = m.bytes_received;
   }
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-  if (trace) {
-    json_fields fields;
-    fields.add("steps", m.steps).add("wait_us", m.wait_ns / 1000).add("steps_computed", m.steps_computed);
-    fields.add("steps_sent", m.steps_sent).add("steps_overwritten", m.steps_overwritten);
-    fields.add("steps_refused", m.steps_refused).add("steps_unsent", m.steps_unsent);
-    trace->learner_line(s.learner_id, s.incarnation, "stop", fields);
-  }
+  if (trace) trace_stop(*trace, s, m);
   return out;
 }
 

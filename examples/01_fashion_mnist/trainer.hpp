@@ -443,6 +443,15 @@ inline std::vector<std::string> split_endpoints(const std::string& list) {
   }
 }
 
+/// A learner's last trace line (docs/chaos.md): its work, as its metrics count it.
+inline void trace_stop(diloco::trace_writer& trace, const settings& s, const diloco::learner_metrics& m) {
+  diloco::json_fields fields;
+  fields.add("steps", m.steps).add("wait_us", m.wait_ns / 1000).add("steps_computed", m.steps_computed);
+  fields.add("steps_sent", m.steps_sent).add("steps_overwritten", m.steps_overwritten);
+  fields.add("steps_refused", m.steps_refused).add("steps_unsent", m.steps_unsent);
+  trace.learner_line(s.learner_id, s.incarnation, "stop", fields);
+}
+
 /// Role `learner`: learner `s.learner_id` of `s.learners`, over ZeroMQ, to a
 /// syncer or to every shard of a sharded one.
 template <class Inner>
@@ -511,14 +520,7 @@ outcome learn(const settings& s, const split& train_set, Inner inner) {
   out.bytes_received = l.metrics().bytes_received;
   out.take_learner_work(l.metrics());
   out.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
-  if (trace) {
-    const auto& m = l.metrics();
-    json_fields fields;
-    fields.add("steps", m.steps).add("wait_us", m.wait_ns / 1000).add("steps_computed", m.steps_computed);
-    fields.add("steps_sent", m.steps_sent).add("steps_overwritten", m.steps_overwritten);
-    fields.add("steps_refused", m.steps_refused).add("steps_unsent", m.steps_unsent);
-    trace->learner_line(s.learner_id, s.incarnation, "stop", fields);
-  }
+  if (trace) trace_stop(*trace, s, l.metrics());
   return out;
 }
 

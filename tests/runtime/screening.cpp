@@ -109,21 +109,38 @@ BOOST_FIXTURE_TEST_CASE(outlying_norms_are_clipped_to_the_history_median, fixtur
   for (std::size_t i = 0; i < got.size(); ++i) BOOST_TEST(got[i] == want[i], boost::test_tools::tolerance(1e-12));
 }
 
-BOOST_FIXTURE_TEST_CASE(a_learner_clipped_again_and_again_is_quarantined_until_it_rejoins, fixture) {
-  auto o = options(1);
-  o.scaling = partial_rounds::full_step;
-  o.screening.quarantine_after = 2;
-  test_syncer s(layout, initial, syncer_end, o);
-  join_all(s, 2);
+/// Two learners, quarantined at 2 strikes (`quarantine_after`), K = 1:
+/// learner 1's three clean periods (Δ = 1, norm √6, 10 steps = H) are the
+/// pace reference, and `clip(sequence, steps)` sends learner 0's next
+/// contribution, Δ = 1000 (pace 1000 × the reference: clipped), carrying
+/// `steps` steps.
+struct quarantine_fixture : fixture {
+  test_syncer s{layout, initial, syncer_end, [] {
+                  auto o = fixture::options(1);
+                  o.scaling = partial_rounds::full_step;
+                  o.screening.quarantine_after = 2;
+                  return o;
+                }()};
   std::uint64_t base = 0;
-  for (std::uint64_t r = 0; r < 3; ++r, ++base) {  // history: three norms of √6
-    send(1, contribution(1, std::vector<double>(6, 1.0), base, 1, 1 + r));
+  quarantine_fixture() {
+    join_all(s, 2);
+    for (std::uint64_t r = 0; r < 3; ++r, ++base) {
+      send(1, contribution(1, std::vector<double>(6, 1.0), base, 1, 1 + r));
+      deliver(s);
+    }
+  }
+  void clip(std::uint64_t sequence, std::uint64_t steps = 10) {
+    auto m = contribution(0, std::vector<double>(6, 1000.0), base++, 1, sequence);
+    m.header.tokens = m.header.tokens * steps / m.header.steps;
+    m.header.steps = steps;
+    send(0, std::move(m));
     deliver(s);
   }
-  for (std::uint64_t r = 0; r < 2; ++r, ++base) {
-    send(0, contribution(0, std::vector<double>(6, 1000.0), base, 1, 1 + r));
-    deliver(s);
-  }
+};
+
+BOOST_FIXTURE_TEST_CASE(a_learner_clipped_again_and_again_is_quarantined_until_it_rejoins, quarantine_fixture) {
+  clip(1);
+  clip(2);
   BOOST_TEST(s.metrics().contributions_clipped == 2u);
   BOOST_TEST(s.metrics().quarantines == 1u);
   BOOST_TEST(s.quarantined(0));
@@ -144,23 +161,11 @@ BOOST_FIXTURE_TEST_CASE(a_learner_clipped_again_and_again_is_quarantined_until_i
   BOOST_TEST(s.revision(0) == base + 1);
 }
 
-BOOST_FIXTURE_TEST_CASE(a_quarantined_learner_may_still_leave, fixture) {
-  // Quarantined as above (two clipped periods, quarantine_after = 2); its
-  // leave is taken, so that the run does not wait for it to be declared dead.
-  auto o = options(1);
-  o.scaling = partial_rounds::full_step;
-  o.screening.quarantine_after = 2;
-  test_syncer s(layout, initial, syncer_end, o);
-  join_all(s, 2);
-  std::uint64_t base = 0;
-  for (std::uint64_t r = 0; r < 3; ++r, ++base) {
-    send(1, contribution(1, std::vector<double>(6, 1.0), base, 1, 1 + r));
-    deliver(s);
-  }
-  for (std::uint64_t r = 0; r < 2; ++r, ++base) {
-    send(0, contribution(0, std::vector<double>(6, 1000.0), base, 1, 1 + r));
-    deliver(s);
-  }
+BOOST_FIXTURE_TEST_CASE(a_quarantined_learner_may_still_leave, quarantine_fixture) {
+  // Quarantined as above; its leave is taken, so that the run does not wait
+  // for it to be declared dead.
+  clip(1);
+  clip(2);
   BOOST_TEST_REQUIRE(s.quarantined(0));
   send(0, heartbeat(0));  // refused, as everything else
   send(0, leave(0));
@@ -169,29 +174,12 @@ BOOST_FIXTURE_TEST_CASE(a_quarantined_learner_may_still_leave, fixture) {
   BOOST_TEST(s.metrics().leaves == 1u);
 }
 
-BOOST_FIXTURE_TEST_CASE(a_learner_clipped_after_an_outage_is_not_quarantined, fixture) {
+BOOST_FIXTURE_TEST_CASE(a_learner_clipped_after_an_outage_is_not_quarantined, quarantine_fixture) {
   // Learner 0's contributions carry twelve periods each (120 steps, H = 10),
-  // as after an outage of the syncer: clipped (pace 1000 × the others'),
-  // but no strike. Three in a row, with quarantine_after = 2, and its next
-  // period is still merged. (The same clips at 10 steps quarantine it, in
-  // the test above.)
-  auto o = options(1);
-  o.scaling = partial_rounds::full_step;
-  o.screening.quarantine_after = 2;
-  test_syncer s(layout, initial, syncer_end, o);
-  join_all(s, 2);
-  std::uint64_t base = 0;
-  for (std::uint64_t r = 0; r < 3; ++r, ++base) {
-    send(1, contribution(1, std::vector<double>(6, 1.0), base, 1, 1 + r));
-    deliver(s);
-  }
-  for (std::uint64_t r = 0; r < 3; ++r, ++base) {
-    auto m = contribution(0, std::vector<double>(6, 1000.0), base, 1, 1 + r);
-    m.header.steps = 12 * 10;
-    m.header.tokens = 12 * 640;
-    send(0, std::move(m));
-    deliver(s);
-  }
+  // as after an outage of the syncer: clipped, but no strike. Three in a
+  // row, and its next period is still merged. (The same clips at 10 steps
+  // quarantine it, in the test above.)
+  for (std::uint64_t r = 1; r <= 3; ++r) clip(r, 12 * 10);
   BOOST_TEST(s.metrics().contributions_clipped == 3u);
   BOOST_TEST(s.metrics().quarantines == 0u);
   BOOST_TEST(!s.quarantined(0));

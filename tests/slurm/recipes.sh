@@ -74,6 +74,19 @@ connected() {
   ss -Htnp state established "( dport = :$p or dport = :$((p + 1)) )" | grep -q "pid=$1,"
 }
 
+# Sets `victim` to a fashion_mnist process whose /proc/PID/$1 (environ or
+# cmdline, its words between spaces) holds $2; waits up to a minute.
+find_trainer() {
+  victim=""
+  for ((i = 0; i < 600; ++i)); do
+    for pid in $(pgrep -x fashion_mnist); do
+      if { printf ' '; tr '\0' ' ' < "/proc/$pid/$1"; } 2> /dev/null | grep -qF -- "$2"; then victim=$pid; fi
+    done
+    [[ -n $victim ]] && return 0
+    sleep 0.1
+  done
+}
+
 # Kills process $victim with SIGKILL once it is connected to the syncer
 # (waits up to a minute); sets `killed` to 1 if it did.
 kill_connected() {
@@ -122,16 +135,7 @@ PY
       submit launcher &
       sbatch_pid=$!
       # Learner 1's first process: SIGKILLed once it has joined.
-      victim=""
-      for ((i = 0; i < 600; ++i)); do
-        for pid in $(pgrep -x fashion_mnist); do
-          if tr '\0' '\n' < "/proc/$pid/environ" 2> /dev/null | grep -qx DILOCO_LEARNER_ID=1; then
-            victim=$pid
-          fi
-        done
-        [[ -n $victim ]] && break
-        sleep 0.1
-      done
+      find_trainer environ " DILOCO_LEARNER_ID=1 "
       kill_connected
       if ! wait "$sbatch_pid"; then fail launcher "the job failed or timed out"; continue; fi
       summary=$(json_line "$work/launcher/job.out" interrupted_by)
@@ -155,16 +159,7 @@ PY
       submit units &
       sbatch_pid=$!
       # One rank of unit 1's first incarnation: SIGKILLed once it has joined.
-      victim=""
-      for ((i = 0; i < 600; ++i)); do
-        for pid in $(pgrep -x fashion_mnist); do  # not srun, whose command line is the same
-          if tr '\0' ' ' < "/proc/$pid/cmdline" 2> /dev/null | grep -q -- "--learner-id 1 --incarnation 1 "; then
-            victim=$pid
-          fi
-        done
-        [[ -n $victim ]] && break
-        sleep 0.1
-      done
+      find_trainer cmdline " --learner-id 1 --incarnation 1 "  # the rank, not srun with the same command line
       kill_connected
       if ! wait "$sbatch_pid"; then fail units "the job failed or timed out"; continue; fi
       shard0=$(grep '"outer_updates"' "$work/units/job.out" | sed -n 1p)
