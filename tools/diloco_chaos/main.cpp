@@ -180,6 +180,10 @@ int main(int argc, char** argv) {
   app.add_option("--kill-shard", kill_shard, "with --shards: the shard --syncer-kill-at kills")
       ->type_name("S")
       ->capture_default_str();
+  bool kill_rank = false;
+  app.add_flag("--kill-rank", kill_rank,
+               "a learner's command starts a unit of ranks (mpirun): a kill hits one of its ranks, and the "
+               "launcher ends the unit");
   app.add_option("--syncer-recovery", plan.syncer_recovery_seconds, "how long the syncer stays down")
       ->type_name("SEC")
       ->check(non_negative)
@@ -268,6 +272,7 @@ int main(int argc, char** argv) {
     };
     o.shards = shards;
     o.kill_shard = kill_shard;
+    o.kill_rank = kill_rank;
     o.log_dir = dir / "logs";
     const std::string name = title.empty() ? dir.filename().string() : title;
     o.begin_fields = {{"mode", name}, {"seed", plan.seed}};

@@ -13,10 +13,13 @@
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <diloco/metrics/trace.hpp>
@@ -30,6 +33,39 @@ namespace diloco_chaos {
 
 using diloco_tools::child_process;
 using diloco_tools::exit_status;
+
+/// The processes below `root` that have no children of their own (Linux:
+/// from /proc/PID/stat), in ascending pid order: under a launcher such as
+/// `mpirun`, a learner unit's ranks. Empty when there are none.
+inline std::vector<pid_t> descendant_leaves(pid_t root) {
+  std::vector<std::pair<pid_t, pid_t>> parent_of;  // (pid, ppid)
+  for (const auto& entry : std::filesystem::directory_iterator("/proc")) {
+    const auto name = entry.path().filename().string();
+    if (name.empty() || name.find_first_not_of("0123456789") != std::string::npos) continue;
+    std::ifstream in(entry.path() / "stat");
+    std::string stat;
+    if (!std::getline(in, stat)) continue;  // ended meanwhile
+    // "pid (comm) state ppid ...": comm may hold spaces and parentheses.
+    const auto close = stat.rfind(')');
+    if (close == std::string::npos) continue;
+    std::istringstream rest(stat.substr(close + 1));
+    char state = 0;
+    pid_t ppid = 0;
+    if (rest >> state >> ppid) parent_of.emplace_back(static_cast<pid_t>(std::stol(name)), ppid);
+  }
+  std::vector<pid_t> below{root}, leaves;
+  for (std::size_t k = 0; k < below.size(); ++k) {
+    bool has_children = false;
+    for (const auto& [pid, ppid] : parent_of)
+      if (ppid == below[k]) {
+        below.push_back(pid);
+        has_children = true;
+      }
+    if (!has_children && k > 0) leaves.push_back(below[k]);
+  }
+  std::sort(leaves.begin(), leaves.end());
+  return leaves;
+}
 
 /// What to run and how it fails. Times in seconds from the start of the run.
 struct runner_options {
@@ -45,6 +81,11 @@ struct runner_options {
   /// "Sharded syncer"). The schedule's syncer kills hit shard `kill_shard`.
   std::uint32_t shards = 1;
   std::uint32_t kill_shard = 0;
+  /// A learner's command starts a unit of ranks under a launcher (`mpirun`):
+  /// a kill hits one rank (`descendant_leaves`, the lowest pid) and the
+  /// launcher ends the unit, which stays down from then until its restart.
+  bool kill_rank = false;
+  double unit_end_seconds = 30;   ///< a unit still up this long after its rank's kill is killed whole
   std::filesystem::path log_dir;  ///< each process's stdout and stderr go to a file here
   /// After `duration_seconds`: how long learners get to finish by themselves
   /// before they are killed, and the syncer to stop after SIGTERM.
@@ -79,8 +120,9 @@ inline runner_result run(const runner_options& o, diloco::trace_writer& trace) {
     json fields;  ///< "target" and, for a learner, "learner" (a shard: "shard"): the first fields of its trace lines
     std::optional<child_process> process;
     std::uint32_t starts = 0;
-    std::optional<double> restart_at;  ///< down: when it starts again
-    std::optional<double> resume_at;   ///< paused (SIGSTOP): when it gets SIGCONT
+    std::optional<double> restart_at;      ///< down: when it starts again
+    std::optional<double> resume_at;       ///< paused (SIGSTOP): when it gets SIGCONT
+    std::optional<double> rank_killed_at;  ///< a unit whose rank was killed: its launcher ends it
   };
   const std::uint32_t everyone = o.learners + o.shards;
   std::vector<member> members(everyone);  // learners, then the syncer's shards
@@ -155,7 +197,14 @@ inline runner_result run(const runner_options& o, diloco::trace_writer& trace) {
       auto& m = members.at(f.learner);
       if (!m.process || m.resume_at) continue;  // already down: the schedule keeps them apart, a slow start may not
       if (f.kind == fault_kind::kill) {
-        kill(m);
+        const auto ranks = o.kill_rank ? descendant_leaves(m.process->pid()) : std::vector<pid_t>{};
+        if (ranks.empty()) {
+          kill(m);
+        } else {  // the unit ends by itself, below
+          record(m, "kill", {{"rank_pid", ranks.front()}});
+          ::kill(ranks.front(), SIGKILL);
+          m.rank_killed_at = now;
+        }
         ++result.learner_kills;
         m.restart_at = now + f.recovery_seconds;
       } else {
@@ -181,12 +230,22 @@ inline runner_result run(const runner_options& o, diloco::trace_writer& trace) {
         record(m, "resume");
       }
       if (!m.process && m.restart_at && now >= *m.restart_at) start(i);
-      if (m.process)
+      if (m.process && m.rank_killed_at) {  // a unit that lost a rank: ended by its launcher
+        if (auto s = m.process->poll()) {
+          reaped(m, *s);
+          m.rank_killed_at.reset();
+        } else if (now - *m.rank_killed_at > o.unit_end_seconds) {
+          ++result.unexpected_exits;
+          kill(m);
+          m.rank_killed_at.reset();
+        }
+      } else if (m.process) {
         if (auto s = m.process->poll()) {  // ended by itself before the end of the run
           ++result.unexpected_exits;
           reaped(m, *s);
           m.restart_at = now + 1.0;
         }
+      }
     }
     std::this_thread::sleep_until(std::min(
         at(o.duration_seconds),

@@ -1,7 +1,8 @@
 // ctest-labels: unit chaos
 // Child processes for chaos runs: exit codes and output files, SIGKILL,
 // SIGSTOP/SIGCONT of the whole group, no grandchild left behind, no zombie
-// left by the destructor, and a clean signal state whatever the parent's.
+// left by the destructor, a clean signal state whatever the parent's, and
+// the leaves below a process (a unit's ranks under its launcher).
 // Every wait is bounded.
 #include <boost/test/unit_test.hpp>
 
@@ -9,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdint>
@@ -17,8 +19,11 @@
 #include <sstream>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include <diloco_tools/process.hpp>
+
+#include "runner.hpp"
 
 namespace {
 
@@ -195,6 +200,25 @@ BOOST_FIXTURE_TEST_CASE(killing_the_group_leaves_no_grandchild, scratch) {
   const auto status = child.wait_for(3s);
   BOOST_TEST_REQUIRE(status.has_value());
   BOOST_TEST(status->signal == SIGKILL);
+}
+
+BOOST_FIXTURE_TEST_CASE(the_leaves_below_a_process_are_its_units_ranks, scratch) {
+  // A launcher's shape: one rank its own child, one below a process of its
+  // own (a subshell); each sleep echoes its pid. The leaves are the two
+  // sleeps, not the subshell; a process without children has none.
+  const auto out = dir / "pids";
+  auto child = child_process::spawn(sh("sleep 30 & echo $!; (sleep 30 & echo $!; wait) & wait", out));
+  std::vector<pid_t> echoed;
+  BOOST_TEST_REQUIRE(eventually([&] {
+    std::istringstream in(slurp(out));
+    echoed.clear();
+    for (pid_t p; in >> p;) echoed.push_back(p);
+    return echoed.size() == 2;
+  }));
+  std::sort(echoed.begin(), echoed.end());
+  BOOST_TEST(diloco_chaos::descendant_leaves(child.pid()) == echoed, boost::test_tools::per_element());
+  auto lone = child_process::spawn(sh("exec sleep 30", dir / "lone"));
+  BOOST_TEST(diloco_chaos::descendant_leaves(lone.pid()).empty());
 }
 
 BOOST_FIXTURE_TEST_CASE(the_leaders_exit_takes_its_group_with_it, scratch) {
