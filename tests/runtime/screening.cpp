@@ -189,6 +189,36 @@ BOOST_FIXTURE_TEST_CASE(a_learner_clipped_after_an_outage_is_not_quarantined, qu
   BOOST_TEST(s.revision(0) == base + 1);
 }
 
+BOOST_FIXTURE_TEST_CASE(a_dropped_round_of_many_periods_is_no_strike, fixture) {
+  // One learner, quarantined at 2 strikes. Δ = 10^6 would move Θ by more
+  // than max_update_ratio (100) × ‖Θ‖: each round is dropped, and the base
+  // stays 0. Carrying 120 steps (H = 10), as a learner that ran ahead of a
+  // syncer short of CPU, three drops in a row are no strike; carrying 10
+  // steps, the third drop quarantines it (each is a strike of 2 points, less
+  // the point its clean merge took off: 2, 3, then 4 points).
+  auto o = options(1);
+  o.scaling = partial_rounds::full_step;
+  o.screening.quarantine_after = 2;
+  test_syncer s(layout, initial, syncer_end, o);
+  join_all(s, 1);
+  auto huge = [&](std::uint64_t sequence, std::uint64_t steps) {
+    auto m = contribution(0, std::vector<double>(6, 1e6), 0, 1, sequence);
+    m.header.tokens = m.header.tokens * steps / m.header.steps;
+    m.header.steps = steps;
+    send(0, std::move(m));
+    deliver(s);
+  };
+  for (std::uint64_t r = 1; r <= 3; ++r) huge(r, 12 * 10);
+  BOOST_TEST(s.metrics().rounds_dropped == 3u);
+  BOOST_TEST(!s.quarantined(0));
+  huge(4, 10);
+  huge(5, 10);
+  BOOST_TEST(!s.quarantined(0));
+  huge(6, 10);
+  BOOST_TEST(s.metrics().rounds_dropped == 6u);
+  BOOST_TEST(s.quarantined(0));
+}
+
 BOOST_FIXTURE_TEST_CASE(an_inflated_weight_is_capped_at_the_median, fixture) {
   // Four learners in one round (K = 4), token weights w = tokens²/steps.
   // Three honest ones: 640 tokens in 10 steps, Δ = 1, w = 40960. The fourth

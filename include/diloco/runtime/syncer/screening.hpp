@@ -68,11 +68,12 @@ namespace diloco {
 /// Each contribution whose norm is clipped or that is refused for its content
 /// (`non_finite`, `bad_counts`, `bad_size`, or part of a dropped round) is a
 /// strike against its learner: 2 points, a clean contribution takes 1 off. A
-/// weight cut is none, nor is the clip of a contribution of more than H
-/// steps: a learner whose sends waited out an outage of the syncer or of its
-/// link honestly carries many periods of work (after a syncer's restart,
-/// every learner does), and the cut and the clip already bound its say to a
-/// typical learner's. At 2 × `quarantine_after` points — `quarantine_after`
+/// weight cut is none, nor is the clip or the dropped round of a
+/// contribution of more than H steps: a learner whose sends waited out an
+/// outage of the syncer or of its link, or that ran ahead of a syncer short
+/// of CPU, honestly carries many periods of work (after a syncer's restart,
+/// every learner does); the cut and the clip bound its say to a typical
+/// learner's, and a dropped round has none. At 2 × `quarantine_after` points — `quarantine_after`
 /// bad contributions in a row, or more than one in three over a longer
 /// stretch — the learner is quarantined: everything it sends but a leave is
 /// refused as `quarantined` until it joins with a new incarnation.
