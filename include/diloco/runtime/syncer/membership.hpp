@@ -218,6 +218,16 @@ class syncer_learners {
   /// contribution takes 1 off), and at 2 × `quarantine_after` it is
   /// quarantined — after `quarantine_after` bad contributions in a row, or
   /// more than one in three over a longer stretch.
+  /// A clipped contribution of `steps` steps, or one in a dropped round: a
+  /// strike if it carries at most a period (H steps). One of more is none:
+  /// a learner whose sends waited out an outage, or that ran ahead of a
+  /// syncer short of CPU, honestly carries many periods of work (after a
+  /// syncer's restart every learner does, and striking them all would
+  /// quarantine the run); the clip bounds its push, a dropped round has none.
+  void strike_for_work(std::uint32_t id, learner_entry& l, std::uint64_t steps) {
+    if (steps <= options_.training.sync_period) strike(id, l);
+  }
+
   void strike(std::uint32_t id, learner_entry& l) {
     const auto limit = options_.screening.quarantine_after;
     if (limit == 0 || l.quarantined) return;

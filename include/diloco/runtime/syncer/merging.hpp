@@ -129,11 +129,7 @@ class round_merger {
       if (!c.final) l.expected_weight[p] = c.period_weight;
       if (clipped) {
         any_clipped = true;
-        // Nor is the clip of a contribution that carries more than a
-        // period: after an outage of the syncer every learner's does, all
-        // are clipped against the paces published before it, and striking
-        // them would quarantine the whole run. The clip bounds its push.
-        if (c.steps <= options_.training.sync_period) learners_.strike(c.learner, l);
+        learners_.strike_for_work(c.learner, l, c.steps);
       } else {
         l.strikes -= std::min<std::uint32_t>(l.strikes, 1);
       }

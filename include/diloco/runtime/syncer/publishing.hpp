@@ -86,8 +86,8 @@ class round_publisher {
   }
 
   /// Publishes nothing for fragment p: its contributions count as dropped,
-  /// their learners a strike each (those of at most H steps) and the current fragment as a resync
-  /// (so that lock-step learners stop waiting), and their idempotency keys
+  /// their learners a strike each (`strike_for_work`) and the current
+  /// fragment as a resync (so that lock-step learners stop waiting), and their idempotency keys
   /// are forgotten (their work was not merged: a new contribution against
   /// the same base is no duplicate).
   void drop(std::uint32_t p, fragment_state<T>& f, drop_reason why, time_point now) {
@@ -104,8 +104,7 @@ class round_publisher {
     for (const auto& c : f.round) {
       f.seen.erase({c.learner, c.incarnation, c.base_revision});
       auto& l = learners_.at(c.learner);
-      // Of more than a period, it is no strike, as for a clip (screening.hpp).
-      if (c.steps <= options_.training.sync_period) learners_.strike(c.learner, l);
+      learners_.strike_for_work(c.learner, l, c.steps);
       if (l.live) outbox_.fragment(c.learner, l, p, f, c.sequence, update_status::resync, 0);
     }
     f.round.clear();

@@ -73,10 +73,11 @@ namespace diloco {
 /// outage of the syncer or of its link, or that ran ahead of a syncer short
 /// of CPU, honestly carries many periods of work (after a syncer's restart,
 /// every learner does); the cut and the clip bound its say to a typical
-/// learner's, and a dropped round has none. At 2 × `quarantine_after` points — `quarantine_after`
-/// bad contributions in a row, or more than one in three over a longer
-/// stretch — the learner is quarantined: everything it sends but a leave is
-/// refused as `quarantined` until it joins with a new incarnation.
+/// learner's, and a dropped round has none. At 2 × `quarantine_after`
+/// points — `quarantine_after` bad contributions in a row, or more than one
+/// in three over a longer stretch — the learner is quarantined: everything
+/// it sends but a leave is refused as `quarantined` until it joins with a
+/// new incarnation.
 struct screening_options {
   double clip_factor = 8.0;            ///< c ≥ 1; 0 turns clipping off
   std::uint32_t history = 32;          ///< published norms per fragment kept for the reference
