@@ -22,7 +22,7 @@
 # its first contribution. mpirun ends the unit; the launcher starts it again
 # as incarnation 2 and never touches unit 0; each shard counts 2 learners,
 # one of which rejoined; the run ends with exit status 0, and its accuracy is
-# within 1 point of the fault-free units run.
+# within 1.5 points of the fault-free units run.
 #
 #   test_units.sh FASHION_MNIST DILOCO_SYNCER MPIRUN [STEPS [LEARNERS]]
 # Every process is bounded in time and killed on every exit path.
@@ -167,7 +167,9 @@ for shard in (0, 1):
         problems.append(f"restart: shard {shard} counted {s['joins']} joins, {s['leaves']} leaves and "
                         f"{s['rejoins']} rejoins, expected 2, 2 and at least 1")
 restart = lines(f"{work}/restart.accuracy.json")[-1]["test_accuracy"]
-if abs(restart - accuracy["units"]) > 0.01:
+# 1.5 points: the killed unit's work in flight is lost, and the runs are
+# asynchronous; measured −0.10 to −1.05 points over five runs.
+if abs(restart - accuracy["units"]) > 0.015:
     problems.append(f"restart: test accuracy {restart:.4f}, fault-free units {accuracy['units']:.4f}")
 print(f"a rank of unit 1 killed: launcher {restarts}, test accuracy {restart:.4f} "
       f"({100 * (restart - accuracy['units']):+.2f} points against the fault-free units)")
