@@ -47,8 +47,8 @@ struct fixture {
   test_learner l;
   time_point now{};
 
-  explicit fixture(adoption_rule rule = learner_options{}.adopt)
-      : l{model, learner_end, learner_options{.id = 0, .answer_timeout = 10s, .adopt = rule},
+  explicit fixture(adoption_rule rule = learner_options{}.adopt, std::chrono::nanoseconds answer_timeout = 10s)
+      : l{model, learner_end, learner_options{.id = 0, .answer_timeout = answer_timeout, .adopt = rule},
           inner::sgd<double>({.learning_rate = 0.5})} {}
 
   std::vector<message> received() {
@@ -473,6 +473,83 @@ BOOST_FIXTURE_TEST_CASE(a_lost_answer_holds_nothing_back_and_is_asked_for_once_a
   BOOST_TEST_REQUIRE(sent.size() == 1u);
   BOOST_TEST(sent[0].header.base_revision == 4u);
   BOOST_TEST(sent[0].header.steps == 3u);
+}
+
+/// The default rule, waiting 30 s for an answer before giving it up.
+struct patient_fixture : fixture {
+  patient_fixture() : fixture(learner_options{}.adopt, 30s) {}
+
+  /// Steps 1–2 sent against revision 0 at t = 1 s (θ 10 → 9) and acked;
+  /// steps 3–4 owed; the answer does not come, and at t = 11 s the learner
+  /// joins again and gets the state still at revision 0. Returns the send.
+  message rejoin_at_the_same_revision() {
+    join(1, 2, 0);
+    step();
+    step();
+    auto sent = contributions();
+    BOOST_TEST_REQUIRE(sent.size() == 1u);
+    message ack;
+    ack.header.kind = message_kind::ack;
+    ack.header.learner = 0;
+    ack.header.incarnation = 1;
+    ack.header.answers = sent[0].header.sequence;
+    send(std::move(ack));
+    step();
+    step();
+    now += 7s;
+    BOOST_TEST(l.poll(now));
+    std::size_t joins = 0;
+    for (const auto& m : received()) joins += m.header.kind == message_kind::join;
+    BOOST_TEST(joins == 1u);
+    auto state = update(0, 0, std::vector<double>(8, 10.0));  // what a welcome sends: answers nothing
+    state.header.status = update_status::resync;
+    send(std::move(state));
+    BOOST_TEST(l.poll(now));
+    return std::move(sent[0]);
+  }
+};
+
+// A syncer restarted from its journal holds the send in a round still open:
+// the state at the send's own base is no answer, and the learner waits on
+// rather than send its later work against that base (a duplicate there).
+BOOST_FIXTURE_TEST_CASE(a_rejoin_state_at_the_base_of_the_send_in_flight_keeps_the_wait, patient_fixture) {
+  const message first = rejoin_at_the_same_revision();
+  BOOST_TEST(l.revision(0) == 0u);
+  BOOST_TEST(model.params[0] == 8.0);  // untouched: steps 1 to 4
+  l.train_step(0, now);                // step 5; the send is still owed
+  now += 1s;
+  BOOST_TEST(contributions().empty());
+  BOOST_TEST(l.metrics().rejoins_sent == 1u);  // asked once, not again
+  // The round closes: the merged revision answers the send (Δ = 1 merged).
+  send(update(0, 1, std::vector<double>(8, 9.0), first.header.sequence));
+  BOOST_TEST(l.poll(now));
+  BOOST_TEST(l.revision(0) == 1u);
+  BOOST_TEST(model.params[0] == 7.5);  // 9 + (7.5 − 9): steps 3 to 5 kept
+  l.train_step(0, now);                // step 6: the owed send, steps 3 to 6
+  const auto sent = contributions();
+  BOOST_TEST_REQUIRE(sent.size() == 1u);
+  BOOST_TEST(sent[0].header.base_revision == 1u);
+  BOOST_TEST(sent[0].header.steps == 4u);
+  BOOST_TEST(values(sent[0]) == std::vector<double>(8, 2.0), boost::test_tools::per_element());
+  BOOST_TEST(l.metrics().answers_timed_out == 0u);
+}
+
+// A syncer that lost the send never answers it: the wait ends at
+// answer_timeout, and the later work goes out against the same base.
+BOOST_FIXTURE_TEST_CASE(a_send_the_syncer_lost_is_given_up_at_the_answer_timeout, patient_fixture) {
+  rejoin_at_the_same_revision();
+  now += 19s;  // t = 30 s: 29 s after the send
+  BOOST_TEST(l.poll(now));
+  BOOST_TEST(l.metrics().answers_timed_out == 0u);
+  now += 1s;
+  BOOST_TEST(l.poll(now));
+  BOOST_TEST(l.metrics().answers_timed_out == 1u);
+  l.train_step(0, now);  // step 5: steps 3 to 5 against revision 0
+  const auto sent = contributions();
+  BOOST_TEST_REQUIRE(sent.size() == 1u);
+  BOOST_TEST(sent[0].header.base_revision == 0u);
+  BOOST_TEST(sent[0].header.steps == 3u);
+  BOOST_TEST(values(sent[0]) == std::vector<double>(8, 1.5), boost::test_tools::per_element());
 }
 
 BOOST_FIXTURE_TEST_CASE(another_learners_revision_is_taken_in_tau_steps_after_a_send_even_without_its_answer, fixture) {

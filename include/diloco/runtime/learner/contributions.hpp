@@ -157,8 +157,9 @@ class learner_contributions {
   /// for its current state `rejoin_after` after that send: the learner joins
   /// again and takes the state in place of the answer (rebased: the work
   /// since the send is kept; the work in flight is in that state if it was
-  /// merged, and is lost otherwise). After `answer_timeout` it gives the
-  /// answer up. Returns whether to join again.
+  /// merged, and is lost otherwise), unless the state is still the send's
+  /// base revision (`learner_adoption::receive`). After `answer_timeout` it
+  /// gives the answer up. Returns whether to join again.
   bool chase_answers(time_point now, bool finishing) {
     bool resync = false;
     for (auto& f : fragments_) {

@@ -62,7 +62,7 @@ struct fragment_track {
   std::optional<received_update> inbox;
   std::uint64_t last_sent = 0;  ///< sequence of the latest contribution of this fragment
   std::uint64_t resynced = 0;   ///< the send whose resync was taken even though older
-  bool resync_wanted = false;   ///< lock-step: asked for the current state in place of an overdue answer
+  bool resync_wanted = false;   ///< asked for the current state in place of an overdue answer
   bool resumed = false;         ///< θ_p and the counters were kept from a loaded state at the join
 
   /// The waiting update answers the contribution in flight (or a later one).
