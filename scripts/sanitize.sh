@@ -11,7 +11,7 @@
 # Build folders: build-address, build-thread (or $2). Only the test program is
 # built (no tools, examples or benchmarks), with only the suites that run
 # (DILOCO_TESTS_WITH_LABEL, tests/CMakeLists.txt), to keep CI short; without
-# the CUDA component (nvcc code is not sanitized) and without the LibTorch
+# the CUDA and NCCL components (nvcc code is not sanitized) and without the LibTorch
 # adapter (LibTorch is not built with the sanitizers), which also checks that
 # everything builds without them. The header check (each public header
 # compiled alone, tests/headers) is left to the main build's g++: with the
@@ -45,7 +45,7 @@ jobs=$(nproc)
 
 if [[ $step != test ]]; then
   CC=clang-14 CXX=clang++-14 cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=Sanitize -DCMAKE_CXX_FLAGS_SANITIZE="$optimization" \
-    -DDILOCO_SANITIZE="$sanitizers" -DDILOCO_WERROR=ON -DDILOCO_FUZZ=OFF -DDILOCO_ENABLE_CUDA=OFF -DDILOCO_WITH_TORCH=OFF \
+    -DDILOCO_SANITIZE="$sanitizers" -DDILOCO_WERROR=ON -DDILOCO_FUZZ=OFF -DDILOCO_ENABLE_CUDA=OFF -DDILOCO_WITH_NCCL=OFF -DDILOCO_WITH_TORCH=OFF \
     -DDILOCO_BUILD_TOOLS=OFF -DDILOCO_BUILD_EXAMPLES=OFF -DDILOCO_BUILD_BENCH=OFF \
     -DDILOCO_TESTS_WITH_LABEL="$with" -DDILOCO_TESTS_WITHOUT_LABEL="$without"
   for target in "${targets[@]}"; do cmake --build "$dir" -j"$jobs" --target "$target"; done

@@ -1,22 +1,19 @@
 // The runner of the CUDA tests: `diloco_cuda_tests SUITE` runs the cases of
 // one suite (all without an argument). Exit status 0 if all passed, 1 if a
-// check failed, 77 (skipped) if there is no usable CUDA device.
+// check failed or the GPU is there but unusable (a driver too old for this
+// runtime, say), 77 (skipped) if there is no GPU at all and
+// DILOCO_REQUIRE_GPU=1 is not set (tests/support/gpu.hpp).
 #include <cstdio>
 #include <cstring>
 
 #include <cuda_runtime_api.h>
 
+#include "../support/gpu.hpp"
 #include "harness.hpp"
 
 int main(int argc, char** argv) {
   namespace t = diloco::test::cuda;
-  int devices = 0;
-  const cudaError_t e = cudaGetDeviceCount(&devices);
-  if (e != cudaSuccess || devices == 0) {
-    std::printf("skipped: no usable CUDA device (cudaGetDeviceCount: %s, %d devices)\n",
-                e == cudaSuccess ? "no error" : cudaGetErrorString(e), devices);
-    return t::skip_code;
-  }
+  if (const auto gpus = diloco::test::count_gpus(); gpus.devices == 0) return diloco::test::no_gpu_status(gpus);
   const char* suite = argc > 1 ? argv[1] : nullptr;
   int run = 0;
   for (const auto& c : t::registry()) {
