@@ -479,21 +479,25 @@ BOOST_FIXTURE_TEST_CASE(a_lost_answer_holds_nothing_back_and_is_asked_for_once_a
 struct patient_fixture : fixture {
   patient_fixture() : fixture(learner_options{}.adopt, 30s) {}
 
-  /// Steps 1–2 sent against revision 0 at t = 1 s (θ 10 → 9) and acked;
-  /// steps 3–4 owed; the answer does not come, and at t = 11 s the learner
-  /// joins again and gets the state still at revision 0. Returns the send.
-  message rejoin_at_the_same_revision() {
+  /// Steps 1–2 sent against revision 0 at t = 1 s (θ 10 → 9), and acked
+  /// if `acked`; steps 3–4 owed; the answer does not come, and at t = 11 s
+  /// the learner joins again and gets the state still at revision 0.
+  /// Returns the send.
+  message rejoin_at_the_same_revision(bool acked = true) {
     join(1, 2, 0);
     step();
     step();
     auto sent = contributions();
     BOOST_TEST_REQUIRE(sent.size() == 1u);
-    message ack;
-    ack.header.kind = message_kind::ack;
-    ack.header.learner = 0;
-    ack.header.incarnation = 1;
-    ack.header.answers = sent[0].header.sequence;
-    send(std::move(ack));
+    if (acked) {
+      message ack;
+      ack.header.kind = message_kind::ack;
+      ack.header.learner = 0;
+      ack.header.incarnation = 1;
+      ack.header.fragment = 0;
+      ack.header.answers = sent[0].header.sequence;
+      send(std::move(ack));
+    }
     step();
     step();
     now += 7s;
@@ -509,9 +513,10 @@ struct patient_fixture : fixture {
   }
 };
 
-// A syncer restarted from its journal holds the send in a round still open:
-// the state at the send's own base is no answer, and the learner waits on
-// rather than send its later work against that base (a duplicate there).
+// A syncer restarted from its journal holds the accepted send in a round
+// still open: the state at the send's own base is no answer, and the learner
+// waits on rather than send its later work against that base (a duplicate
+// there).
 BOOST_FIXTURE_TEST_CASE(a_rejoin_state_at_the_base_of_the_send_in_flight_keeps_the_wait, patient_fixture) {
   const message first = rejoin_at_the_same_revision();
   BOOST_TEST(l.revision(0) == 0u);
@@ -534,8 +539,9 @@ BOOST_FIXTURE_TEST_CASE(a_rejoin_state_at_the_base_of_the_send_in_flight_keeps_t
   BOOST_TEST(l.metrics().answers_timed_out == 0u);
 }
 
-// A syncer that lost the send never answers it: the wait ends at
-// answer_timeout, and the later work goes out against the same base.
+// A syncer that lost an accepted send (it kept no journal) never answers it:
+// the wait ends at answer_timeout, and the later work goes out against the
+// same base.
 BOOST_FIXTURE_TEST_CASE(a_send_the_syncer_lost_is_given_up_at_the_answer_timeout, patient_fixture) {
   rejoin_at_the_same_revision();
   now += 19s;  // t = 30 s: 29 s after the send
@@ -545,6 +551,21 @@ BOOST_FIXTURE_TEST_CASE(a_send_the_syncer_lost_is_given_up_at_the_answer_timeout
   BOOST_TEST(l.poll(now));
   BOOST_TEST(l.metrics().answers_timed_out == 1u);
   l.train_step(0, now);  // step 5: steps 3 to 5 against revision 0
+  const auto sent = contributions();
+  BOOST_TEST_REQUIRE(sent.size() == 1u);
+  BOOST_TEST(sent[0].header.base_revision == 0u);
+  BOOST_TEST(sent[0].header.steps == 3u);
+  BOOST_TEST(values(sent[0]) == std::vector<double>(8, 1.5), boost::test_tools::per_element());
+}
+
+// A send that was never acknowledged may never have arrived: the state takes
+// its place at once (rebased: steps 3 and 4 kept, the send's work dropped),
+// and the later work goes out against revision 0.
+BOOST_FIXTURE_TEST_CASE(a_rejoin_state_replaces_an_unacknowledged_send, patient_fixture) {
+  rejoin_at_the_same_revision(false);
+  BOOST_TEST(l.revision(0) == 0u);
+  BOOST_TEST(model.params[0] == 9.0);  // 10 + (8 − 9)
+  l.train_step(0, now);                // step 5: the owed send, steps 3 to 5
   const auto sent = contributions();
   BOOST_TEST_REQUIRE(sent.size() == 1u);
   BOOST_TEST(sent[0].header.base_revision == 0u);

@@ -59,8 +59,8 @@ class learner_adoption {
   /// learner's latest send of the fragment is the syncer's current state: kept even when older
   /// than the base (a syncer restored from an older checkpoint), once. So
   /// is the state a join asked for in place of an overdue answer, unless it
-  /// is the very revision the send in flight was made against, with a rule
-  /// that keeps work (`holds_send`): then the learner waits on.
+  /// is the very revision the accepted send in flight was made against, with
+  /// a rule that keeps work (`holds_send`): then the learner waits on.
   void receive(message&& m, time_point now) {
     const auto& h = m.header;
     if (!fragments_.owns(h.fragment) || h.element_count != fragments_.plan()[h.fragment].size() ||
@@ -186,17 +186,19 @@ class learner_adoption {
 
  private:
   /// Whether `h`, the state a join asked for in place of the overdue answer
-  /// to f's send in flight, may still be followed by that answer: it is the
-  /// revision the send was made against, so the syncer has not moved since;
-  /// one restarted from its journal holds the send in an open round and
-  /// answers it when the round closes. Taken as the answer, the learner
-  /// would drop the work in flight from θ and send its later work against
-  /// the same base, which that syncer refuses as a duplicate. Lock-step
-  /// rounds need every send, so there the state is taken as before; a
-  /// syncer that did lose the send leaves the wait to `answer_timeout`.
+  /// to f's send in flight, may still be followed by that answer: the
+  /// syncer accepted the send (an ack came; it journals before it acks) and
+  /// `h` is the revision the send was made against, so the syncer has not
+  /// merged since: one restarted from its journal holds the send in an open
+  /// round and answers it when the round closes. Taken as the answer, the
+  /// learner would drop the work in flight from θ and send its later work
+  /// against the same base, which that syncer refuses as a duplicate. A
+  /// send without an ack may never have arrived: its state is taken, as is
+  /// any state in lock-step rounds, which need every send. A syncer that
+  /// lost an accepted send (no journal) leaves the wait to `answer_timeout`.
   bool holds_send(const fragment_track<T, Memory>& f, const message_header& h) const noexcept {
     return keeps_work() && h.status == update_status::resync && h.answers == 0 && f.resync_wanted && f.adopted &&
-           f.in_flight && h.revision == f.in_flight->base_revision && h.revision == f.revision;
+           f.in_flight && f.in_flight->acked && h.revision == f.in_flight->base_revision && h.revision == f.revision;
   }
 
   /// Whether fragment p, adopted for the first time from its inbox, resumes

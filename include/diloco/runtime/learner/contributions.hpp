@@ -118,6 +118,10 @@ class learner_contributions {
     ++metrics_.contributions_acked;
     unanswered_since_.reset();
     take_verdict(h.answers);
+    if (h.fragment < fragments_.size()) {
+      auto& f = fragments_[h.fragment];
+      if (f.in_flight && f.in_flight->sequence == h.answers) f.in_flight->acked = true;
+    }
     if (reports_.wants_events())
       reports_.emit(
           {.what = learner_event::kind::verdict, .fragment = h.fragment, .sequence = h.answers, .accepted = true});

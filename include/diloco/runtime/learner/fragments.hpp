@@ -28,6 +28,7 @@ struct in_flight_send {
   std::uint64_t base_revision;
   std::uint64_t step;  ///< the local step it was sent at
   time_point at;
+  bool acked = false;  ///< the syncer accepted it (an ack came): it holds it, durably if it journals
 };
 
 /// A global fragment that arrived and waits to be taken in.
