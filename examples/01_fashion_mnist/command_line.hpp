@@ -69,9 +69,6 @@ inline void check(command& c, std::optional<std::uint64_t> checkpoint_every) {
 #endif
     if (s.part != role::learner) refuse("--ranks-per-unit is for --role learner (started by mpirun or srun)");
     if (s.gpu_learners > 0) refuse("--ranks-per-unit: the ranks of a unit train on the CPU; drop --gpu-learners");
-    if (!s.checkpoint_dir.empty())
-      refuse(
-          "--ranks-per-unit: a unit of several ranks keeps no learner checkpoints; it rejoins from the global model");
   }
   if (!s.snapshot_dir.empty() && s.part == role::learner)
     refuse("--snapshot-dir is for the syncer, not --role learner");
@@ -177,7 +174,7 @@ inline std::optional<int> parse_command_line(int argc, char** argv, command& c) 
                      "UNIX_SECONDS");
   app.add_option("--checkpoint-dir", s.checkpoint_dir,
                  "role learner: resume from the newest learner checkpoint in DIR, if any, and save one there every "
-                 "--checkpoint-every steps")
+                 "--checkpoint-every steps (a unit: each rank in DIR/rank-R, all resuming at a step all saved)")
       ->type_name("DIR");
   app.add_option_function<std::string>(
          "--checkpoint-every",

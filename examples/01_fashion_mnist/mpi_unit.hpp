@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <exception>
+#include <filesystem>
 #include <memory>
 #include <optional>
 #include <span>
@@ -23,6 +24,7 @@
 #include <diloco/collective/mpi.hpp>
 #include <diloco/metrics/trace.hpp>
 #include <diloco/runtime/unit.hpp>
+#include <diloco/runtime/unit_checkpoint.hpp>
 #include <diloco/transport/shards.hpp>
 #include <diloco/transport/zeromq.hpp>
 
@@ -85,6 +87,27 @@ outcome learn_in_unit(const settings& s, const split& train_set, Inner inner) {
   }
   unit_learner<mlp, Inner, sharded<zeromq::client>, mpi::communicator> unit(model, ranks, client, options,
                                                                             std::move(inner));
+  // Each rank its own store, DIR/rank-R; the ranks resume together at a
+  // step every rank saved (docs/units.md, "Checkpoints").
+  std::optional<checkpoint_store> checkpoints;
+  if (!s.checkpoint_dir.empty()) {
+    static_assert(checkpointable<Inner>, "learner checkpoints need a checkpointable inner step");
+    checkpoints.emplace(std::filesystem::path(s.checkpoint_dir) / ("rank-" + std::to_string(r)));
+    std::vector<std::string> skipped;
+    try {
+      if (const auto k = load_unit_checkpoint(unit, *checkpoints, &skipped))
+        std::fprintf(stderr, "fashion_mnist learner %u rank %u: resuming from learner checkpoint at step %llu\n",
+                     s.learner_id, r, static_cast<unsigned long long>(*k));
+      else
+        std::fprintf(stderr, "fashion_mnist learner %u rank %u: no step saved by every rank; not resuming\n",
+                     s.learner_id, r);
+    } catch (const std::exception& e) {
+      out.error = "learner " + std::to_string(s.learner_id) + " rank " + std::to_string(r) + ": " + e.what();
+      return out;
+    }
+    for (const auto& why : skipped)
+      std::fprintf(stderr, "fashion_mnist learner %u rank %u: skipped checkpoint %s\n", s.learner_id, r, why.c_str());
+  }
   const double speed = s.speed_of(s.learner_id);
   const auto stop_at = std::chrono::system_clock::time_point(
       std::chrono::duration_cast<std::chrono::system_clock::duration>(std::chrono::duration<double>(s.stop_at)));
@@ -95,7 +118,7 @@ outcome learn_in_unit(const settings& s, const split& train_set, Inner inner) {
       out.error = "learner " + std::to_string(s.learner_id) + " rank " + std::to_string(r) + ": " + why;
     };
     bool ended = false;
-    for (std::uint64_t step = 0; step < steps_of(s, s.learner_id); ++step) {
+    for (std::uint64_t step = m.steps; step < steps_of(s, s.learner_id); ++step) {  // resumed: from its step
       if (s.stop_at > 0) {  // every rank stops at the same step: rank 0's clock decides
         std::array<double, 1> stop{std::chrono::system_clock::now() >= stop_at ? 1.0 : 0.0};
         if (auto e = ranks.broadcast(std::span<double>(stop), 0, clock::now() + std::chrono::seconds(60))) {
@@ -106,6 +129,7 @@ outcome learn_in_unit(const settings& s, const split& train_set, Inner inner) {
       }
       const auto b = sampler.next(s.batch);
       const auto result = unit.step(b);
+      if (result && checkpoints && m.steps % s.checkpoint_every == 0) save_unit_checkpoint(unit, *checkpoints);
       if (!result) {
         // The syncer ends the run through each rank's own shards: the unit
         // stopped because it ended if any rank saw the end.

@@ -18,11 +18,14 @@
 # must put on the wire what 2 learners do (bytes within 10 %).
 #
 # A third run restarts a unit: the 2 units under diloco_launch (one mpirun
-# each, --no-syncer), and a rank of unit 1 SIGKILLed once the unit has sent
-# its first contribution. mpirun ends the unit; the launcher starts it again
-# as incarnation 2 and never touches unit 0; each shard counts 2 learners,
-# one of which rejoined; the run ends with exit status 0, and its accuracy is
-# within 1.5 points of the fault-free units run.
+# each, --no-syncer), each rank saving a learner checkpoint every 20 steps
+# into a directory of its own, and a rank of unit 1 SIGKILLed once the unit
+# has sent its first contribution and both its ranks have saved. mpirun ends
+# the unit; the launcher starts it again as incarnation 2 and never touches
+# unit 0; both ranks of incarnation 2 resume at the same saved step; each
+# shard counts 2 learners, one of which rejoined; the run ends with exit
+# status 0, and its accuracy is within 1.5 points of the fault-free units
+# run.
 #
 #   test_units.sh FASHION_MNIST DILOCO_SYNCER MPIRUN [STEPS [LEARNERS]]
 # Every process is bounded in time and killed on every exit path.
@@ -88,6 +91,7 @@ launch=$(dirname "$syncer")/diloco_launch
 timeout 600 "$launch" --learners 2 --no-syncer --endpoint "${endpoints%%,*}" --summary -- \
   "$mpirun" --bind-to none -np 2 "$fashion" "${learner_flags[@]}" --learners 2 --speeds 1,0.5 --batch 32 \
   --ranks-per-unit 2 --learner-id {id} --incarnation {incarnation} --endpoint "$endpoints" \
+  --checkpoint-dir "$work/restart.checkpoints.{id}" --checkpoint-every 20 \
   --trace "$work/restart.trace" > "$work/restart.launch.json" 2> "$work/restart.launch.log" &
 launcher=$!
 pids+=($!)
@@ -95,18 +99,21 @@ pids+=($!)
 # of this run names its trace.
 trap 'pkill -KILL -f -- "$work/restart.trace"; cleanup' EXIT
 # Unit 1 has joined and trains: its first contribution is in the trace
-# (written by its rank 0). At most 60 s.
+# (written by its rank 0), and each of its ranks has saved a checkpoint. At
+# most 60 s.
 sent='"ev":"sent","learner":1,"incarnation":1,'
+saved() { compgen -G "$work/restart.checkpoints.1/rank-$1/checkpoint-*.bin" > /dev/null; }
 for ((i = 0; i < 600; ++i)); do
-  grep -q "$sent" "$work/restart.trace" 2> /dev/null && break
+  grep -q "$sent" "$work/restart.trace" 2> /dev/null && saved 0 && saved 1 && break
   sleep 0.1
 done
 victim=""
 for pid in $(pgrep -x "$(basename "$fashion")"); do  # a rank, not its mpirun
   tr '\0' ' ' < "/proc/$pid/cmdline" 2> /dev/null | grep -q -- "--learner-id 1 --incarnation 1 " && victim=$pid
 done
-if ! grep -q "$sent" "$work/restart.trace" 2> /dev/null || [[ -z $victim ]] || ! kill -9 "$victim"; then
-  echo "FAIL restart: unit 1 sent nothing within 60 s, or ended before one of its ranks could be killed"
+if ! grep -q "$sent" "$work/restart.trace" 2> /dev/null || ! saved 0 || ! saved 1 || [[ -z $victim ]] ||
+  ! kill -9 "$victim"; then
+  echo "FAIL restart: unit 1 sent nothing or saved no checkpoint within 60 s, or ended before one of its ranks could be killed"
   tail -n 20 "$work/restart.launch.log"
   exit 1
 fi
@@ -166,12 +173,19 @@ for shard in (0, 1):
     if s["joins"] != 2 or s["leaves"] != 2 or s["rejoins"] < 1:
         problems.append(f"restart: shard {shard} counted {s['joins']} joins, {s['leaves']} leaves and "
                         f"{s['rejoins']} rejoins, expected 2, 2 and at least 1")
+# Both ranks of incarnation 2 resumed, at one step (stderr, through the launcher).
+resumed = {}
+for line in open(f"{work}/restart.launch.log"):
+    if "fashion_mnist learner 1 rank" in line and "resuming from learner checkpoint at step" in line:
+        resumed[int(line.split(" rank ")[1].split(":")[0])] = int(line.split("at step ")[1])
+if sorted(resumed) != [0, 1] or len(set(resumed.values())) != 1 or min(resumed.values()) < 20:
+    problems.append(f"restart: ranks resumed at {resumed}, expected both ranks of unit 1 at one saved step")
 restart = lines(f"{work}/restart.accuracy.json")[-1]["test_accuracy"]
 # 1.5 points: the killed unit's work in flight is lost, and the runs are
 # asynchronous; measured −1.05 to +0.57 points over five runs.
 if abs(restart - accuracy["units"]) > 0.015:
     problems.append(f"restart: test accuracy {restart:.4f}, fault-free units {accuracy['units']:.4f}")
-print(f"a rank of unit 1 killed: launcher {restarts}, test accuracy {restart:.4f} "
+print(f"a rank of unit 1 killed: launcher {restarts}, ranks resumed at {resumed}, test accuracy {restart:.4f} "
       f"({100 * (restart - accuracy['units']):+.2f} points against the fault-free units)")
 gap = 100 * (accuracy["units"] - accuracy["learners"])
 print(f"test accuracy: 2 units of 2 ranks at batch 32 {accuracy['units']:.4f}, "

@@ -10,7 +10,9 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <filesystem>
 #include <memory>
+#include <random>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -19,6 +21,7 @@
 #include <diloco/diloco.hpp>
 #include <diloco/runtime/learner/checkpoint.hpp>
 #include <diloco/runtime/unit.hpp>
+#include <diloco/runtime/unit_checkpoint.hpp>
 #include <diloco/transport/shards.hpp>
 
 #include "support/toy_model.hpp"
@@ -302,6 +305,97 @@ BOOST_AUTO_TEST_CASE(a_rank_that_dies_ends_its_unit) {
   BOOST_TEST(stepped[1] == 20u);
   BOOST_TEST(stepped[0] == 20u);  // its 21st step needs rank 1
   BOOST_TEST((survivor == make_error_code(errc::rank_lost)));
+}
+
+/// A directory of its own under the system's temporary one, removed at the end.
+struct scratch_directory {
+  std::filesystem::path path =
+      std::filesystem::temp_directory_path() / ("diloco_unit_checkpoint_" + std::to_string(std::random_device{}()));
+  ~scratch_directory() { std::filesystem::remove_all(path); }
+};
+
+BOOST_AUTO_TEST_CASE(a_restarted_unit_resumes_every_rank_at_a_step_all_ranks_saved) {
+  // Incarnation 1 trains 40 steps, every rank saving every 10 into its own
+  // store (the newest two kept: steps 30 and 40); rank 1's step-40 file is
+  // then torn, as if the unit died while rank 1 was writing it. Incarnation
+  // 2 resumes both ranks at step 30, each from its own file; with rank 1's
+  // files all gone, neither rank resumes.
+  model_type initial(features, 7);
+  shard_world world(2, initial);
+  scratch_directory scratch;
+  std::vector<std::unique_ptr<checkpoint_store>> stores;
+  for (std::uint32_t r = 0; r < 2; ++r)
+    stores.push_back(std::make_unique<checkpoint_store>(scratch.path / ("rank-" + std::to_string(r))));
+  auto servers = world.serve();
+  // One incarnation of the unit: each rank's body runs on its own thread.
+  auto run_unit = [&](std::uint32_t incarnation, auto&& body) {
+    auto ranks = threads::make_unit(2);
+    std::vector<std::jthread> threads;
+    for (std::uint32_t r = 0; r < 2; ++r)
+      threads.emplace_back([&, r] {
+        model_type model(features, 1000 + r + 10 * incarnation);
+        // A peer of its own on the shard's hub: each incarnation connects anew.
+        sharded<inproc::endpoint> link(std::vector{&world.hubs[r]->attach(incarnation)}, 2);
+        unit_type unit(model, ranks[r], link, learner_options{.id = 0, .incarnation = incarnation},
+                       inner::sgd<T>({.learning_rate = 0.1}));
+        body(r, unit, model);
+      });
+  };
+  std::vector<std::string> errors(2);
+  std::vector<std::vector<T>> saved_at_30(2);
+  run_unit(1, [&](std::uint32_t r, unit_type& unit, model_type& model) {
+    toy::teacher<T> data(features, 100 + r);
+    for (std::uint64_t s = 1; s <= 40; ++s) {
+      if (auto result = unit.step(data.next(rank_batch)); !result) {
+        errors[r] = result.error().message();
+        return;
+      }
+      if (s % 10 == 0) save_unit_checkpoint(unit, *stores[r]);
+      if (s == 30) saved_at_30[r].assign(model.parameters().begin(), model.parameters().end());
+    }
+  });  // no finish: the unit dies here
+  for (const auto& e : errors) BOOST_TEST(e == "");
+  // Tear rank 1's newest file.
+  std::vector<std::filesystem::path> files;
+  for (const auto& f : std::filesystem::directory_iterator(stores[1]->directory())) files.push_back(f.path());
+  BOOST_TEST_REQUIRE(files.size() == 2u);
+  std::sort(files.begin(), files.end());
+  std::filesystem::resize_file(files.back(), std::filesystem::file_size(files.back()) / 2);
+
+  std::vector<std::optional<std::uint64_t>> resumed(2);
+  std::vector<std::uint64_t> local_steps(2);
+  std::vector<std::vector<T>> loaded(2);
+  std::vector<std::size_t> skipped(2);
+  run_unit(2, [&](std::uint32_t r, unit_type& unit, model_type& model) {
+    std::vector<std::string> why;
+    resumed[r] = load_unit_checkpoint(unit, *stores[r], &why);
+    skipped[r] = why.size();
+    local_steps[r] = unit.rank_learner().local_step();
+    loaded[r].assign(model.parameters().begin(), model.parameters().end());
+  });
+  for (std::uint32_t r = 0; r < 2; ++r) {
+    BOOST_TEST_CONTEXT("rank " << r) {
+      BOOST_TEST_REQUIRE(resumed[r].has_value());
+      BOOST_TEST(*resumed[r] == 30u);
+      BOOST_TEST(local_steps[r] == 30u);
+      // Its own parameters as they were after step 30, bit for bit.
+      BOOST_TEST(loaded[r] == saved_at_30[r], boost::test_tools::per_element());
+    }
+  }
+  BOOST_TEST(skipped[0] == 0u);
+  BOOST_TEST(skipped[1] == 1u);  // the torn file
+
+  // Rank 1 has nothing left: no rank resumes, and neither has moved.
+  for (const auto& f : std::filesystem::directory_iterator(stores[1]->directory())) std::filesystem::remove(f.path());
+  run_unit(3, [&](std::uint32_t r, unit_type& unit, model_type&) {
+    resumed[r] = load_unit_checkpoint(unit, *stores[r]);
+    local_steps[r] = unit.rank_learner().local_step();
+  });
+  for (std::uint32_t r = 0; r < 2; ++r) {
+    BOOST_TEST(!resumed[r].has_value());
+    BOOST_TEST(local_steps[r] == 0u);
+  }
+  for (auto& s : servers) s.request_stop();
 }
 
 BOOST_AUTO_TEST_CASE(a_rank_refuses_a_syncer_its_share_cannot_divide) {

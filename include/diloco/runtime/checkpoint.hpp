@@ -20,6 +20,7 @@
 #include <string>
 #include <string_view>
 #include <system_error>
+#include <utility>
 #include <vector>
 
 #include "diloco/protocol/crc32c.hpp"
@@ -101,14 +102,27 @@ class checkpoint_store {
   /// The newest intact checkpoint, or nothing. `skipped` receives a line for
   /// every newer file that was torn or corrupt.
   std::optional<checkpoint> latest(std::vector<std::string>* skipped = nullptr) const {
+    auto newest = intact(1, skipped);
+    if (newest.empty()) return std::nullopt;
+    return std::move(newest.front());
+  }
+
+  /// The newest `count` intact checkpoints, newest first (the store keeps
+  /// `keep` files). `skipped` receives a line for every file newer than the
+  /// last one returned that was torn or corrupt.
+  std::vector<checkpoint> intact(std::size_t count, std::vector<std::string>* skipped = nullptr) const {
     auto all = files();
     std::sort(all.begin(), all.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+    std::vector<checkpoint> out;
     for (const auto& [sequence, path] : all) {
+      if (out.size() == count) break;
       std::string why;
-      if (auto c = read(path, sequence, why)) return c;
-      if (skipped) skipped->push_back(path.filename().string() + ": " + why);
+      if (auto c = read(path, sequence, why))
+        out.push_back(std::move(*c));
+      else if (skipped)
+        skipped->push_back(path.filename().string() + ": " + why);
     }
-    return std::nullopt;
+    return out;
   }
 
  private:

@@ -8,17 +8,23 @@
 #include <chrono>
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <span>
+#include <sstream>
+#include <stdexcept>
 #include <stop_token>
+#include <string>
 #include <system_error>
 #include <utility>
 #include <vector>
 
 #include "diloco/clock.hpp"
 #include "diloco/collective/unit_model.hpp"
+#include "diloco/concepts/checkpointable.hpp"
 #include "diloco/concepts/collective.hpp"
 #include "diloco/error.hpp"
 #include "diloco/runtime/learner.hpp"
+#include "diloco/runtime/learner/state.hpp"
 
 namespace diloco {
 
@@ -132,6 +138,72 @@ class unit_learner {
     std::array<double, 1> stopped{error_ ? 1.0 : 0.0};
     if (agree(stopped) && stopped[0] == 0 && learner_.joined()) share_adoptions(true);
   }
+
+  /// Collective, before the unit joins: restores this rank's learner
+  /// (`learner::load`) from one of `saved`, states this rank's learner wrote
+  /// (`learner::save`), newest first, so that every rank resumes at the same
+  /// local step: the newest step every rank has among its newest
+  /// `max_resume_candidates` states that fit its learner (this learner and
+  /// model, an older incarnation). Ranks save at the same steps, so that is
+  /// their newest unless a rank died while saving. With no step common to
+  /// all ranks, no rank loads: the unit starts from the global model at the
+  /// join. Returns the local step resumed, or nothing. Throws
+  /// `std::system_error` if a collective fails, and `std::runtime_error` on
+  /// every rank if a rank's agreed state still fails to load (its inner step
+  /// refuses it): the unit cannot go on consistently and must start without
+  /// these states.
+  template <class Inner = InnerStep>
+  requires checkpointable<Inner> std::optional<std::uint64_t> resume(std::span<const std::string> saved) {
+    // This rank's usable steps, newest first; the rest of the slots -1.
+    std::vector<double> steps(max_resume_candidates, -1.0);
+    std::vector<std::size_t> index;
+    for (std::size_t i = 0; i < saved.size() && index.size() < max_resume_candidates; ++i) {
+      try {
+        std::istringstream in(saved[i]);
+        const auto s = read_learner_state<T>(in, model_.layout(), options().id);
+        if (s.incarnation >= options().incarnation) continue;
+        steps[index.size()] = static_cast<double>(s.local_step);
+        index.push_back(i);
+      } catch (const corrupt_state&) {
+        continue;  // another learner's or model's, or damaged: not a candidate
+      }
+    }
+    const std::size_t R = ranks_.size();
+    std::vector<double> all(max_resume_candidates * R);
+    if (auto e = ranks_.all_gather(std::span<const double>(steps), std::span<double>(all), deadline()))
+      throw std::system_error(e, "diloco::unit_learner::resume");
+    // The newest of this rank's steps that every rank has.
+    std::optional<std::size_t> chosen;
+    for (std::size_t k = 0; k < index.size() && !chosen; ++k) {
+      bool everywhere = true;
+      for (std::size_t q = 0; q < R && everywhere; ++q)
+        everywhere = std::find(all.begin() + q * max_resume_candidates, all.begin() + (q + 1) * max_resume_candidates,
+                               steps[k]) != all.begin() + (q + 1) * max_resume_candidates;
+      if (everywhere) chosen = k;
+    }
+    std::string why;
+    if (chosen) {
+      try {
+        std::istringstream in(saved[index[*chosen]]);
+        learner_.load(in);
+      } catch (const std::exception& e) {
+        why = e.what();
+      }
+    }
+    std::array<double, 1> failed{why.empty() ? 0.0 : 1.0};
+    if (auto e =
+            ranks_.all_reduce(std::span<const double>(failed), std::span<double>(failed), reduce_op::sum, deadline()))
+      throw std::system_error(e, "diloco::unit_learner::resume");
+    if (failed[0] > 0)
+      throw std::runtime_error("diloco::unit_learner::resume: " + std::to_string(static_cast<int>(failed[0])) +
+                               " rank(s) could not load the state all ranks agreed on" +
+                               (why.empty() ? std::string() : " (this one: " + why + ")"));
+    if (!chosen) return std::nullopt;
+    return static_cast<std::uint64_t>(steps[*chosen]);
+  }
+
+  /// The most saved states per rank that `resume` considers.
+  static constexpr std::size_t max_resume_candidates = 4;
 
   /// What stopped the unit: this rank's learner's error, `errc::rank_lost`
   /// for another rank's, or the collective's failure.
