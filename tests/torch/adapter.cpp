@@ -7,12 +7,19 @@
 #include <boost/test/unit_test.hpp>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
+#include <cstdint>
 #include <memory>
 #include <sstream>
+#include <stdexcept>
+#include <string>
+#include <thread>
 #include <vector>
 
 #include <diloco/adapters/torch.hpp>
+#include <diloco/collective/threads.hpp>
+#include <diloco/collective/unit_model.hpp>
 #include <diloco/diloco.hpp>
 
 namespace {
@@ -445,6 +452,71 @@ BOOST_AUTO_TEST_CASE(two_learners_through_the_adapter_train_as_the_hand_written_
   // Training moved the model: the comparison is not of untouched copies.
   BOOST_TEST_MESSAGE("moved by training: " << max_abs_difference(by_hand, initial));
   BOOST_TEST(max_abs_difference(by_hand, initial) > 0.05);
+}
+
+BOOST_AUTO_TEST_CASE(a_unit_of_two_ranks_trains_the_module_as_one_process_at_twice_the_batch) {
+  // DDP's arithmetic through the adapter: two ranks (threads) at batch 16,
+  // each with torch::optim::AdamW stepping on the parameters' .grad(), which
+  // unit_model averages in place; against one process at batch 32 on the
+  // same examples. Each rank's module starts elsewhere: the unit takes rank 0's.
+  constexpr std::uint64_t steps = 30;
+  constexpr std::size_t half = 16;
+  const ::torch::optim::AdamWOptions adamw = ::torch::optim::AdamWOptions(0.02).weight_decay(0.01);
+  using opt = diloco::torch::optimizer<::torch::optim::AdamW>;
+  auto two_halves = [](std::uint64_t step) {
+    teacher data(1000 + step);
+    return std::array<batch, 2>{data.next(half), data.next(half)};
+  };
+  net_model whole(7);
+  opt whole_step(whole, adamw);
+  for (std::uint64_t s = 0; s < steps; ++s) {
+    auto halves = two_halves(s);
+    batch both = halves[0];
+    both.x.insert(both.x.end(), halves[1].x.begin(), halves[1].x.end());
+    both.y.insert(both.y.end(), halves[1].y.begin(), halves[1].y.end());
+    whole.compute_gradients(both);
+    whole_step.step(whole.parameters(), whole.gradients());
+  }
+
+  auto ranks = diloco::threads::make_unit(2);
+  std::vector<std::vector<float>> finals(2);
+  std::vector<std::string> errors(2);
+  {
+    std::vector<std::jthread> threads;
+    for (std::size_t r = 0; r < 2; ++r)
+      threads.emplace_back([&, r] {
+        try {
+          net_model mine(r == 0 ? 7 : 99);
+          diloco::unit_model<net_model, diloco::threads::communicator> unit(mine, ranks[r]);
+          opt step(mine, adamw);
+          for (std::uint64_t s = 0; s < steps; ++s) {
+            const auto stats = unit.compute_gradients(two_halves(s)[r]);
+            if (stats.tokens != 2 * half) throw std::runtime_error("tokens: the unit's, both ranks' examples");
+            // The spans the optimizer was made for: the averaging was in place.
+            step.step(unit.parameters(), unit.gradients());
+          }
+          finals[r].assign(mine.parameters().begin(), mine.parameters().end());
+        } catch (const std::exception& e) {
+          errors[r] = e.what();
+        }
+      });
+  }
+  BOOST_TEST(errors[0] == "");
+  BOOST_TEST(errors[1] == "");
+  BOOST_TEST(finals[0] == finals[1], boost::test_tools::per_element());  // the ranks never part
+  const std::vector<float> one(whole.parameters().begin(), whole.parameters().end());
+  BOOST_TEST_MESSAGE("unit of 2 at batch 16 vs one process at batch 32: " << max_abs_difference(finals[0], one));
+  BOOST_TEST(max_abs_difference(finals[0], one) < 1e-5);  // the rounding of two half-batch means
+  // One rank alone at batch 16 is another model: the comparison can fail.
+  net_model alone(7);
+  opt alone_step(alone, adamw);
+  for (std::uint64_t s = 0; s < steps; ++s) {
+    alone.compute_gradients(two_halves(s)[0]);
+    alone_step.step(alone.parameters(), alone.gradients());
+  }
+  const std::vector<float> solo(alone.parameters().begin(), alone.parameters().end());
+  BOOST_TEST_MESSAGE("one rank alone at batch 16: " << max_abs_difference(solo, one));
+  BOOST_TEST(max_abs_difference(solo, one) > 1e-3);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -242,6 +242,10 @@ class module_model {
   const parameter_layout& layout() const noexcept { return flat_.layout(); }
   std::span<float> parameters() noexcept { return flat_.value_span(); }
   std::span<const float> gradients() noexcept { return flat_.gradient_span(); }
+  /// The same gradients, writable: the `.grad()` of every parameter is a
+  /// view into them, so a `unit_model` averages them here in place, as DDP
+  /// does, and a `torch::optim` optimizer (`optimizer`) steps on the mean.
+  std::span<float> mutable_gradients() noexcept { return flat_.gradient_span(); }
 
   /// One forward and backward pass. Throws `std::invalid_argument` if the
   /// forward function returns no loss, a loss of more than one element or

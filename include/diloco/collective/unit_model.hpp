@@ -4,6 +4,7 @@
 
 #include <array>
 #include <chrono>
+#include <concepts>
 #include <cstdint>
 #include <span>
 #include <system_error>
@@ -38,6 +39,13 @@ struct unit_model_options {
 /// Collective failures (`errc::rank_lost`, `errc::timed_out`) are thrown as
 /// `std::system_error`: the unit has ended, and so should this rank.
 ///
+/// A model with `std::span<scalar_type> mutable_gradients()` (the
+/// LibTorch adapter's `torch::module_model`) has its gradients averaged
+/// where it keeps them, in place, and `gradients()` are then the model's
+/// own: an inner step that reads them there (a `torch::optim` optimizer
+/// through `torch::optimizer`, which reads the parameters' `.grad()`) steps
+/// on the mean. Other models' means are kept in a buffer of the unit's.
+///
 /// Host memory only: a model with `memory()` (a GPU model) needs a backend
 /// that reduces device memory in place.
 ///
@@ -56,18 +64,28 @@ requires(check_model<M>() && model<M> && check_collective<C>() && collective<C>)
   /// Rank 0's parameters are broadcast to the others, so that every rank
   /// starts from the same model whatever its own initialization.
   unit_model(M& model, C& ranks, unit_model_options options = {})
-      : model_(model), ranks_(ranks), options_(options), gradients_(model.parameters().size()) {
+      : model_(model), ranks_(ranks), options_(options), gradients_(in_place ? 0 : model.parameters().size()) {
     check(ranks_.broadcast(model_.parameters(), 0, deadline()));
   }
 
   const parameter_layout& layout() const noexcept { return model_.layout(); }
   std::span<scalar_type> parameters() noexcept { return model_.parameters(); }
-  std::span<const scalar_type> gradients() const noexcept { return gradients_; }
+  std::span<const scalar_type> gradients() const noexcept {
+    if constexpr (in_place)
+      return model_.mutable_gradients();
+    else
+      return gradients_;
+  }
 
   step_stats compute_gradients(const batch_type& batch) {
     const step_stats own = model_.compute_gradients(batch);
-    const std::span<const scalar_type> local = model_.gradients();
-    check(ranks_.all_reduce(local, std::span<scalar_type>(gradients_), reduce_op::mean, deadline()));
+    if constexpr (in_place) {
+      const std::span<scalar_type> own_gradients = model_.mutable_gradients();
+      check(ranks_.all_reduce(std::span<const scalar_type>(own_gradients), own_gradients, reduce_op::mean, deadline()));
+    } else {
+      const std::span<const scalar_type> local = model_.gradients();
+      check(ranks_.all_reduce(local, std::span<scalar_type>(gradients_), reduce_op::mean, deadline()));
+    }
     std::array<double, 2> stats{own.loss, static_cast<double>(own.tokens)};
     check(ranks_.all_reduce(std::span<const double>(stats), std::span<double>(stats), reduce_op::sum, deadline()));
     return {stats[0] / static_cast<double>(ranks_.size()), static_cast<std::uint64_t>(stats[1])};
@@ -83,10 +101,15 @@ requires(check_model<M>() && model<M> && check_collective<C>() && collective<C>)
     if (e) throw std::system_error(e, "diloco::unit_model: the unit's collective failed");
   }
 
+  /// The model's gradients are writable where it keeps them.
+  static constexpr bool in_place = requires(M & m) {
+    { m.mutable_gradients() } -> std::same_as<std::span<scalar_type>>;
+  };
+
   M& model_;
   C& ranks_;
   unit_model_options options_;
-  std::vector<scalar_type> gradients_;
+  std::vector<scalar_type> gradients_;  ///< the mean, unless `in_place`
 };
 
 }  // namespace diloco
