@@ -208,12 +208,7 @@ int main(int argc, char** argv) {
       return 1;
     }
     if (s.part == fashion::role::learner) {
-      auto line = example_trainer::learner_line(s, r);
-      if (r.rank) {  // one line per rank of a unit; the bytes are the unit's
-        line["rank"] = *r.rank;
-        line["ranks"] = s.ranks_per_unit;
-      }
-      std::printf("%s\n", line.dump().c_str());
+      std::printf("%s\n", example_trainer::learner_line(s, r).dump().c_str());
       return 0;
     }
     auto line = result_line(s, options, r);

@@ -98,9 +98,8 @@ struct outcome : example_trainer::run_outcome {
   std::uint64_t rounds_dropped = 0;
   double staleness_mean = 0.0;  ///< revisions between a merged contribution's base and its merge, mean
   std::uint64_t staleness_max = 0;
-  double imbalance = 0.0;             ///< largest fragment / mean fragment
-  double end_scale = 0.0;             ///< mean partial-round scale over the last quarter of the outer updates
-  std::optional<std::uint32_t> rank;  ///< role learner, unit of several ranks: this process's rank
+  double imbalance = 0.0;  ///< largest fragment / mean fragment
+  double end_scale = 0.0;  ///< mean partial-round scale over the last quarter of the outer updates
 
   /// The syncer's counters and figures this outcome reports.
   template <class Syncer>
@@ -431,18 +430,6 @@ outcome serve(const settings& s, const split& test_set, Outer outer, Merge merge
   return out;
 }
 
-/// The endpoints of `--endpoint a,b,…`: one per syncer shard.
-inline std::vector<std::string> split_endpoints(const std::string& list) {
-  std::vector<std::string> out;
-  std::size_t from = 0;
-  for (;;) {
-    const auto comma = list.find(',', from);
-    out.push_back(list.substr(from, comma == std::string::npos ? std::string::npos : comma - from));
-    if (comma == std::string::npos) return out;
-    from = comma + 1;
-  }
-}
-
 /// A learner's last trace line (docs/chaos.md): its work, as its metrics count it.
 inline void trace_stop(diloco::trace_writer& trace, const settings& s, const diloco::learner_metrics& m) {
   diloco::json_fields fields;
@@ -457,21 +444,8 @@ inline void trace_stop(diloco::trace_writer& trace, const settings& s, const dil
 template <class Inner>
 outcome learn(const settings& s, const split& train_set, Inner inner) {
   using namespace diloco;
-  const auto security = example_trainer::client_security_for(s);
-  zeromq::keep_large_blocks();  // large fragments arrive without page faults (process-wide)
-  ::zmq::context_t context;
-  // One connection per syncer shard (`--endpoint` lists them, comma-separated;
-  // one for an unsharded syncer), seen as one transport. Each socket lingers
-  // up to a second when it closes, so the final contributions and the leave
-  // still go out.
-  std::vector<std::unique_ptr<zeromq::client>> clients;
-  std::vector<zeromq::client*> connections;
-  for (const auto& endpoint : split_endpoints(s.endpoint)) {
-    clients.push_back(std::make_unique<zeromq::client>(context, endpoint, s.learner_id, s.incarnation,
-                                                       zeromq::socket_options{}, security));
-    connections.push_back(clients.back().get());
-  }
-  sharded<zeromq::client> client(connections);
+  example_trainer::shard_links links(s);  // every shard `--endpoint` lists
+  auto& client = links.transport();
   mlp model({784, 256, 256, 10}, s.seed);
   shard_sampler sampler(train_set, s.learners, s.learner_id, s.seed);
   progress report(s.learners, s.steps, 0);  // counts only: the syncer prints the run's progress

@@ -25,6 +25,9 @@
 #include <nlohmann/json.hpp>
 
 #include "trainer.hpp"
+#ifdef CHAR_LM_MPI
+#include "unit.hpp"
+#endif
 
 namespace {
 
@@ -87,6 +90,11 @@ std::optional<int> parse_command_line(int argc, char** argv, command& c) {
              "the non-IID case (shuffled)");
   app.add_option("--text", s.text_path, "train on this text file instead of the King James Bible")->type_name("FILE");
   add_number<int>(app, "--threads", s.threads, {1, 256}, "LibTorch threads per process (1)", "N");
+  add_number<u32>(app, "--ranks-per-unit", s.ranks_per_unit, {1, 4096},
+                  "role learner: this learner is a unit of R MPI ranks, each this process under mpirun -np R (or "
+                  "srun), gradients averaged over them; --batch is per rank; --endpoint lists the syncer shards, a "
+                  "multiple of R (1)",
+                  "R");
   add_number<u64>(app, "--seed", s.seed, {}, "seed of initialization and sampling (1)", "SEED");
   example_trainer::add_processes(app, s, c.parsed);
   example_trainer::add_progress(app, s);
@@ -97,6 +105,13 @@ std::optional<int> parse_command_line(int argc, char** argv, command& c) {
     example_trainer::check_run_settings(s, c.parsed);
     if (s.dimensions.width % s.dimensions.heads != 0)
       throw CLI::ValidationError("--width must be a multiple of --heads");
+    if (s.ranks_per_unit > 1) {
+#ifndef CHAR_LM_MPI
+      throw CLI::ValidationError("--ranks-per-unit above 1 needs a build with MPI (CMake option DILOCO_WITH_MPI)");
+#endif
+      if (s.part != text::role::learner)
+        throw CLI::ValidationError("--ranks-per-unit is for --role learner (started by mpirun or srun)");
+    }
   });
   return diloco_tools::parse(app, argc, argv);
 }
@@ -147,6 +162,11 @@ text::outcome run(const text::settings& s) {
       return with_policies(
           sized, [&](auto, auto outer, auto merge) { return text::serve(sized, corpus, outer, merge, options); });
     case text::role::learner:
+#ifdef CHAR_LM_MPI
+      if (s.ranks_per_unit > 1)
+        return with_policies(
+            sized, [&](auto make_inner, auto, auto) { return text::learn_in_unit(sized, corpus, make_inner); });
+#endif
       return with_policies(sized, [&](auto make_inner, auto, auto) { return text::learn(sized, corpus, make_inner); });
     case text::role::in_process: break;
   }

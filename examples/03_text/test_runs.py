@@ -131,6 +131,8 @@ def main():
                                (["--role", "learner"], "need --endpoint", 2),
                                (["--role", "syncer", "--endpoint", "tcp://0.0.0.0:5555"], "without CURVE keys", 2),
                                (["--curve-secret", "x.key"], "--curve-secret and --curve-peer go together", 2),
+                               (["--ranks-per-unit", "2"], "--ranks-per-unit", 2),
+                               (["--ranks-per-unit", "0"], "--ranks-per-unit", 2),
                                (["--text", "/nonexistent/text.txt"], "cannot read /nonexistent/text.txt", 1)]:
         p = run(char_lm, *args, "--progress", "0", expect=status)
         check(says in p.stderr, f"{args}: message names the problem ({p.stderr.strip()[:200]})")

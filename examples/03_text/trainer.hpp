@@ -21,6 +21,7 @@
 
 #include <diloco/adapters/torch.hpp>
 #include <diloco/diloco.hpp>
+#include <diloco/transport/shards.hpp>
 #include <diloco/transport/zeromq.hpp>
 #include <example_trainer/outcome.hpp>
 #include <example_trainer/processes.hpp>
@@ -64,8 +65,9 @@ struct settings : example_trainer::run_settings {
   std::string text_path;                   ///< empty: the King James Bible
   data_split data = data_split::shuffled;  ///< how the training text is dealt out
   std::uint32_t validation_windows = 256;
-  int threads = 1;               ///< LibTorch threads per process
-  std::uint64_t eval_every = 0;  ///< validation loss of the global model every N outer updates, 0: never
+  int threads = 1;                   ///< LibTorch threads per process
+  std::uint32_t ranks_per_unit = 1;  ///< role learner: the MPI ranks of this learner unit (unit.hpp)
+  std::uint64_t eval_every = 0;      ///< validation loss of the global model every N outer updates, 0: never
   std::chrono::milliseconds sim_step_time{100};
 };
 
@@ -311,19 +313,17 @@ outcome serve(const settings& s, const corpus& text, Outer outer, Merge merge, d
   return out;
 }
 
-/// Role `learner`: learner `s.learner_id` of `s.learners` over ZeroMQ.
+/// Role `learner`: learner `s.learner_id` of `s.learners` over ZeroMQ, to a
+/// syncer or to every shard of a sharded one.
 template <class MakeInner>
 outcome learn(const settings& s, const corpus& text, MakeInner make_inner) {
   using namespace diloco;
   using inner_type = std::invoke_result_t<MakeInner&, lm_model&>;
-  zeromq::keep_large_blocks();
-  ::zmq::context_t context;
-  zeromq::client client(context, s.endpoint, s.learner_id, s.incarnation, zeromq::socket_options{},
-                        example_trainer::client_security_for(s));
+  example_trainer::shard_links links(s);  // every shard `--endpoint` lists
   lm_model model(s.dimensions, s.seed + 1000 + s.learner_id);
   sampler data(text, s.learners, s.learner_id, std::uint32_t(s.dimensions.context), s.seed, s.data);
-  learner<lm_model, inner_type, zeromq::client> l(model, client, example_trainer::learner_options_for(s, s.learner_id),
-                                                  make_inner(model));
+  learner<lm_model, inner_type, sharded<zeromq::client>> l(
+      model, links.transport(), example_trainer::learner_options_for(s, s.learner_id), make_inner(model));
   progress report(s.learners, s.steps, 0);  // counts only: the syncer prints the run's progress
   const double speed = s.speed_of(s.learner_id);
   const auto started = std::chrono::steady_clock::now();

@@ -42,6 +42,8 @@ struct run_outcome {
   double virtual_seconds = 0.0;  ///< simulated time (simulator only)
   bool completed = true;
   std::string error;
+  /// Role learner, a unit of several ranks: this process's rank, of `ranks`.
+  std::optional<std::uint32_t> rank, ranks;
 
   /// The syncer's counters and figures this outcome reports. The payload
   /// bytes are what the syncer saw; a run with the learners in this process
@@ -118,18 +120,23 @@ inline void add_work_fields(nlohmann::ordered_json& line, const run_outcome& r) 
 /// their work went (fragment-steps sent, overwritten, refused, unsent), the
 /// payload bytes it sent and received, its wall time.
 inline nlohmann::ordered_json learner_line(const run_settings& s, const run_outcome& r) {
-  return {{"role", "learner"},
-          {"learner", s.learner_id},
-          {"adopt", diloco::name(s.adopt)},
-          {"inner_steps", r.inner_steps},
-          {"steps_computed", r.steps_computed},
-          {"steps_sent", r.steps_sent},
-          {"steps_overwritten", r.steps_overwritten},
-          {"steps_refused", r.steps_refused},
-          {"steps_unsent", r.steps_unsent},
-          {"bytes_sent", r.bytes_sent},
-          {"bytes_received", r.bytes_received},
-          {"seconds", six_digits(r.seconds)}};
+  nlohmann::ordered_json line{{"role", "learner"},
+                              {"learner", s.learner_id},
+                              {"adopt", diloco::name(s.adopt)},
+                              {"inner_steps", r.inner_steps},
+                              {"steps_computed", r.steps_computed},
+                              {"steps_sent", r.steps_sent},
+                              {"steps_overwritten", r.steps_overwritten},
+                              {"steps_refused", r.steps_refused},
+                              {"steps_unsent", r.steps_unsent},
+                              {"bytes_sent", r.bytes_sent},
+                              {"bytes_received", r.bytes_received},
+                              {"seconds", six_digits(r.seconds)}};
+  if (r.rank) {  // one line per rank of a unit; the bytes are the unit's
+    line["rank"] = *r.rank;
+    line["ranks"] = r.ranks.value_or(1);
+  }
+  return line;
 }
 
 }  // namespace example_trainer

@@ -3,11 +3,15 @@
 // the clear unless told to.
 #pragma once
 
+#include <cstdint>
 #include <cstdio>
+#include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
+#include <diloco/transport/shards.hpp>
 #include <diloco/transport/zeromq.hpp>
 #include <example_trainer/settings.hpp>
 
@@ -39,5 +43,46 @@ inline std::optional<diloco::zeromq::client_security> client_security_for(const 
   return diloco::zeromq::client_security{diloco::zeromq::load_keypair(s.curve_secret),
                                          diloco::zeromq::load_public_key(s.curve_peer)};
 }
+
+/// The endpoints of `--endpoint a,b,…`: one per syncer shard.
+inline std::vector<std::string> split_endpoints(const std::string& list) {
+  std::vector<std::string> out;
+  std::size_t from = 0;
+  for (;;) {
+    const auto comma = list.find(',', from);
+    out.push_back(list.substr(from, comma == std::string::npos ? std::string::npos : comma - from));
+    if (comma == std::string::npos) return out;
+    from = comma + 1;
+  }
+}
+
+/// A learner's ZeroMQ connections to the syncer shards that `--endpoint`
+/// lists (comma-separated; one for an unsharded syncer), seen as one
+/// transport: every shard, or, for rank `first` of a unit of `stride` ranks,
+/// the shards s with s mod stride = first. Each socket lingers up to a
+/// second when it closes, so the final contributions and the leave still go
+/// out.
+class shard_links {
+ public:
+  explicit shard_links(const run_settings& s, std::uint32_t first = 0, std::uint32_t stride = 1) {
+    const auto endpoints = split_endpoints(s.endpoint);
+    const auto security = client_security_for(s);
+    diloco::zeromq::keep_large_blocks();  // large fragments arrive without page faults (process-wide)
+    std::vector<diloco::zeromq::client*> connections;
+    for (std::size_t shard = first; shard < endpoints.size(); shard += stride) {
+      clients_.push_back(std::make_unique<diloco::zeromq::client>(
+          context_, endpoints[shard], s.learner_id, s.incarnation, diloco::zeromq::socket_options{}, security));
+      connections.push_back(clients_.back().get());
+    }
+    transport_.emplace(connections, static_cast<std::uint32_t>(endpoints.size()));
+  }
+
+  diloco::sharded<diloco::zeromq::client>& transport() noexcept { return *transport_; }
+
+ private:
+  ::zmq::context_t context_;
+  std::vector<std::unique_ptr<diloco::zeromq::client>> clients_;
+  std::optional<diloco::sharded<diloco::zeromq::client>> transport_;
+};
 
 }  // namespace example_trainer
