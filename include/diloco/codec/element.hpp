@@ -8,6 +8,7 @@
 #include <cstdint>
 
 #include "diloco/detail/config.hpp"
+#include "diloco/detail/rounding.hpp"
 
 namespace diloco::codec {
 
@@ -114,16 +115,10 @@ DILOCO_HOST_DEVICE inline std::uint8_t to_e4m3(float x) { return round_to_e4m3(x
 DILOCO_HOST_DEVICE inline float round_half_away(float y) { return std::copysign(std::floor(std::fabs(y) + 0.5f), y); }
 
 /// `a · b` rounded once, to nearest even, and never fused with a neighbouring
-/// addition: nvcc contracts `a·b + c` into one FMA by default (`-fmad=true`),
-/// which would make a kernel's codes and decoded values differ from the CPU
-/// loop's. On the host it is the plain product: the CPU code is unchanged.
-DILOCO_HOST_DEVICE inline float mul_rn(float a, float b) {
-#if defined(__CUDA_ARCH__)
-  return __fmul_rn(a, b);
-#else
-  return a * b;
-#endif
-}
+/// addition (`detail::mul_rn`): nvcc contracts `a·b + c` into one FMA by
+/// default (`-fmad=true`), which would make a kernel's codes and decoded
+/// values differ from the CPU loop's. On the host it is the plain product.
+DILOCO_HOST_DEVICE inline float mul_rn(float a, float b) { return detail::mul_rn(a, b); }
 
 // The codes of the block-scaled formats. A value `x` of a block whose largest
 // magnitude is `absmax` travels as the code of its unit `x / absmax` (in

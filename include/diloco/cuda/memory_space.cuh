@@ -45,8 +45,8 @@ namespace diloco::cuda {
 ///   checkpoints' copies go through pageable host memory: they are rare).
 ///
 /// The bytes and residuals are those of `host_memory` bit for bit (the
-/// kernels share the CPU's element math); mixing differs by at most an ulp
-/// (nvcc contracts it into an FMA, cuda/mixing.cuh). Staging buffers grow to
+/// kernels share the CPU's element math, each product and sum rounded on
+/// its own as the CPU rounds it, cuda/mixing.cuh). Staging buffers grow to
 /// the largest fragment on first use and are kept. A CUDA failure throws
 /// `cuda::error` (the learner has nothing to carry on with: the device is
 /// lost). Not thread-safe, like the learner that uses it.

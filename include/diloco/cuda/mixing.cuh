@@ -34,8 +34,9 @@ cudaError_t for_each_element(F f, std::span<T> theta, std::span<const T> other, 
 /// (`mixing_element`), over one contiguous piece: a fragment whose tensors are
 /// not contiguous in θ takes one call per slice. Reads θ and Θ, writes θ;
 /// enqueued on `stream`, returns at once with the launch's error
-/// (cudaErrorInvalidValue if the sizes differ). Deterministic; nvcc contracts
-/// `α·θ + (…)` into an FMA, so results differ from the CPU by up to an ulp.
+/// (cudaErrorInvalidValue if the sizes differ). The CPU's bits: the functor
+/// rounds each product and the sum on its own (`detail::mul_rn`), which nvcc
+/// does not contract into an FMA.
 template <class T>
 cudaError_t mix(const mixing_element<T>& f, std::span<T> theta, std::span<const T> global, cudaStream_t stream) {
   return detail::for_each_element(f, theta, global, stream);
@@ -44,8 +45,7 @@ cudaError_t mix(const mixing_element<T>& f, std::span<T> theta, std::span<const 
 /// The first step of rebasing (`local_work_element`): `θ ← θ − (1−α)·base`,
 /// over one contiguous piece. Reads θ and the base, writes θ; enqueued on
 /// `stream`, returns at once with the launch's error (cudaErrorInvalidValue
-/// if the sizes differ). With α = 0 as on the CPU, bit for bit; with α > 0
-/// nvcc may contract the product into an FMA (up to an ulp, as `mix`).
+/// if the sizes differ). The CPU's bits, as `mix`.
 template <class T>
 cudaError_t subtract_base(std::span<T> theta, std::span<const T> base, T alpha, cudaStream_t stream) {
   return detail::for_each_element(local_work_element<T>{T(1) - alpha}, theta, base, stream);
