@@ -4,8 +4,9 @@
 //   fashion_mnist_gpu_tests model      the GPU model against the CPU `mlp`
 //   fashion_mnist_gpu_tests mixed_run  1 CPU + 1 GPU learner on one syncer
 //
-// Exit status 0 if every check passed, 1 if one failed, 77 (CTest: skipped)
-// without a usable CUDA device — after the checks that need none.
+// Exit status 0 if every check passed, 1 if one failed or a GPU is there
+// but unusable, 77 (CTest: skipped) where there is no GPU at all — after the
+// checks that need none (DILOCO_REQUIRE_GPU=1: 1; tests/support/gpu.hpp).
 //
 // `model`: the layout and the initial parameters must equal `mlp`'s, bit for
 // bit (the same names, sizes and draws). Loss and gradients on a fixed batch
@@ -37,6 +38,7 @@
 #include "gpu.hpp"
 #include "idx.hpp"
 #include "mlp.hpp"
+#include "support/gpu.hpp"
 #include "trainer.hpp"
 
 namespace {
@@ -45,6 +47,19 @@ constexpr int skipped = 77;
 constexpr double gradient_tolerance = 2e-5;
 constexpr double loss_tolerance = 1e-6;
 int failures = 0;
+
+/// 0 when the GPU checks can run; else the exit status: skipped (77) only
+/// where there is no GPU at all and DILOCO_REQUIRE_GPU=1 is not set, failed
+/// (1) where one is there but cannot be used (tests/support/gpu.hpp).
+int gpu_status() {
+  const auto gpus = diloco::test::count_gpus();
+  if (gpus.devices == 0) return diloco::test::no_gpu_status(gpus);
+  if (const auto why = fashion::gpu_unavailable()) {
+    std::printf("FAILED: a GPU is here, but the GPU learner cannot use it: %s\n", why->c_str());
+    return 1;
+  }
+  return 0;
+}
 
 void check(bool ok, const std::string& what) {
   if (!ok) {
@@ -184,10 +199,7 @@ int model_suite() {
   const auto ref = reference_gradients(params, b);
   const auto cpu_stats = cpu.compute_gradients(b);
   check_against("cpu mlp", cpu.layout(), cpu_stats.loss, cpu.gradients(), ref);
-  if (const auto why = fashion::gpu_unavailable()) {
-    std::printf("skipped: %s\n", why->c_str());
-    return failures == 0 ? skipped : 1;
-  }
+  if (const int status = gpu_status()) return failures == 0 ? status : 1;
 
   for (const std::uint64_t seed : {1ull, 7ull}) {
     fashion::mlp initial({784, 256, 256, 10}, seed);
@@ -224,10 +236,7 @@ fashion::outcome run(fashion::transport via, std::uint32_t gpu, std::uint64_t st
 /// threads (200 each): every step taken, and the model as good as a run of
 /// 2 CPU learners (within 3 points; both are above 0.75 after 300 steps).
 int mixed_run_suite() {
-  if (const auto why = fashion::gpu_unavailable()) {
-    std::printf("skipped: %s\n", why->c_str());
-    return skipped;
-  }
+  if (const int status = gpu_status()) return status;
   const std::string dir = "/usr/share/datasets/fashion-mnist";
   fashion::split train, test;
   try {
