@@ -291,6 +291,7 @@ class gpu_mlp {
     gpu_detail::check(cudaMemcpyAsync(y_.data(), y_host_.data(), n, cudaMemcpyHostToDevice, s), "cudaMemcpyAsync");
 
     const int cols = static_cast<int>(n);
+    diloco::cuda::detail::clear_stale_error();  // every launch below is checked on its own
     for (std::size_t l = 0; l < layers; ++l) {
       const int out = widths_[l + 1], in = widths_[l];
       const float* input = l == 0 ? x_.data() : act_[l - 1].data();

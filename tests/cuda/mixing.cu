@@ -62,4 +62,18 @@ DILOCO_CUDA_TEST(mixing, matches_mixing_element) {
   check_mixing<double>();
 }
 
+// A failed call leaves its (non-sticky) error pending: the next launch must
+// not report it as its own, since its kernel ran.
+DILOCO_CUDA_TEST(mixing, a_stale_error_is_not_the_next_launchs) {
+  void* huge = nullptr;
+  CUDA_TEST_CHECK(cudaMalloc(&huge, std::size_t{1} << 62) == cudaErrorMemoryAllocation, "a 4 EiB cudaMalloc fails");
+  CUDA_TEST_CHECK(cudaPeekAtLastError() == cudaErrorMemoryAllocation, "its error is pending");
+  std::vector<float> theta(1000, 1.0f), global(1000, 3.0f);
+  auto d_theta = t::upload(theta), d_global = t::upload(global);
+  CUDA_TEST_CHECK(dc::mix(diloco::mixing_element<float>{0.5f}, d_theta.span(), std::span<const float>(d_global.span()),
+                          nullptr) == cudaSuccess,
+                  "the launch reported the earlier cudaMalloc's error");
+  CUDA_TEST_CHECK(t::download(d_theta) == std::vector<float>(1000, 2.0f), "the kernel ran");
+}
+
 }  // namespace

@@ -44,6 +44,7 @@ cudaError_t adamw_step(const inner::adamw_element<T>& f, std::span<T> params, st
   const std::size_t n = params.size();
   if (m.size() != n || v.size() != n || grads.size() != n) return cudaErrorInvalidValue;
   if (n == 0) return cudaSuccess;
+  detail::clear_stale_error();
   detail::adamw_kernel<<<detail::blocks_for(n), detail::threads, 0, stream>>>(f, n, params.data(), m.data(), v.data(),
                                                                               grads.data());
   return detail::launched();

@@ -242,6 +242,7 @@ inline cudaError_t encode_delta(codec_id f, std::size_t block, std::span<const f
       refused == nullptr || (block_scaled(f) && block == 0) || out.size() != codec::encoded_size(f, n, block))
     return cudaErrorInvalidValue;
   if (n == 0) return cudaSuccess;
+  detail::clear_stale_error();
   const detail::delta_source delta{base.data(), theta.data(), residual.empty() ? nullptr : residual.data()};
   if (!block_scaled(f)) {
     if (!detail::aligned(out.data(), f == codec_id::f32 ? 4 : 2)) return cudaErrorInvalidValue;
@@ -296,6 +297,7 @@ cudaError_t decode_accumulate(codec_id f, std::size_t block, std::span<const std
   if (!codec::float_codec(f) || (block_scaled(f) && block == 0) || in.size() != codec::encoded_size(f, n, block))
     return cudaErrorInvalidValue;
   if (n == 0) return cudaSuccess;
+  detail::clear_stale_error();
   if (!block_scaled(f)) {
     if (!detail::aligned(in.data(), f == codec_id::f32 ? 4 : 2)) return cudaErrorInvalidValue;
     if (f == codec_id::f32)

@@ -24,6 +24,7 @@ cudaError_t for_each_element(F f, std::span<T> theta, std::span<const T> other, 
   const std::size_t n = theta.size();
   if (other.size() != n) return cudaErrorInvalidValue;
   if (n == 0) return cudaSuccess;
+  clear_stale_error();
   element_kernel<<<blocks_for(n), threads, 0, stream>>>(f, n, theta.data(), other.data());
   return launched();
 }

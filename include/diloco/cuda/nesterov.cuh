@@ -33,6 +33,7 @@ cudaError_t nesterov_step(const outer::nesterov_element<T>& f, std::span<T> glob
   const std::size_t n = global.size();
   if (momentum.size() != n || delta.size() != n) return cudaErrorInvalidValue;
   if (n == 0) return cudaSuccess;
+  detail::clear_stale_error();
   detail::nesterov_kernel<<<detail::blocks_for(n), detail::threads, 0, stream>>>(f, n, global.data(), momentum.data(),
                                                                                  delta.data());
   return detail::launched();

@@ -17,8 +17,17 @@ inline unsigned blocks_for(std::size_t n) noexcept {
   return b < 65535 ? static_cast<unsigned>(b) : 65535u;
 }
 
-/// The error of the launch just made: a bad configuration, or an earlier
-/// asynchronous error still pending (`cudaGetLastError`, which clears it).
+/// Clears an error an earlier runtime call left pending, so that
+/// `launched()` reports the launch that follows and nothing older: a
+/// non-sticky error (a failed `cudaMalloc` the caller caught, say) was
+/// returned already by the call that failed, and would otherwise be taken
+/// for the launch's although its kernel ran; a sticky one (the context is
+/// lost) is returned again by the launch itself. Call it before launching.
+inline void clear_stale_error() noexcept { static_cast<void>(cudaGetLastError()); }
+
+/// The error of the launch just made: a bad configuration, or a sticky
+/// error of the context (`cudaGetLastError`, which clears a non-sticky one).
+/// Precondition: `clear_stale_error()` before the launch.
 inline cudaError_t launched() noexcept { return cudaGetLastError(); }
 
 /// The first index and the stride of a grid-stride loop.
