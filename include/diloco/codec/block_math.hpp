@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "diloco/detail/config.hpp"
+#include "diloco/detail/rounding.hpp"
 
 namespace diloco::codec {
 
@@ -38,11 +39,12 @@ struct magnitude_max {
 /// Scales a block's values to units in [−1, 1] exactly as `encode` does: a
 /// multiplication by `1/absmax` where that is a normal float, a division by
 /// `absmax` where it is not. Callers handle `absmax == 0` (every code 0).
+/// The reciprocal is correctly rounded on a device too (`detail::div_rn`).
 struct block_unit {
   float absmax, inverse;
   bool by_inverse;
   DILOCO_HOST_DEVICE explicit block_unit(float a)
-      : absmax(a), inverse(a > 0.0f ? 1.0f / a : 0.0f), by_inverse(std::isnormal(inverse)) {}
+      : absmax(a), inverse(a > 0.0f ? diloco::detail::div_rn(1.0f, a) : 0.0f), by_inverse(std::isnormal(inverse)) {}
 };
 
 }  // namespace diloco::codec

@@ -10,6 +10,21 @@
 #include "diloco/detail/config.hpp"
 #include "diloco/detail/rounding.hpp"
 
+namespace diloco::detail {
+// The codes are specified to the bit (docs/protocol.md, "Arithmetic"): a
+// program built with fast math (g++ or clang -ffast-math, nvcc
+// -Xcompiler=-ffast-math) would compute others, and could not talk to a
+// learner or syncer built without it.
+#if defined(__FAST_MATH__)
+inline constexpr bool fast_math = true;
+#else
+inline constexpr bool fast_math = false;
+#endif
+static_assert(!fast_math,
+              "diloco: the codecs need IEEE arithmetic; build without -ffast-math (and nvcc without --use_fast_math or "
+              "-ftz=true)");
+}  // namespace diloco::detail
+
 namespace diloco::codec {
 
 /// bfloat16 (the upper 16 bits of an IEEE binary32: sign, 8 exponent bits,
@@ -118,7 +133,7 @@ DILOCO_HOST_DEVICE inline float round_half_away(float y) { return std::copysign(
 /// addition (`detail::mul_rn`): nvcc contracts `a·b + c` into one FMA by
 /// default (`-fmad=true`), which would make a kernel's codes and decoded
 /// values differ from the CPU loop's. On the host it is the plain product.
-DILOCO_HOST_DEVICE inline float mul_rn(float a, float b) { return detail::mul_rn(a, b); }
+DILOCO_HOST_DEVICE inline float mul_rn(float a, float b) { return diloco::detail::mul_rn(a, b); }
 
 // The codes of the block-scaled formats. A value `x` of a block whose largest
 // magnitude is `absmax` travels as the code of its unit `x / absmax` (in
@@ -139,7 +154,7 @@ DILOCO_HOST_DEVICE inline std::int8_t to_int8(float unit) {
 }
 
 /// The unit of int8 code `q`: `q / 127`.
-DILOCO_HOST_DEVICE inline float from_int8(std::int8_t q) { return float(q) / 127.0f; }
+DILOCO_HOST_DEVICE inline float from_int8(std::int8_t q) { return diloco::detail::div_rn(float(q), 127.0f); }
 
 /// The int4 code of a unit (|unit| ≤ 2^20): its level
 /// `round_half_away(unit · 7)` clamped to [−7, 7], and that level in two's
@@ -152,14 +167,14 @@ DILOCO_HOST_DEVICE inline unsigned to_int4(float unit) { return static_cast<unsi
 
 /// The unit of int4 level `q`, `q / 7`, and of the code in the low nibble of
 /// `nibble`, sign-extended as `(c ⊕ 8) − 8`.
-DILOCO_HOST_DEVICE inline float int4_unit(int level) { return float(level) / 7.0f; }
+DILOCO_HOST_DEVICE inline float int4_unit(int level) { return diloco::detail::div_rn(float(level), 7.0f); }
 DILOCO_HOST_DEVICE inline float from_int4(unsigned nibble) { return int4_unit(int((nibble & 0xFu) ^ 0x8u) - 8); }
 
 /// The fp8 code of a unit: the E4M3 code nearest `unit · 448`.
 DILOCO_HOST_DEVICE inline std::uint8_t to_fp8(float unit) { return to_e4m3(mul_rn(unit, e4m3_max)); }
 
 /// The unit of fp8 code `c`: `e4m3(c) / 448`.
-DILOCO_HOST_DEVICE inline float from_fp8(std::uint8_t c) { return from_e4m3(c) / e4m3_max; }
+DILOCO_HOST_DEVICE inline float from_fp8(std::uint8_t c) { return diloco::detail::div_rn(from_e4m3(c), e4m3_max); }
 
 /// The fp8 code of a unit and the unit that code decodes to: `to_fp8(unit)`
 /// and `from_fp8` of it, from one rounding (`round_to_e4m3`).
@@ -169,7 +184,7 @@ struct fp8_rounding {
 };
 DILOCO_HOST_DEVICE inline fp8_rounding round_to_fp8(float unit) {
   const e4m3_rounding r = round_to_e4m3(mul_rn(unit, e4m3_max));
-  return {r.code, r.value / e4m3_max};
+  return {r.code, diloco::detail::div_rn(r.value, e4m3_max)};
 }
 
 }  // namespace diloco::codec

@@ -42,7 +42,7 @@ struct delta_source {
 /// where it is not, 0 in an all-zero block (whose codes are all 0).
 __device__ inline float unit_of(const codec::block_unit& scale, float d) {
   if (scale.absmax == 0.0f) return 0.0f;
-  return scale.by_inverse ? codec::mul_rn(d, scale.inverse) : d / scale.absmax;
+  return scale.by_inverse ? codec::mul_rn(d, scale.inverse) : diloco::detail::div_rn(d, scale.absmax);
 }
 
 /// `acc + w·v`, rounded twice as the CPU's `acc += w * v` is (never an FMA).

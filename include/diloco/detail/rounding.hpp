@@ -13,7 +13,10 @@ namespace diloco::detail {
 // and the sum each on its own. The `_rn` intrinsics are never contracted
 // (CUDA C++ Programming Guide, "Intrinsic Functions": __fmul_rn, __fadd_rn,
 // __dmul_rn, ...), so a kernel that writes its arithmetic with these gets the
-// CPU's bits. On the host they are the plain operators.
+// CPU's bits, whatever `-fmad` and `-prec-div` say. On the host they are the
+// plain operators. (`-ftz=true`, which `--use_fast_math` implies, still
+// flushes subnormal results to zero, and nvcc defines no macro for it: a
+// program that uses the codecs on a device must not be built with it.)
 
 /// `a · b`, rounded to nearest even, never fused with a neighbour.
 template <class T>
@@ -51,6 +54,21 @@ DILOCO_HOST_DEVICE inline T sub_rn(T a, T b) {
     return __dsub_rn(a, b);
 #else
   return a - b;
+#endif
+}
+
+/// `a / b`, correctly rounded to nearest even: on the device `__fdiv_rn`,
+/// which `-prec-div=false` and `--use_fast_math` leave exact (plain `/`
+/// becomes `div.approx` under them).
+template <class T>
+DILOCO_HOST_DEVICE inline T div_rn(T a, T b) {
+#if defined(__CUDA_ARCH__)
+  if constexpr (std::is_same_v<T, float>)
+    return __fdiv_rn(a, b);
+  else
+    return __ddiv_rn(a, b);
+#else
+  return a / b;
 #endif
 }
 
