@@ -41,8 +41,12 @@ if [[ $what == test ]]; then
   # CUDA code for one architecture here (90; the default is 80 and 90): the
   # GPU tests cannot run on a machine without a GPU anyway, and a second
   # architecture costs CI about a minute.
-  cuda_arch=()
-  if [[ -z ${CUDAARCHS:-} ]]; then cuda_arch=(-DCMAKE_CUDA_ARCHITECTURES=90); fi
+  cuda_flags=()
+  if [[ -z ${CUDAARCHS:-} ]]; then cuda_flags=(-DCMAKE_CUDA_ARCHITECTURES=90); fi
+  # Where NVIDIA's toolkit is installed, the CUDA part is required, not
+  # AUTO: a toolkit that stopped working fails the build instead of leaving
+  # the kernels (and their tests) out with a warning in a long log.
+  if command -v nvcc > /dev/null || [[ -x /usr/local/cuda/bin/nvcc ]]; then cuda_flags+=(-DDILOCO_ENABLE_CUDA=ON); fi
   # Each phase's wall time is printed, so that a CI log says where its time
   # went (CI should stay under 20 minutes on two cores).
   phase() {
@@ -56,7 +60,7 @@ if [[ $what == test ]]; then
   # against 111 s), and it trains 2 % slower than at -O2; the tests check
   # results, not speed. The demo below keeps -O3.
   phase configure cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS_RELEASE="-O1 -DNDEBUG" \
-    -DCMAKE_CUDA_FLAGS_RELEASE="-O1 -DNDEBUG" -DDILOCO_BENCH_OPTIMIZATION=-O1 -DDILOCO_WERROR=ON "${cuda_arch[@]}"
+    -DCMAKE_CUDA_FLAGS_RELEASE="-O1 -DNDEBUG" -DDILOCO_BENCH_OPTIMIZATION=-O1 -DDILOCO_WERROR=ON "${cuda_flags[@]}"
   phase build cmake --build build -j"$jobs"
   # The sanitizer builds (clang 14, scripts/sanitize.sh) compile meanwhile at
   # the lowest priority (nice 19): the suite's multi-process tests wait on
@@ -82,6 +86,7 @@ if [[ $what == test ]]; then
   # The same unit tests built by clang 14 under the sanitizers.
   phase ASan+UBSan bash scripts/sanitize.sh address --test
   phase TSan bash scripts/sanitize.sh thread --test
+  echo "quickstart: tested $(cat build/diloco-parts.txt)"
 else
   # Release's own flags, whatever a test run left in build/'s cache.
   cmake -S . -B build -DCMAKE_BUILD_TYPE=Release -DCMAKE_CXX_FLAGS_RELEASE="-O3 -DNDEBUG" \
