@@ -23,7 +23,8 @@ packages=(g++ cmake make libeigen3-dev libboost-test-dev zlib1g-dev dataset-fash
           iproute2 iptables iputils-ping pkg-config libnetfilter-queue-dev  # these five: bench/wan
           libtorch-dev bible-kjv libopenblas0-pthread  # the LibTorch adapter, char_lm's text, a BLAS 8x faster than the reference one
           openmpi-bin libopenmpi-dev  # learner units of several ranks on MPI (diloco::mpi)
-          slurm-wlm munge)  # the Slurm recipes of docs/launch.md, run on a one-node cluster (tests/slurm)
+          slurm-wlm munge  # the Slurm recipes of docs/launch.md, run on a one-node cluster (tests/slurm)
+          etcd-server)  # leader leases of standby syncers (diloco::etcd; tests/etcd starts its own server)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
