@@ -604,9 +604,11 @@ class Learner:
         self.outstanding = {}            # sequence -> {fragment, step, sent_at, final}
         self.pending = {}                # fragment -> [update header, values] in arrival order
         self.state_sent_at = None
+        self.epochs = {}                 # syncer shard -> the newest leadership epoch heard from it
+        self.shards = 1                  # syncer shards, as the last welcome said
         self.stats = {"contributions": 0, "final_contributions": 0, "acks": 0, "rejects": 0,
                       "reject_reasons": {}, "updates_received": 0, "updates_adopted": 0,
-                      "updates_ignored": 0, "ignored_messages": 0, "joins": 0, "heartbeats": 0,
+                      "updates_ignored": 0, "ignored_messages": 0, "stale_epochs": 0, "joins": 0, "heartbeats": 0,
                       "state_sent": False, "skipped_sends": 0, "invalid_updates": 0,
                       # Payload bytes, to check against the syncer's payload_bytes_received/sent.
                       "contribution_bytes": 0, "update_bytes": 0, "bootstrap_bytes": 0,
@@ -668,6 +670,23 @@ class Learner:
             if time.monotonic() >= deadline:
                 return
 
+    # A syncer's messages carry its leadership epoch where a learner's carry
+    # tokens (docs/protocol.md, "Epochs"): one stamped with an older epoch than
+    # its shard has been heard with comes from a replaced syncer and is dropped.
+    def shard_of(self, header):
+        if header["kind"] == WELCOME:
+            return header["fragment"] if header["steps"] > 1 else 0
+        return header["fragment"] % self.shards if self.shards > 1 else 0
+
+    def admit_epoch(self, header):
+        shard = self.shard_of(header)
+        if header["tokens"] < self.epochs.get(shard, 0):
+            return False
+        self.epochs[shard] = header["tokens"]
+        if header["kind"] == WELCOME:
+            self.shards = max(1, min(header["steps"], 1 << 16))
+        return True
+
     def handle(self, frames):
         try:
             header, payload = decode(frames)
@@ -682,6 +701,11 @@ class Learner:
         if header["learner"] != self.learner_id or header["incarnation"] != self.incarnation:
             self.stats["ignored_messages"] += 1
             log("ignored a %s for learner %d incarnation %d" % (KIND_NAMES[kind], header["learner"], header["incarnation"]))
+            return
+        if not self.admit_epoch(header):
+            self.stats["stale_epochs"] += 1
+            log("dropped a %s of epoch %d: shard %d has been heard with epoch %d" %
+                (KIND_NAMES[kind], header["tokens"], self.shard_of(header), self.epochs[self.shard_of(header)]))
             return
         if kind == WELCOME:
             self.on_welcome(header)

@@ -345,6 +345,20 @@ class Header(unittest.TestCase):
             with self.assertRaises(ValueError, msg="codec %d block %d kind %d" % (codec, block, kind)):
                 L.decode(self.message(kind, codec, block, 10, payload))
 
+    def test_epoch_at_offset_72_fenced_per_shard(self):
+        raw = L.encode({"kind": L.UPDATE, "codec": L.CODEC_F32, "element_count": 0, "tokens": 0x0a0b0c0d0e0f1011})
+        self.assertEqual(struct.unpack_from("<Q", raw, 72)[0], 0x0a0b0c0d0e0f1011)
+        learner = bare_learner()
+        # Two syncer shards: shard 1 failed over (epoch 9), shard 0 did not (epoch 3).
+        welcome = {"kind": L.WELCOME, "fragment": 1, "steps": 2, "tokens": 9}
+        self.assertTrue(learner.admit_epoch(welcome))
+        self.assertTrue(learner.admit_epoch(dict(welcome, fragment=0, tokens=3)))
+        self.assertTrue(learner.admit_epoch({"kind": L.UPDATE, "fragment": 2, "steps": 0, "tokens": 3}))
+        self.assertFalse(learner.admit_epoch({"kind": L.UPDATE, "fragment": 3, "steps": 0, "tokens": 3}))
+        self.assertFalse(learner.admit_epoch({"kind": L.END, "fragment": 1, "steps": 0, "tokens": 8}))
+        self.assertTrue(learner.admit_epoch({"kind": L.ACK, "fragment": 1, "steps": 0, "tokens": 10}))
+        self.assertEqual(learner.epochs, {0: 3, 1: 10})
+
 
 class FakeArgs:
     adopt = "rebase"
@@ -370,6 +384,7 @@ def bare_learner(codec=None, block=0, error_feedback=False, fragments=2):
                      "ignored_messages": 0, "invalid_updates": 0, "contribution_bytes": 0, "update_bytes": 0,
                      "contributions_by_fragment": {}, "updates_by_fragment": {}, "update_codecs": {}}
     learner.sent = []
+    learner.epochs, learner.shards = {}, 1
 
     def send(kind, payload=b"", **fields):
         learner.sent.append((kind, payload, fields))

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <set>
 #include <vector>
 
 #include <diloco/protocol/wire.hpp>
@@ -33,7 +34,8 @@ message_header full_header(message_kind kind) {
   h.answers = 99;
   h.base_revision = 12;
   h.revision = 13;
-  h.tokens = 3200;
+  h.tokens = 3200;  // a learner's kinds only: a syncer's carry its epoch there
+  h.epoch = 0x0a0b0c0d0e0f1011ull;
   h.steps = 50;
   h.element_count = wire::carries_payload(kind) ? 3 : 269322;
   h.layout = 0xfeedfacecafebeefull;
@@ -90,7 +92,9 @@ BOOST_AUTO_TEST_CASE(every_kind_round_trips) {
     BOOST_TEST(g.answers == h.answers);
     BOOST_TEST(g.base_revision == h.base_revision);
     BOOST_TEST(g.revision == h.revision);
-    BOOST_TEST(g.tokens == h.tokens);
+    const bool syncers = wire::from_syncer(kind);
+    BOOST_TEST(g.tokens == (syncers ? 0u : h.tokens));
+    BOOST_TEST(g.epoch == (syncers ? h.epoch : 0u));
     BOOST_TEST(g.steps == h.steps);
     BOOST_TEST(g.element_count == h.element_count);
     BOOST_TEST(g.layout == h.layout);
@@ -172,6 +176,30 @@ BOOST_AUTO_TEST_CASE(a_heartbeat_carries_its_loss_as_f64_where_an_update_has_hol
   const auto uf = wire::encode_header(u, payload);
   BOOST_TEST(bytes_at_120(uf) == std::uint64_t(-5));
   BOOST_TEST(!wire::decode_header(uf, limit).header.loss.has_value());
+}
+
+BOOST_AUTO_TEST_CASE(a_syncers_epoch_sits_where_a_learners_tokens_do) {
+  const auto bytes_at_72 = [](const std::array<std::byte, wire::header_size>& frame) {
+    std::uint64_t bits = 0;
+    std::memcpy(&bits, frame.data() + 72, 8);
+    return bits;
+  };
+  std::set<message_kind> syncers;
+  for (auto kind : {message_kind::join, message_kind::welcome, message_kind::contribution, message_kind::update,
+                    message_kind::heartbeat, message_kind::leave, message_kind::ack, message_kind::reject,
+                    message_kind::state, message_kind::end}) {
+    const auto payload = payload_of({1.0f, 2.0f, 3.0f});
+    const auto frame =
+        wire::encode_header(full_header(kind), wire::carries_payload(kind) ? std::span<const std::byte>(payload)
+                                                                           : std::span<const std::byte>());
+    if (bytes_at_72(frame) == 0x0a0b0c0d0e0f1011ull)
+      syncers.insert(kind);
+    else
+      BOOST_TEST(bytes_at_72(frame) == 3200u);
+  }
+  // The five kinds a syncer sends (docs/protocol.md, "Kinds"), and no other.
+  BOOST_TEST((syncers == std::set<message_kind>{message_kind::welcome, message_kind::update, message_kind::ack,
+                                                message_kind::reject, message_kind::end}));
 }
 
 BOOST_AUTO_TEST_CASE(wrong_lengths_are_truncated) {

@@ -260,6 +260,65 @@ BOOST_FIXTURE_TEST_CASE(overwrite_adopts_other_updates_at_the_next_boundary_and_
   BOOST_TEST(l.metrics().updates_ignored == 1u);
 }
 
+BOOST_FIXTURE_TEST_CASE(what_a_replaced_syncer_sends_is_dropped_unread, overwrite_fixture) {
+  join(2, 4, 2);  // a syncer without leadership: epoch 0
+  step();
+  // A standby took over with epoch 12: its revisions are taken in.
+  auto taken = update(0, 3, std::vector<double>(4, 30.0));
+  taken.header.epoch = 12;
+  send(std::move(taken));
+  step();
+  BOOST_TEST(l.revision(0) == 3u);
+  BOOST_TEST(model.params[0] == 29.5);
+  // The old primary, paused past its lease, wakes and publishes revision 4
+  // under epoch 5: dropped, whatever it says; so is its ack.
+  auto stale = update(0, 4, std::vector<double>(4, -1.0));
+  stale.header.epoch = 5;
+  send(std::move(stale));
+  message ack;
+  ack.header.kind = message_kind::ack;
+  ack.header.learner = 0;
+  ack.header.incarnation = 1;
+  ack.header.epoch = 5;
+  send(std::move(ack));
+  step();
+  BOOST_TEST(l.revision(0) == 3u);
+  BOOST_TEST(model.params[0] == 29.0);
+  BOOST_TEST(l.metrics().stale_epochs == 2u);
+  BOOST_TEST(l.metrics().updates_ignored == 0u);
+  BOOST_TEST(l.metrics().contributions_acked == 0u);
+  // The new leader's next revision, same epoch: taken (within τ steps of
+  // the send of fragment 0 due meanwhile).
+  auto next = update(0, 4, std::vector<double>(4, 40.0));
+  next.header.epoch = 12;
+  send(std::move(next));
+  for (int k = 0; k < 3; ++k) step();
+  BOOST_TEST(l.revision(0) == 4u);
+  BOOST_TEST(l.metrics().stale_epochs == 2u);
+}
+
+BOOST_AUTO_TEST_CASE(epochs_are_fenced_per_syncer_shard) {
+  detail::epoch_fence fence;
+  const auto header = [](message_kind kind, std::uint32_t fragment, std::uint64_t epoch, std::uint64_t shards = 0) {
+    message_header h;
+    h.kind = kind, h.fragment = fragment, h.epoch = epoch, h.steps = shards;
+    return h;
+  };
+  // Two shards: shard 1 failed over (epoch 9), shard 0 did not (epoch 3).
+  BOOST_TEST(fence.admit(header(message_kind::welcome, 1, 9, 2)));
+  BOOST_TEST(fence.admit(header(message_kind::welcome, 0, 3, 2)));
+  BOOST_TEST(fence.newest(0) == 3u);
+  BOOST_TEST(fence.newest(1) == 9u);
+  BOOST_TEST(fence.admit(header(message_kind::update, 2, 3)));   // fragment 2: shard 0's
+  BOOST_TEST(!fence.admit(header(message_kind::update, 3, 3)));  // fragment 3: shard 1's, older epoch
+  BOOST_TEST(!fence.admit(header(message_kind::reject, 1, 8)));
+  BOOST_TEST(fence.admit(header(message_kind::ack, 1, 10)));  // shard 1 failed over again
+  BOOST_TEST(fence.newest(1) == 10u);
+  BOOST_TEST(!fence.admit(header(message_kind::end, 3, 9)));
+  // A learner's kinds carry no epoch: nothing to fence.
+  BOOST_TEST(fence.admit(header(message_kind::contribution, 1, 0)));
+}
+
 BOOST_FIXTURE_TEST_CASE(a_resync_answering_the_latest_send_is_adopted_even_when_older, overwrite_fixture) {
   join(1, 2, 0);
   send(update(0, 5, std::vector<double>(8, 3.0)));

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <limits>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -52,6 +53,35 @@ BOOST_FIXTURE_TEST_CASE(join_gets_configuration_and_full_state, fixture) {
   BOOST_TEST(values(got[1]) == initial, boost::test_tools::per_element());
   BOOST_TEST(s.live_learners() == 1u);
   BOOST_TEST(s.metrics().joins == 1u);
+}
+
+BOOST_FIXTURE_TEST_CASE(every_message_carries_the_syncers_epoch, fixture) {
+  auto o = options();
+  o.epoch = 42;  // the epoch of its leadership (a standby that took over)
+  test_syncer s(layout, initial, syncer_end, o);
+  send(0, join(0));
+  send(1, join(1));
+  deliver(s);
+  std::vector<message> got = inbox(0);
+  send(0, contribution(0, {1, 1, 1, 1, 1, 1}, 0, 1, 2));  // accepted, merged (quorum 1)
+  send(0, contribution(0, {1, 1, 1, 1, 1, 1}, 7, 1, 3));  // a future base: refused
+  send(1, contribution(0, {1, 1, 1, 1, 1, 1}, 0, 1, 4));  // not its connection: refused
+  deliver(s);
+  s.poll(now);
+  for (auto& m : inbox(0)) got.push_back(std::move(m));
+  for (auto& m : inbox(1)) got.push_back(std::move(m));
+  std::set<int> kinds;
+  for (const auto& m : got) {
+    kinds.insert(int(m.header.kind));
+    BOOST_TEST(m.header.epoch == 42u, "kind " << int(m.header.kind));
+  }
+  BOOST_TEST((kinds == std::set<int>{int(message_kind::welcome), int(message_kind::update), int(message_kind::ack),
+                                     int(message_kind::reject)}));
+  // Without leadership: 0.
+  test_syncer alone(layout, initial, syncer_end, options());
+  send(2, join(2));
+  deliver(alone);
+  for (const auto& m : inbox(2)) BOOST_TEST(m.header.epoch == 0u);
 }
 
 BOOST_FIXTURE_TEST_CASE(round_waits_for_quorum_then_merges_the_mean, fixture) {

@@ -178,7 +178,10 @@ struct learner_metrics {
   std::uint64_t sends_dropped = 0;   ///< queued messages discarded beyond `max_outbox`, oldest first
   std::uint64_t updates_received = 0;
   std::uint64_t updates_adopted = 0;
-  std::uint64_t updates_ignored = 0;      ///< not newer than the adopted revision, or malformed
+  std::uint64_t updates_ignored = 0;  ///< not newer than the adopted revision, or malformed
+  /// Messages dropped unread: stamped with an older epoch than their syncer
+  /// shard had been heard with (a replaced syncer's; docs/protocol.md, "Epochs").
+  std::uint64_t stale_epochs = 0;
   std::uint64_t answers_timed_out = 0;    ///< answers given up after `answer_timeout` (lock-step waits, work in flight)
   std::uint64_t contributions_acked = 0;  ///< accepted by the syncer
   std::uint64_t contributions_refused = 0;  ///< refused by the syncer (a `reject` answered them)

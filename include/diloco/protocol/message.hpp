@@ -85,7 +85,11 @@ struct message_header {
   std::uint64_t base_revision = 0;  ///< contribution, ack: revision Δ is computed against
   std::uint64_t revision = 0;       ///< update: revision of the fragment carried
   std::uint64_t tokens = 0;         ///< contribution: c_tokens; heartbeat: tokens so far
-  std::uint64_t steps = 0;          ///< contribution: c_steps; heartbeat: local step
+  /// welcome, update, ack, reject, end: the epoch of the sending syncer's
+  /// leadership (0: none; docs/protocol.md, "Epochs"). On the wire it takes
+  /// the 8 bytes `tokens` has in the learner's messages.
+  std::uint64_t epoch = 0;
+  std::uint64_t steps = 0;  ///< contribution: c_steps; heartbeat: local step
   std::uint64_t element_count =
       0;                          ///< contribution, update, state, layout: payload elements; join, welcome: model size
   std::uint64_t layout = 0;       ///< join, welcome: parameter layout fingerprint

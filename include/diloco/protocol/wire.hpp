@@ -40,6 +40,8 @@ inline constexpr std::size_t magic = 0, version = 4, kind = 6, codec = 7, status
                              payload_crc = 136, header_crc = 140;
 /// A heartbeat's training loss (f64) takes the bytes an update's `hold_ns` has.
 inline constexpr std::size_t loss = hold_ns;
+/// The syncer's epoch takes the bytes `tokens` has in a learner's messages.
+inline constexpr std::size_t epoch = tokens;
 }  // namespace offset
 
 /// The largest element count a header may announce (2^56): far beyond any
@@ -51,6 +53,13 @@ inline constexpr std::uint64_t max_element_count = std::uint64_t{1} << 56;
 /// `n ≤ max_element_count`.
 constexpr std::uint64_t payload_size(codec_id c, std::uint64_t n, std::uint32_t block) noexcept {
   return codec::encoded_size(c, n, block);
+}
+
+/// Whether messages of this kind go from a syncer to a learner (and carry
+/// the syncer's epoch).
+constexpr bool from_syncer(message_kind k) noexcept {
+  return k == message_kind::welcome || k == message_kind::update || k == message_kind::ack ||
+         k == message_kind::reject || k == message_kind::end;
 }
 
 /// Whether messages of this kind carry a payload frame.
@@ -114,7 +123,7 @@ inline void encode_header(const message_header& h, std::span<const std::byte> pa
   put<std::uint64_t>(out, offset::answers, h.answers);
   put<std::uint64_t>(out, offset::base_revision, h.base_revision);
   put<std::uint64_t>(out, offset::revision, h.revision);
-  put<std::uint64_t>(out, offset::tokens, h.tokens);
+  put<std::uint64_t>(out, offset::tokens, from_syncer(h.kind) ? h.epoch : h.tokens);
   put<std::uint64_t>(out, offset::steps, h.steps);
   put<std::uint64_t>(out, offset::element_count, h.element_count);
   put<std::uint64_t>(out, offset::layout, h.layout);
@@ -210,7 +219,7 @@ inline decoded_header decode_header(std::span<const std::byte> frame, std::uint6
   h.answers = get<std::uint64_t>(frame, offset::answers);
   h.base_revision = get<std::uint64_t>(frame, offset::base_revision);
   h.revision = get<std::uint64_t>(frame, offset::revision);
-  h.tokens = get<std::uint64_t>(frame, offset::tokens);
+  (from_syncer(h.kind) ? h.epoch : h.tokens) = get<std::uint64_t>(frame, offset::tokens);
   h.steps = get<std::uint64_t>(frame, offset::steps);
   h.element_count = get<std::uint64_t>(frame, offset::element_count);
   h.layout = get<std::uint64_t>(frame, offset::layout);

@@ -35,6 +35,7 @@
 #include "diloco/runtime/host_memory.hpp"
 #include "diloco/runtime/learner/adoption.hpp"
 #include "diloco/runtime/learner/contributions.hpp"
+#include "diloco/runtime/learner/epochs.hpp"
 #include "diloco/runtime/learner/fragments.hpp"
 #include "diloco/runtime/learner/membership.hpp"
 #include "diloco/runtime/learner/options.hpp"
@@ -359,6 +360,10 @@ requires(check_model<Model>() && model<Model> && check_inner_step<InnerStep>() &
       ++metrics_.updates_ignored;
       return;
     }
+    if (!epochs_.admit(h)) {
+      ++metrics_.stale_epochs;
+      return;
+    }
     if (members_.answers_leave(h)) return;
     switch (h.kind) {
       case message_kind::welcome: on_welcome(h); break;
@@ -455,6 +460,7 @@ requires(check_model<Model>() && model<Model> && check_inner_step<InnerStep>() &
   detail::learner_reports reports_{options_.on_event, metrics_};
   detail::learner_outbox<Transport> outbox_{transport_, options_, metrics_};
   detail::learner_membership members_{options_, metrics_};
+  detail::epoch_fence epochs_;
   detail::learner_fragments<T, memory_type> fragments_;
   detail::learner_adoption<T, memory_type> adoption_{fragments_, metrics_, reports_, options_.adopt};
   detail::learner_contributions<T, memory_type, detail::learner_outbox<Transport>> contributions_{

@@ -167,9 +167,15 @@ struct evaluation_context {
 /// every learner.
 struct syncer_options {
   training_config training;
-  world_options world{};      ///< a fixed set of M learners (synchronous modes); off by default
-  end_options end{};          ///< when the run is over; no limit by default
-  shard_options shard{};      ///< which fragments this syncer owns (all, unless sharded)
+  world_options world{};  ///< a fixed set of M learners (synchronous modes); off by default
+  end_options end{};      ///< when the run is over; no limit by default
+  shard_options shard{};  ///< which fragments this syncer owns (all, unless sharded)
+  /// The epoch of this syncer's leadership of its shard, stamped on every
+  /// message it sends (docs/protocol.md, "Epochs"): a learner drops what
+  /// comes stamped with an older epoch than it heard from the shard before.
+  /// A standby that takes over leads with a larger one
+  /// (`etcd::leader_lease::epoch`). 0: no leadership (a syncer alone).
+  std::uint64_t epoch = 0;
   std::uint32_t quorum = 1;   ///< K, distinct learners before a round may close (with a world: all of them)
   double grace_factor = 0.5;  ///< γ in [0, 1): share of the slack spent waiting for more learners
   std::chrono::nanoseconds max_grace = std::chrono::seconds(1);  ///< upper bound of one grace window

@@ -116,7 +116,7 @@ class syncer_outbox {
     h.fragment = about.fragment;
     h.base_revision = about.base_revision;
     h.answers = about.sequence;
-    if (transport_.try_send(to.peer, m))
+    if (send(to.peer, m))
       ++metrics_.send_failures;
     else
       ++metrics_.verdicts_sent;
@@ -128,7 +128,7 @@ class syncer_outbox {
     m.header.kind = message_kind::end;
     m.header.learner = learner;
     m.header.incarnation = incarnation;
-    if (transport_.try_send(to, m)) ++metrics_.send_failures;
+    if (send(to, m)) ++metrics_.send_failures;
   }
 
   /// After the end: a learner's message is answered with `end` and changes
@@ -149,7 +149,7 @@ class syncer_outbox {
       m.header.fragment = options_.shard.index;
       m.header.steps = options_.shard.count;
     }
-    if (transport_.try_send(to, m)) ++metrics_.send_failures;
+    if (send(to, m)) ++metrics_.send_failures;
   }
 
   /// Fragment p's global values `f`, in the update codec, to learner `id`;
@@ -177,7 +177,7 @@ class syncer_outbox {
         h.codec, h.block, f.global.size(), [&](std::size_t i) { return f.global[i]; }, m.payload.bytes());
     assert(encoded);
     const std::size_t bytes = m.payload.size();  // the transport may take the payload
-    if (transport_.try_send(l.peer, m)) {
+    if (send(l.peer, m)) {
       ++metrics_.send_failures;
     } else {
       ++metrics_.updates_sent;
@@ -195,11 +195,17 @@ class syncer_outbox {
     m.header.incarnation = claim.incarnation;
     m.header.answers = 0;  // not an answer to anything the learner sent
     m.header.reason = static_cast<std::uint8_t>(reject_reason::peer_conflict);
-    const auto e = transport_.try_send(peer, m);
+    const auto e = send(peer, m);
     return !e || e == make_error_code(errc::queue_full);
   }
 
  private:
+  /// Every message leaves through here, stamped with this syncer's epoch.
+  std::error_code send(peer_id to, message& m) {
+    m.header.epoch = options_.epoch;
+    return transport_.try_send(to, m);
+  }
+
   void send_reject(peer_id to, const message_header& about, reject_reason why, std::uint64_t revision = 0) {
     message m;
     auto& h = m.header;
@@ -211,7 +217,7 @@ class syncer_outbox {
     h.answers = about.sequence;
     h.revision = revision;
     h.reason = static_cast<std::uint8_t>(why);
-    if (transport_.try_send(to, m))
+    if (send(to, m))
       ++metrics_.send_failures;
     else
       ++metrics_.verdicts_sent;
