@@ -36,10 +36,11 @@ namespace fashion {
 /// Role learner, unit of `s.ranks_per_unit` ranks: this process is one rank
 /// of learner `s.learner_id`. Rank r samples shard `learner_id·R + r` of
 /// `learners·R` shards of the training set, `s.batch` examples per step, so a
-/// unit takes R·B examples per step. Rank 0 writes the trace; every rank
-/// returns its own result (`rank` set), whose bytes are the unit's, summed
-/// over its ranks, and whose step counts are the rank's own share. A rank that dies ends the
-/// unit: the others fail their next collective and return the error.
+/// unit takes R·B examples per step. Every rank traces its own events, with
+/// its rank (docs/chaos.md, "Learner units"), and returns its own result
+/// (`rank` set), whose bytes are the unit's, summed over its ranks, and whose
+/// step counts are the rank's own share. A rank that dies ends the unit: the
+/// others fail their next collective and return the error.
 template <class Inner>
 outcome learn_in_unit(const settings& s, const split& train_set, Inner inner) {
   using namespace diloco;
@@ -51,8 +52,9 @@ outcome learn_in_unit(const settings& s, const split& train_set, Inner inner) {
   shard_sampler sampler(train_set, s.learners * R, s.learner_id * R + r, s.seed);
   auto options = example_trainer::learner_options_for(s, s.learner_id);
   std::optional<trace_writer> trace;
-  if (!s.trace_file.empty() && r == 0) {
+  if (!s.trace_file.empty()) {
     trace.emplace(s.trace_file);
+    trace->unit_rank(r, R);
     options.on_event = [&trace, &s](const learner_event& e) { trace->learner(s.learner_id, s.incarnation, e); };
     trace->learner_line(s.learner_id, s.incarnation, "start", json_fields().add("pid", ::getpid()).add("ranks", R));
   }

@@ -135,6 +135,37 @@ BOOST_AUTO_TEST_CASE(numbers_bools_and_arrays_round_trip) {
   BOOST_TEST(p.at("object").at("k").get<std::vector<int>>() == (std::vector<int>{1, 2}));
 }
 
+BOOST_AUTO_TEST_CASE(a_unit_rank_names_itself_on_every_learner_line) {
+  trace_file file;
+  {
+    trace_writer one_process(file.path);
+    one_process.learner_line(4, 1, "start");
+    trace_writer rank(file.path);
+    rank.unit_rank(1, 2);
+    trace_writer moved(std::move(rank));
+    moved.learner_line(4, 2, "start");
+    diloco::learner_event sent{.what = diloco::learner_event::kind::sent, .fragment = 3, .sequence = 8};
+    moved.learner(4, 2, sent);
+    moved.write("syncer", "merged");  // not a learner line: no rank
+  }
+  const auto lines = file.lines();
+  BOOST_TEST_REQUIRE(lines.size() == 4u);
+  std::vector<nlohmann::json> p;
+  for (const auto& l : lines) p.push_back(nlohmann::json::parse(l));
+  BOOST_TEST(!p[0].contains("rank"));
+  BOOST_TEST(!p[0].contains("ranks"));
+  for (int k : {1, 2}) {
+    BOOST_TEST_INFO(lines[k]);
+    BOOST_TEST(p[k].at("learner").get<int>() == 4);
+    BOOST_TEST(p[k].at("incarnation").get<int>() == 2);
+    BOOST_TEST(p[k].at("rank").get<int>() == 1);
+    BOOST_TEST(p[k].at("ranks").get<int>() == 2);
+  }
+  BOOST_TEST(p[2].at("ev").get<std::string>() == "sent");
+  BOOST_TEST(p[2].at("sequence").get<int>() == 8);
+  BOOST_TEST(!p[3].contains("rank"));
+}
+
 BOOST_AUTO_TEST_CASE(bytes_that_are_not_utf8_become_replacement_characters) {
   // A lone continuation byte, a truncated 3-byte sequence, an overlong "/",
   // a UTF-16 surrogate and a byte never used in UTF-8. The expected text is

@@ -118,6 +118,8 @@ BOOST_AUTO_TEST_CASE(a_unit_of_two_ranks_speaks_once_for_each_fragment) {
   }
   std::vector<std::string> errors(3);
   std::vector<std::vector<T>> finals(2);
+  // The sequence number of every contribution each rank sent.
+  std::vector<std::vector<std::uint64_t>> sent(2);
   // A one-process learner, id 1, connected to both shards.
   model_type plain_model(features, 2000);
   sharded<inproc::endpoint> plain_link({&hubs[0]->attach(1), &hubs[1]->attach(1)});
@@ -129,7 +131,11 @@ BOOST_AUTO_TEST_CASE(a_unit_of_two_ranks_speaks_once_for_each_fragment) {
       for (std::uint32_t r = 0; r < 2; ++r)
         threads.emplace_back([&, r] {
           // Constructing is collective (rank 0's parameters to both).
-          unit[r] = std::make_unique<unit_type>(*models[r], ranks[r], *links[r], learner_options{.id = 0},
+          learner_options options{.id = 0};
+          options.on_event = [&sent, r](const learner_event& e) {
+            if (e.what == learner_event::kind::sent) sent[r].push_back(e.sequence);
+          };
+          unit[r] = std::make_unique<unit_type>(*models[r], ranks[r], *links[r], options,
                                                 inner::sgd<T>({.learning_rate = 0.1}));
           toy::teacher<T> data(features, 100 + r);
           for (std::uint64_t s = 0; s < steps; ++s) {
@@ -176,6 +182,16 @@ BOOST_AUTO_TEST_CASE(a_unit_of_two_ranks_speaks_once_for_each_fragment) {
     BOOST_TEST(o.elements == plan[r].size() + plan[r + 2].size());
   }
   BOOST_TEST(outer_state_of(plain).elements == initial.parameters().size());
+
+  // The ranks number their messages apart (rank r of 2: r + 1, r + 3, ...),
+  // so that (learner, incarnation, sequence) names one contribution of the
+  // unit: a trace or an idempotency key never confuses two ranks' sends.
+  for (std::uint32_t r = 0; r < 2; ++r) {
+    BOOST_TEST(!sent[r].empty());
+    BOOST_TEST(std::is_sorted(sent[r].begin(), sent[r].end()));
+    BOOST_TEST((std::adjacent_find(sent[r].begin(), sent[r].end()) == sent[r].end()));
+    for (const std::uint64_t q : sent[r]) BOOST_TEST((q - 1) % 2 == r, "rank " << r << " sent sequence " << q);
+  }
 
   // Each shard saw two learners, the unit once: one join, one leave, and
   // the steps its leave reported are the unit's, not twice them.

@@ -65,7 +65,8 @@ inline std::uint64_t& destination(work_account& a, const contribution_key& key, 
 /// `work` of its contributions some syncer "merged" holds (at any time); 0 when N = 0. An incarnation with a "sent"
 /// without `work` (a trace from before learners recorded it) keeps the window rule: a window is good iff its
 /// contribution was merged, and its work stays out of the account. lost = busy - good; goodput = sum of good /
-/// allocated time. `fragments` is the trace's fragment count (count_fragments).
+/// allocated time. `fragments` is the trace's fragment count (count_fragments). A learner unit's ranks each trace
+/// their own sends: W sums the work of all of them, and the windows are rank 0's (keeps_time).
 inline void measure_goodput(const std::vector<event>& evs, const run_window& w, const lanes& lanes,
                             const syncer_records& records, std::size_t fragments, report& r) {
   const std::set<contribution_key> dropped = dropped_contributions(evs);
@@ -82,7 +83,7 @@ inline void measure_goodput(const std::vector<event>& evs, const run_window& w, 
     if (steps) iw.last_steps = std::max(iw.last_steps, *steps);
     if (steps && !iw.base_steps) iw.base_steps = steps;
     if (e.ev == "joined") {
-      cursors[{learner, inc}] = {e.t, e.integer("wait_us").value_or(0)};
+      if (keeps_time(e)) cursors[{learner, inc}] = {e.t, e.integer("wait_us").value_or(0)};
       if (!iw.joined) {
         iw.joined = true, iw.fragments = e.integers("revisions").size();
         if (steps) iw.base_steps = steps;
@@ -99,6 +100,7 @@ inline void measure_goodput(const std::vector<event>& evs, const run_window& w, 
       destination(iw.account, key, records, dropped) += fragment_steps(work);
     else
       iw.work_known = false;
+    if (!keeps_time(e)) continue;
     const auto spawn = lanes.spawned_at.find({learner, inc});
     const auto c = cursors.find({learner, inc});
     const cursor prev =

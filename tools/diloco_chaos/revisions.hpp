@@ -31,7 +31,8 @@ inline std::size_t count_fragments(const std::vector<event>& evs) {
 
 /// Fills revisions (points from every syncer "merged", a syncer "start", and the first "joined" of a fragment not
 /// drawn yet; times clamped to the run window), per_fragment and staleness, and violations: per learner id (all
-/// incarnations) and fragment, a revision seen in "joined" or "adopted" below the highest seen before.
+/// incarnations) and fragment, a revision seen in "joined" or "adopted" below the highest seen before (of a unit's
+/// rank, only the fragments it speaks for: speaks_for).
 inline void trace_revisions(const std::vector<event>& evs, const run_window& w, std::size_t fragments, report& r) {
   r.fragments = static_cast<std::uint32_t>(fragments);
   std::map<std::pair<std::int64_t, std::size_t>, std::int64_t> seen;  // (learner, fragment) -> highest revision
@@ -57,6 +58,7 @@ inline void trace_revisions(const std::vector<event>& evs, const run_window& w, 
     const std::vector<std::int64_t>& revs = e.integers("revisions");
     if (is(e, "learner", "joined") && learner >= 0) {
       for (std::size_t f = 0; f < revs.size(); ++f) {
+        if (!speaks_for(e, static_cast<std::int64_t>(f))) continue;
         see(e, learner, static_cast<std::int64_t>(f), revs[f]);
         if (f < fragments && !plotted[f]) point(e.t, f, revs[f]);
       }

@@ -523,6 +523,71 @@ BOOST_AUTO_TEST_CASE(dropped_and_refused_work) {
   check_work(r.work, {.computed = 35, .merged = 10, .refused = 10, .dropped = 10, .unsent = 5}, "dropped: work");
 }
 
+// A learner unit of R = 2 ranks (docs/units.md): M = 1, P = 2, window 0..10 s; rank 0 speaks for fragment 0, rank 1
+// for fragment 1, and each traces its own events with "rank" and "ranks", numbering its messages apart (rank 0: 1, 3,
+// 5, ...; rank 1: 2, 4, 6, ...). Both ranks join at 1.0 s at step 0 and take 10 steps a second together:
+//   rank 0 sends fragment 0 @3.0 (sequence 3, work 20) and @7.0 (sequence 5, work 40);
+//   rank 1 sends fragment 1 @5.0 (sequence 4, work 40) and @9.0 (sequence 6, work 40);
+// each accepted 0.1 s and merged 0.2 s later. A rank of the unit is killed at 9.5 s (the unit goes down); it is
+// spawned again at 9.6 s and both ranks of incarnation 2 join at 9.8 s at step 80 (a checkpoint), each listing the
+// other rank's fragment as it last heard of it, at revision 0: no violation, since a rank speaks only for its own.
+// Time is rank 0's: windows (1, 3] and (3, 7] -> busy 6.0 s (every rank's sends as windows would give 8.0).
+// Incarnation 1: N = 80 (its largest steps), computed 2 x 80 = 160, merged 20+40+40+40 = 140 (both ranks' work),
+// unsent 20; good = 6.0 x 140/160 = 5.25. Incarnation 2: steps 80 -> 85 at its "stop", computed 10, unsent 10, no
+// busy time. Goodput 5.25 / 10 = 0.525.
+BOOST_AUTO_TEST_CASE(a_unit_of_two_ranks) {
+  const std::string S = R"("src":"syncer",)";
+  const auto rank = [](int inc, int r) {
+    return R"("src":"learner","learner":0,"incarnation":)" + std::to_string(inc) + R"(,"rank":)" + std::to_string(r) +
+           R"(,"ranks":2,)";
+  };
+  const report r = analyze(
+      load({
+          at(0, R"("src":"runner","ev":"begin","learners":1,"mode":"decoupled","seed":7)"),
+          at(0, R"("src":"runner","ev":"spawn","target":"syncer","pid":10)"),
+          at(0, R"("src":"runner","ev":"spawn","target":"learner","learner":0,"incarnation":1,"pid":20)"),
+          at(1000, rank(1, 0) + R"("ev":"joined","revisions":[0,0],"steps":0,"wait_us":0)"),
+          at(1000, rank(1, 1) + R"("ev":"joined","revisions":[0,0],"steps":0,"wait_us":0)"),
+          at(3000, rank(1, 0) + R"("ev":"sent","fragment":0,"sequence":3,"base":0,"work":20,"steps":20,"wait_us":0)"),
+          at(3100, S + R"("ev":"accepted","learner":0,"incarnation":1,"sequence":3,"fragment":0,"base":0)"),
+          at(3150, rank(1, 0) + R"("ev":"verdict","fragment":0,"sequence":3,"accepted":true)"),
+          at(3200, S + R"("ev":"merged","fragment":0,"revision":1,"contributions":[[0,1,3]],"staleness":[0])"),
+          at(3500, rank(1, 0) + R"("ev":"adopted","fragment":0,"revision":1,"overwritten":0,"steps":25,"wait_us":0)"),
+          at(5000, rank(1, 1) + R"("ev":"sent","fragment":1,"sequence":4,"base":0,"work":40,"steps":40,"wait_us":0)"),
+          at(5100, S + R"("ev":"accepted","learner":0,"incarnation":1,"sequence":4,"fragment":1,"base":0)"),
+          at(5150, rank(1, 1) + R"("ev":"verdict","fragment":1,"sequence":4,"accepted":true)"),
+          at(5200, S + R"("ev":"merged","fragment":1,"revision":1,"contributions":[[0,1,4]],"staleness":[0])"),
+          at(5500, rank(1, 1) + R"("ev":"adopted","fragment":1,"revision":1,"overwritten":0,"steps":45,"wait_us":0)"),
+          at(7000, rank(1, 0) + R"("ev":"sent","fragment":0,"sequence":5,"base":1,"work":40,"steps":60,"wait_us":0)"),
+          at(7100, S + R"("ev":"accepted","learner":0,"incarnation":1,"sequence":5,"fragment":0,"base":1)"),
+          at(7200, S + R"("ev":"merged","fragment":0,"revision":2,"contributions":[[0,1,5]],"staleness":[0])"),
+          at(7500, rank(1, 0) + R"("ev":"adopted","fragment":0,"revision":2,"overwritten":0,"steps":65,"wait_us":0)"),
+          at(9000, rank(1, 1) + R"("ev":"sent","fragment":1,"sequence":6,"base":1,"work":40,"steps":80,"wait_us":0)"),
+          at(9100, S + R"("ev":"accepted","learner":0,"incarnation":1,"sequence":6,"fragment":1,"base":1)"),
+          at(9200, S + R"("ev":"merged","fragment":1,"revision":2,"contributions":[[0,1,6]],"staleness":[0])"),
+          at(9500, R"("src":"runner","ev":"kill","target":"learner","learner":0,"pid":20,"rank_pid":22)"),
+          at(9600, R"("src":"runner","ev":"spawn","target":"learner","learner":0,"incarnation":2,"pid":30)"),
+          at(9800, rank(2, 0) + R"("ev":"joined","revisions":[2,0],"steps":80,"wait_us":0)"),
+          at(9800, rank(2, 1) + R"("ev":"joined","revisions":[0,2],"steps":80,"wait_us":0)"),
+          at(10000, R"("src":"runner","ev":"stopping")"),
+          at(10000, rank(2, 0) + R"("ev":"stop","steps":85,"wait_us":0)"),
+          at(10000, rank(2, 1) + R"("ev":"stop","steps":85,"wait_us":0)"),
+      }),
+      {.downtime_bound_s = 2.0});
+  check(r.counts.sent == 4 && r.counts.accepted == 4 && r.counts.merged == 4 && r.counts.unaccounted == 0,
+        "unit: every rank's contribution sent, accepted and merged, none unaccounted");
+  check(r.violations.empty(), "unit: a rank's view of the other rank's fragments is no violation");
+  check(r.ok, "unit: the run is ok");
+  BOOST_TEST_REQUIRE(r.per_learner.size() == 1u);
+  const learner_report& u = r.per_learner[0];
+  check(u.incarnations == 2 && u.sent == 4 && u.merged == 4, "unit: one learner, 2 incarnations, 4 sent and merged");
+  near(u.busy_s, 6.0, "unit: busy (rank 0's windows)");
+  near(u.good_s, 5.25, "unit: good"), near(u.lost_s, 0.75, "unit: lost");
+  near(r.goodput, 0.525, "unit: goodput");
+  near(u.down_s, 0.1, "unit: down from the kill to the spawn");
+  check_work(r.work, {.computed = 170, .merged = 140, .unsent = 30}, "unit: both ranks' work");
+}
+
 // M = 1, bound 2 s, window 0..10. The learner is killed at 1.0 s, exactly at an advance, and respawned at 8.5 s,
 // exactly at the next one: the 7.5 s gap has nobody alive, so it is listed with alive 0 and is not downtime.
 // Goodput (a trace without `work`: the window rule): sent 1 (0.2, 0.9] = 0.7 and sent 2 (0.9, 0.99] = 0.09, both

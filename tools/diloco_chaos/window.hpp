@@ -15,6 +15,18 @@ namespace diloco_chaos {
 /// Whether `e` is event `ev` from `src`.
 inline bool is(const event& e, std::string_view src, std::string_view ev) { return e.src == src && e.ev == ev; }
 
+/// Whether the learner event `e` is about fragment `f` of the learner's own: any fragment of a one-process learner;
+/// of rank r of a learner unit of R ranks (its events carry "rank" and "ranks"), the fragments f mod R = r, the
+/// ones it speaks for (docs/units.md). A rank's "joined" lists every fragment, the others as it last heard of them.
+inline bool speaks_for(const event& e, std::int64_t f) {
+  const std::int64_t ranks = e.integer("ranks").value_or(1), rank = e.integer("rank").value_or(0);
+  return ranks <= 1 || (f >= 0 && f % ranks == rank);
+}
+
+/// Whether the learner event `e` measures its learner's time: every event of a one-process learner; of a unit, rank
+/// 0's only (its ranks step together, so one rank's clock is the unit's; every rank's sends carry work).
+inline bool keeps_time(const event& e) { return e.integer("rank").value_or(0) == 0; }
+
 /// Microseconds as seconds.
 inline double seconds(std::int64_t us) { return static_cast<double>(us) * 1e-6; }
 

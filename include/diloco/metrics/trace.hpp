@@ -195,11 +195,13 @@ class trace_writer {
       : fd_(::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644)) {
     if (fd_ < 0) throw std::system_error(errno, std::generic_category(), "diloco: cannot open trace " + path.string());
   }
-  trace_writer(trace_writer&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
+  trace_writer(trace_writer&& other) noexcept
+      : fd_(std::exchange(other.fd_, -1)), unit_rank_(other.unit_rank_), unit_ranks_(other.unit_ranks_) {}
   trace_writer& operator=(trace_writer&& other) noexcept {
     if (this != &other) {
       close();
       fd_ = std::exchange(other.fd_, -1);
+      unit_rank_ = other.unit_rank_, unit_ranks_ = other.unit_ranks_;
     }
     return *this;
   }
@@ -235,9 +237,16 @@ class trace_writer {
   /// first (for what a learner process records besides `learner_event`s).
   void learner_line(std::uint32_t id, std::uint32_t incarnation, std::string_view ev, const json_fields& fields = {}) {
     json_fields f;
-    f.add("learner", id).add("incarnation", incarnation).append(fields);
-    write("learner", ev, f);
+    f.add("learner", id).add("incarnation", incarnation);
+    if (unit_ranks_ > 1) f.add("rank", unit_rank_).add("ranks", unit_ranks_);
+    write("learner", ev, f.append(fields));
   }
+
+  /// Makes every learner line written from now on say that rank `rank` of a
+  /// learner unit of `ranks` ranks wrote it (`"rank"` and `"ranks"` after
+  /// `learner` and `incarnation`; nothing when `ranks` is 1): each rank of a
+  /// unit traces the contributions it sends itself (docs/chaos.md).
+  void unit_rank(std::uint32_t rank, std::uint32_t ranks) noexcept { unit_rank_ = rank, unit_ranks_ = ranks; }
 
   /// A learner's event; `id` and `incarnation` say whose.
   void learner(std::uint32_t id, std::uint32_t incarnation, const learner_event& e) {
@@ -313,6 +322,7 @@ class trace_writer {
   }
 
   int fd_ = -1;
+  std::uint32_t unit_rank_ = 0, unit_ranks_ = 1;
 };
 
 }  // namespace diloco

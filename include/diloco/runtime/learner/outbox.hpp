@@ -30,13 +30,17 @@ class learner_outbox {
       : transport_(transport), options_(options), metrics_(metrics) {}
 
   /// A message of `kind` from this learner, numbered with the next sequence
-  /// number (from 1).
+  /// number: 1, 2, 3, ...; for rank r of a unit of R ranks
+  /// (`learner_options::share`) r + 1, r + 1 + R, r + 1 + 2R, ..., so that
+  /// the ranks' numbers never meet and (learner, incarnation, sequence)
+  /// names one message of the whole unit (docs/protocol.md, "Header").
   message make(message_kind kind) {
     message m;
     m.header.kind = kind;
     m.header.learner = options_.id;
     m.header.incarnation = options_.incarnation;
-    m.header.sequence = next_sequence_++;
+    m.header.sequence = next_sequence_;
+    next_sequence_ += options_.share.count;
     return m;
   }
 
@@ -64,7 +68,7 @@ class learner_outbox {
   learner_metrics& metrics_;
   buffer_pool pool_;
   std::deque<message> queue_;
-  std::uint64_t next_sequence_ = 1;
+  std::uint64_t next_sequence_ = std::uint64_t{options_.share.index} + 1;
 };
 
 }  // namespace diloco::detail
