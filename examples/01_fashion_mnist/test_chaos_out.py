@@ -10,7 +10,8 @@ baseline, without training anything:
   directory is left alone;
 - diloco_chaos --no-faults accepts a run shorter than the default quiet
   windows (10 s at each end), which only a fault schedule needs, and still
-  refuses that duration with faults, naming the windows.
+  refuses that duration with faults, naming the windows;
+- --learner-kill-at refuses a kill it cannot parse or cannot schedule.
 
   test_chaos_out.py PATH/TO/diloco_chaos
 """
@@ -76,6 +77,17 @@ def check_short_baseline(chaos_bin, top):
     check(r.returncode == 2 and "quiet_start_seconds + quiet_end_seconds" in r.stderr
           and not os.path.exists(os.path.join(out, "report.json")),
           "the same 2 s with faults is refused, naming the quiet windows (exit %d)" % r.returncode)
+    # Kills at set times: a malformed one or one of a learner that does not
+    # exist is refused before anything starts.
+    common = ["--learners", "2", "--duration", "60", "--syncer", "sleep 1", "--learner", "sleep 1"]
+    for bad, says in (("1:x", '"1:x" is not ID:SEC'), ("20", '"20" is not ID:SEC'), ("-1:20", '"-1:20" is not'),
+                      ("2:15", "learner 2 at 15: there are only 2 learners"),
+                      ("0:12,0:14", "learner 0 at 14 falls while it is down")):
+        out = os.path.join(top, "kill")
+        r = subprocess.run([chaos_bin, "--out", out, "--learner-kill-at", bad] + common, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.PIPE, text=True, timeout=60)
+        check(r.returncode == 2 and says in r.stderr and not os.path.exists(os.path.join(out, "report.json")),
+              "--learner-kill-at %s is refused, saying %r (exit %d: %s)" % (bad, says, r.returncode, r.stderr.strip()))
 
 
 def main():

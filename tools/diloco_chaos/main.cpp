@@ -71,6 +71,25 @@ std::string replace_all(std::string s, std::string_view from, const std::string&
   return s;
 }
 
+/// "ID:SEC" of --learner-kill-at as a kill of learner ID at SEC s. Throws std::invalid_argument naming the text.
+diloco_chaos::fault planned_kill(const std::string& text) {
+  const auto bad = [&] { return std::invalid_argument("--learner-kill-at: \"" + text + "\" is not ID:SEC"); };
+  const auto colon = text.find(':');
+  if (colon == std::string::npos || colon == 0) throw bad();
+  diloco_chaos::fault f;
+  try {
+    std::size_t used = 0;
+    const unsigned long id = std::stoul(text.substr(0, colon), &used);
+    if (used != colon || text[0] == '-' || id > 0xffffffffUL) throw bad();
+    f.learner = static_cast<std::uint32_t>(id);
+    f.at_seconds = std::stod(text.substr(colon + 1), &used);
+    if (used != text.size() - colon - 1) throw bad();
+  } catch (const std::logic_error&) {
+    throw bad();
+  }
+  return f;
+}
+
 /// plot_timeline.py: beside the sources in a build tree, else where `make install` put it (share/diloco/ next to
 /// the bin/ that holds this program). Throws if neither exists.
 fs::path plot_script() {
@@ -172,6 +191,12 @@ int main(int argc, char** argv) {
       ->delimiter(',')
       ->check(non_negative)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  std::vector<std::string> learner_kills;
+  app.add_option("--learner-kill-at", learner_kills,
+                 "kill these learners at these times instead of drawing faults (none), each back after --recovery")
+      ->type_name("ID:SEC,..")
+      ->delimiter(',')
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   std::uint32_t shards = 1, kill_shard = 0;
   app.add_option("--shards", shards, "syncer processes: the shards of a sharded syncer (1: not sharded)")
       ->type_name("N")
@@ -219,10 +244,12 @@ int main(int argc, char** argv) {
     // Names the option that makes no sense. Without faults only the learners
     // and the duration matter: the default quiet windows (10 s each) must not
     // refuse a baseline shorter than 20 s.
+    for (const std::string& kill : learner_kills) plan.learner_kills_at.push_back(planned_kill(kill));
     chaos::schedule_options checked = plan;
     if (no_faults) {
       checked.quiet_start_seconds = checked.quiet_end_seconds = 0;
       checked.syncer_kills_at.clear();
+      checked.learner_kills_at.clear();
     }
     checked.check();
     if (kill_shard >= shards) throw std::invalid_argument("--kill-shard must be below --shards");

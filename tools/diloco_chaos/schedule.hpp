@@ -49,7 +49,10 @@ struct schedule_options {
   double quiet_start_seconds = 5;       ///< no fault starts before this
   double quiet_end_seconds = 5;         ///< every process is back this long before the end
   std::vector<double> syncer_kills_at;  ///< when the syncer is killed, in any order
-  double syncer_recovery_seconds = 2;   ///< how long the syncer stays down
+  /// Learner kills at set times, in any order: when any is given, these are
+  /// the learners' faults (each down for `recovery_seconds`), none is drawn.
+  std::vector<fault> learner_kills_at;
+  double syncer_recovery_seconds = 2;  ///< how long the syncer stays down
   std::uint64_t seed = 1;
 
   /// Throws `std::invalid_argument` naming the first field that makes no
@@ -58,7 +61,9 @@ struct schedule_options {
   /// windows longer than the run; more than 10^7 expected faults per learner;
   /// a syncer kill outside the window where faults may start
   /// ([quiet_start, duration − quiet_end − syncer_recovery]) or while the
-  /// syncer is still down from the previous one.
+  /// syncer is still down from the previous one; a learner kill of a learner
+  /// beyond `learners`, outside [quiet_start, duration − quiet_end −
+  /// recovery], or while that learner is still down from its previous one.
   void check() const {
     auto fail = [](const std::string& why) { throw std::invalid_argument("diloco_chaos::schedule_options: " + why); };
     auto number = [](double v) {
@@ -95,6 +100,21 @@ struct schedule_options {
         fail("syncer_kills_at: " + number(kills[i]) + " falls while the syncer is down from the kill at " +
              number(kills[i - 1]));
     }
+    std::vector<fault> planned = learner_kills_at;
+    std::sort(planned.begin(), planned.end(), [](const fault& a, const fault& b) {
+      return std::tie(a.learner, a.at_seconds) < std::tie(b.learner, b.at_seconds);
+    });
+    const double last_kill = duration_seconds - quiet_end_seconds - recovery_seconds;
+    for (std::size_t i = 0; i < planned.size(); ++i) {
+      const fault& k = planned[i];
+      const std::string which =
+          "learner_kills_at: learner " + std::to_string(k.learner) + " at " + number(k.at_seconds);
+      if (k.learner >= learners) fail(which + ": there are only " + std::to_string(learners) + " learners");
+      if (!(k.at_seconds >= quiet_start_seconds && k.at_seconds <= last_kill))
+        fail(which + " lies outside [quiet_start_seconds, duration_seconds - quiet_end_seconds - recovery_seconds]");
+      if (i > 0 && planned[i - 1].learner == k.learner && k.at_seconds < planned[i - 1].at_seconds + recovery_seconds)
+        fail(which + " falls while it is down from its kill at " + number(planned[i - 1].at_seconds));
+    }
   }
 };
 
@@ -114,12 +134,17 @@ struct schedule {
 /// stream, seeded with h(h(seed) xor i) (h: one SplitMix64 step), two draws per
 /// fault (gap, kind): the same options give the same schedule, and adding
 /// learners leaves the others' faults unchanged. Cost: O(faults · log faults).
+/// With `learner_kills_at`, the learners' faults are those kills instead.
 inline schedule make_schedule(const schedule_options& o) {
   o.check();
   schedule s;
+  for (fault k : o.learner_kills_at) {
+    k.kind = fault_kind::kill, k.recovery_seconds = o.recovery_seconds;
+    s.learner_faults.push_back(k);
+  }
   const double last_start = o.duration_seconds - o.quiet_end_seconds - o.recovery_seconds;
   const std::uint64_t base = diloco::splitmix64(o.seed).next();
-  for (std::uint32_t learner = 0; learner < o.learners; ++learner) {
+  for (std::uint32_t learner = 0; learner < o.learners && o.learner_kills_at.empty(); ++learner) {
     diloco::splitmix64 rng(diloco::splitmix64(base ^ learner).next());
     double up_since = o.quiet_start_seconds;
     for (;;) {

@@ -199,6 +199,23 @@ BOOST_AUTO_TEST_CASE(check_refuses_options_that_make_no_sense) {
        [](auto& o) {
          o.syncer_kills_at = {101, 100};
        }},
+      {"learner_kills_at: learner 1 at 20: there are only 1",
+       [](auto& o) {
+         o.learner_kills_at = {{20, 1}};
+       }},
+      {"learner_kills_at: learner 0 at 3 lies outside",
+       [](auto& o) {
+         o.learner_kills_at = {{3, 0}};
+       }},
+      // The last start: 3600 - 5 (quiet end) - 10 (recovery) = 3585.
+      {"learner_kills_at: learner 0 at 3586 lies outside",
+       [](auto& o) {
+         o.learner_kills_at = {{3586, 0}};
+       }},
+      {"learner_kills_at: learner 0 at 105 falls while it is down from its kill at 100",
+       [](auto& o) {
+         o.learner_kills_at = {{105, 0}, {100, 0}};
+       }},
   };
   BOOST_CHECK_NO_THROW(hour(1, 1).check());
   for (const auto& [field, spoil] : cases) {
@@ -214,7 +231,21 @@ BOOST_AUTO_TEST_CASE(check_refuses_options_that_make_no_sense) {
   }
   auto edge = hour(1, 1);
   edge.syncer_kills_at = {100, 102, 3593};  // back to back is allowed
+  edge.learner_kills_at = {{110, 0}, {100, 0}, {3585, 0}};
   BOOST_CHECK_NO_THROW(edge.check());
+}
+
+BOOST_AUTO_TEST_CASE(kills_at_set_times_replace_the_drawn_faults) {
+  auto o = hour(3, 4);
+  BOOST_TEST_REQUIRE(make_schedule(o).learner_faults.size() > 10u);  // an hour at the default MTBF of 60 s
+  o.recovery_seconds = 7;
+  o.learner_kills_at = {{900, 2}, {300, 1}, {300, 0}};
+  const schedule s = make_schedule(o);
+  const std::vector<fault> want{
+      {300, 0, fault_kind::kill, 7}, {300, 1, fault_kind::kill, 7}, {900, 2, fault_kind::kill, 7}};
+  std::string got;
+  for (const fault& f : s.learner_faults) got += to_string(f) + "; ";
+  BOOST_TEST((s.learner_faults == want), got);
 }
 
 BOOST_AUTO_TEST_SUITE_END()
