@@ -43,6 +43,10 @@ struct settings {
   std::uint64_t learners = 0;
   bool insecure = false, quiet = false;
   diloco::zeromq::socket_options sockets;
+  /// --etcd: lead the shard under a lease in etcd (http://HOST:PORT), as a
+  /// standby until then; the key, and the lease's time to live in seconds.
+  std::string etcd, leader_key;
+  std::uint32_t lease_ttl = 5;
 };
 
 /// Reads the command line into `s`: nothing when the service is to start,
@@ -337,7 +341,30 @@ inline std::optional<int> parse_command_line(int argc, const char* const* argv, 
           },
           "S/N", "shard"))
       ->capture_default_str();
+  app.add_option("--etcd", s.etcd,
+                 "lead this shard under a lease in the etcd at URL (http://HOST:PORT): wait as a standby while "
+                 "another syncer leads it, stamp the leadership's epoch on every message, and exit with status 4 "
+                 "the moment the lease is not surely held (docs/protocol.md, \"Epochs\")")
+      ->type_name("URL")
+      ->check(CLI::Validator(
+          [](std::string& v) -> std::string {
+            const bool ok = v.starts_with("http://") && v.find(':', 7) != std::string::npos;
+            return ok ? std::string() : "expected http://HOST:PORT, got '" + v + "'";
+          },
+          "URL", "etcd"));
+  app.add_option("--leader-key", s.leader_key, "with --etcd: the key of this shard's leadership")
+      ->type_name("KEY")
+      ->default_str("/diloco/shard-S/leader");
+  app.add_option("--lease-ttl", s.lease_ttl,
+                 "with --etcd: the lease's time to live, how long a lost leader holds up its standby")
+      ->type_name("SEC")
+      ->check(diloco_tools::whole_at_least(1))
+      ->capture_default_str();
   if (const auto status = diloco_tools::parse(app, argc, argv)) return status;
+  if (s.etcd.empty() && !s.leader_key.empty()) {
+    std::cerr << "diloco_syncer: --leader-key needs --etcd\n";
+    return diloco_tools::bad_usage;
+  }
   {
     std::istringstream in(shard);
     char slash = 0;
@@ -355,6 +382,8 @@ inline std::optional<int> parse_command_line(int argc, const char* const* argv, 
   const auto seconds_of = [](double v) {
     return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::duration<double>(v));
   };
+  if (!s.etcd.empty() && s.leader_key.empty())
+    s.leader_key = "/diloco/shard-" + std::to_string(o.shard.index) + "/leader";
   o.world.rendezvous_timeout = seconds_of(rendezvous_s);
   o.world.loss_wait = seconds_of(loss_wait_s);
   o.world.on_loss = on_loss == "fail" ? diloco::lost_learner::fail : diloco::lost_learner::continue_without;

@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <ctime>
 #include <fstream>
+#include <functional>
 #include <optional>
 #include <sstream>
 #include <stdexcept>
@@ -35,6 +36,9 @@
 #include "command_line.hpp"
 #include "log_sink.hpp"
 #include "metrics_server.hpp"
+#if DILOCO_SYNCER_WITH_ETCD
+#include "leadership.hpp"
+#endif
 
 namespace {
 
@@ -154,6 +158,13 @@ std::string revisions(const Syncer& sync) {
   return out;
 }
 
+/// With --etcd, renews the shard's leadership when due, and ends the process
+/// (status 4) the moment it is not surely held; nothing without --etcd.
+std::function<void()>& keep_leadership() {
+  static std::function<void()> keep = [] {};
+  return keep;
+}
+
 template <class Outer, class Merge>
 int serve(const settings& s, diloco::zeromq::server& server, start& from, diloco::checkpoint_store* store,
           std::stop_token stop, Outer outer, Merge merge) {
@@ -169,7 +180,11 @@ int serve(const settings& s, diloco::zeromq::server& server, start& from, diloco
     store->write(diloco::checkpoint_body(*self));
     journal->clear();  // the checkpoint holds all of it now: merged, or in an open round
   };
-  if (journal) options.before_ack = [&](const diloco::message& m) { journal->append(m); };
+  // A syncer that may have been replaced acknowledges and publishes nothing.
+  options.before_ack = [&](const diloco::message& m) {
+    keep_leadership()();
+    if (journal) journal->append(m);
+  };
   std::optional<diloco::trace_writer> trace;
   if (!s.trace_file.empty()) trace.emplace(s.trace_file);
   // Traced, then made durable (per-update durability), then published. A
@@ -179,6 +194,7 @@ int serve(const settings& s, diloco::zeromq::server& server, start& from, diloco
   // could save a merge the trace never shows, and an auditor of the trace
   // (diloco_chaos) would count its contributions as lost.
   options.before_publish = [&](const diloco::update_event& e) {
+    keep_leadership()();
     if (trace) trace->merged(e.fragment, e.revision, e.contributions);
     if (store && s.durability_seconds == 0) write_checkpoint();
   };
@@ -250,6 +266,7 @@ int serve(const settings& s, diloco::zeromq::server& server, start& from, diloco
   for (auto& join : from.joins) sync.handle(std::move(join), diloco::clock::now());
   auto last_checkpoint = std::chrono::steady_clock::now();
   sync.run_until(stop, [&] {
+    keep_leadership()();
     const auto now = std::chrono::steady_clock::now();
     if (page && now - last_published >= std::chrono::milliseconds(200)) {
       page->publish(diloco::prometheus_text(sync.metrics(), diloco::syncer_gauges::of(sync)));
@@ -403,6 +420,21 @@ int main(int argc, char** argv) {
     std::optional<diloco::parameter_layout> expected;
     if (!s.layout_file.empty()) expected = read_layout(s.layout_file);
 
+#if DILOCO_SYNCER_WITH_ETCD
+    std::optional<diloco_syncer::leadership> lead;
+    if (!s.etcd.empty()) {
+      // A standby until it leads: it binds nothing and reads no checkpoint before.
+      lead.emplace(s.etcd, s.leader_key, s.endpoint, s.lease_ttl, [](const std::string& line) { log(line); });
+      if (!lead->acquire(stop.get_token())) {
+        log("stopped as a standby");
+        return 0;
+      }
+      s.options.epoch = lead->epoch();
+      keep_leadership() = [&lead] { lead->keep(); };
+    }
+#else
+    if (!s.etcd.empty()) throw usage_error("--etcd needs a diloco_syncer built with diloco::etcd (DILOCO_WITH_ETCD)");
+#endif
     diloco::zeromq::keep_large_blocks();  // large fragments arrive without page faults (process-wide)
     ::zmq::context_t context;
     diloco::zeromq::server server(context, s.endpoint, s.sockets, security);
@@ -432,9 +464,11 @@ int main(int argc, char** argv) {
     }
     if (!from) {
       diloco::bootstrap<float, diloco::zeromq::server> boot(server, s.options.training, expected);
-      while (!stop.stop_requested() && !boot.ready())
+      while (!stop.stop_requested() && !boot.ready()) {
+        keep_leadership()();
         if (auto e = server.receive_for(std::chrono::milliseconds(100)))
           boot.handle(std::move(*e), diloco::clock::now());
+      }
       if (boot.ready()) {
         log("model from the first learner: " + std::to_string(boot.layout().tensor_count()) + " tensors, " +
             std::to_string(boot.layout().size()) + " parameters");

@@ -80,6 +80,19 @@ BOOST_AUTO_TEST_CASE(an_explicit_overlap_is_kept) {
   BOOST_TEST(p.c.options.training.overlap == 3u);
 }
 
+BOOST_AUTO_TEST_CASE(leadership_in_etcd_is_off_unless_asked_for) {
+  BOOST_TEST(parse({}).c.etcd.empty());
+  BOOST_TEST(parse({}).c.leader_key.empty());
+  // The key names the shard unless given.
+  const auto p = parse({"--etcd", "http://127.0.0.1:2379", "--shard", "1/2", "--lease-ttl", "3"});
+  BOOST_TEST_REQUIRE(!p.status.has_value());
+  BOOST_TEST(p.c.etcd == "http://127.0.0.1:2379");
+  BOOST_TEST(p.c.leader_key == "/diloco/shard-1/leader");
+  BOOST_TEST(p.c.lease_ttl == 3u);
+  BOOST_TEST(parse({"--etcd", "http://e:2379", "--leader-key", "/run7/leader"}).c.leader_key == "/run7/leader");
+  BOOST_TEST(parse({}).c.lease_ttl == 5u);
+}
+
 BOOST_AUTO_TEST_CASE(help_ends_with_status_zero) {
   const auto p = parse({"--help"});
   BOOST_TEST((p.status == 0));
@@ -100,6 +113,9 @@ BOOST_AUTO_TEST_CASE(refuses_bad_values_with_status_two) {
   BOOST_TEST(refused(parse({"--outer", "adam"}), "--outer"));
   BOOST_TEST(refused(parse({"--curve-secret", "syncer.key"}), "--curve-secret and --allow go together"));
   BOOST_TEST(refused(parse({"--no-such-flag"}), "--no-such-flag"));
+  BOOST_TEST(refused(parse({"--etcd", "127.0.0.1:2379"}), "expected http://HOST:PORT"));
+  BOOST_TEST(refused(parse({"--etcd", "http://127.0.0.1:2379", "--lease-ttl", "0"}), "--lease-ttl"));
+  BOOST_TEST(refused(parse({"--leader-key", "/k"}), "--leader-key needs --etcd"));
 }
 
 BOOST_AUTO_TEST_SUITE_END()
