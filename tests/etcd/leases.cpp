@@ -89,6 +89,17 @@ bool refused(F f, const std::string& needle) {
   return false;
 }
 
+/// A real etcd and two candidates for one leadership key, "primary" and
+/// "standby", with leases of `ttl`.
+struct candidates {
+  test_support::etcd_server server;
+  etcd::client c{server.url()};
+  etcd::leader_lease primary, standby;
+  explicit candidates(std::chrono::seconds ttl)
+      : primary(c, "/diloco/run/shard/0/leader", "primary", {.ttl = ttl}),
+        standby(c, "/diloco/run/shard/0/leader", "standby", {.ttl = ttl}) {}
+};
+
 BOOST_AUTO_TEST_SUITE(etcd_leases)
 
 BOOST_AUTO_TEST_CASE(base64_follows_rfc_4648) {
@@ -148,10 +159,8 @@ BOOST_AUTO_TEST_CASE(keys_under_leases_and_growing_create_revisions) {
 }
 
 BOOST_AUTO_TEST_CASE(a_standby_leads_after_a_resignation_with_a_larger_epoch) {
-  test_support::etcd_server server;
-  etcd::client c(server.url());
-  etcd::leader_lease primary(c, "/diloco/run/shard/1/leader", "primary", {.ttl = 5s});
-  etcd::leader_lease standby(c, "/diloco/run/shard/1/leader", "standby", {.ttl = 5s});
+  candidates two(5s);
+  auto &primary = two.primary, &standby = two.standby;
   BOOST_TEST(primary.campaign(clock::now()));
   BOOST_TEST(primary.held(clock::now()));
   BOOST_TEST(primary.epoch() > 0u);
@@ -168,11 +177,8 @@ BOOST_AUTO_TEST_CASE(a_standby_leads_after_a_resignation_with_a_larger_epoch) {
 }
 
 BOOST_AUTO_TEST_CASE(a_leader_that_stops_renewing_stops_trusting_its_lease_before_the_standby_leads) {
-  test_support::etcd_server server;
-  etcd::client c(server.url());
-  // etcd's smallest TTL with default settings is 2 s.
-  etcd::leader_lease primary(c, "/diloco/run/shard/0/leader", "primary", {.ttl = 2s});
-  etcd::leader_lease standby(c, "/diloco/run/shard/0/leader", "standby", {.ttl = 2s});
+  candidates two(2s);  // etcd's smallest TTL with default settings
+  auto &primary = two.primary, &standby = two.standby;
   BOOST_TEST_REQUIRE(primary.campaign(clock::now()));
   // The primary stops renewing (a SIGSTOP, a hang); the standby tries every
   // 100 ms, at most 100 times, until the lease expires in etcd.
