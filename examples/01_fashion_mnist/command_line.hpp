@@ -156,8 +156,9 @@ inline std::optional<int> parse_command_line(int argc, char** argv, command& c) 
   app.add_option("--data-dir", s.data_dir, "Fashion-MNIST files (" + s.data_dir + ")")->type_name("DIR");
   example_trainer::add_processes(app, s, c.parsed,
                                  "the syncer's ZeroMQ endpoint, e.g. tcp://127.0.0.1:5555 (all: a free loopback "
-                                 "port); role learner of a sharded syncer: every shard's, comma-separated",
-                                 "URL[,URL...]");
+                                 "port); role learner of a sharded syncer: every shard's, comma-separated; of a "
+                                 "shard with standbys: every candidate's, URL|URL (whichever leads)",
+                                 "URL[|URL][,URL...]");
   example_trainer::add_progress(app, s);
   add_number<u64>(app, "--eval-every", s.eval_every, {0},
                   "print the test accuracy of the global model on stderr every N outer updates, 0 for never (" +

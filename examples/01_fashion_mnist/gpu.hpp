@@ -42,7 +42,7 @@ std::optional<std::string> gpu_unavailable();
 /// `diloco::cuda::adamw` on the model's stream. Throws `diloco::cuda::error`
 /// (a `std::runtime_error`) if the device's resources cannot be had.
 /// Defined for `diloco::inproc::endpoint`, `diloco::sim::endpoint` and
-/// `diloco::sharded<diloco::zeromq::client>` (a learner process's connections).
+/// `diloco::sharded<diloco::zeromq::failover_client>` (a learner process's connections).
 template <class Transport>
 std::unique_ptr<learner_unit<Transport>> make_gpu_learner(Transport& transport, const diloco::learner_options& options,
                                                           const diloco::inner::adamw_options& adamw,

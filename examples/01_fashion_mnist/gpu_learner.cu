@@ -14,6 +14,7 @@
 #include <diloco/transport/inproc.hpp>
 #include <diloco/transport/shards.hpp>
 #include <diloco/transport/zeromq.hpp>
+#include <diloco/transport/zeromq/failover.hpp>
 
 #include "gpu.hpp"
 #include "gpu_mlp.cuh"
@@ -54,9 +55,9 @@ template std::unique_ptr<learner_unit<diloco::sim::endpoint>> make_gpu_learner(d
                                                                                const diloco::learner_options&,
                                                                                const diloco::inner::adamw_options&,
                                                                                std::uint64_t);
-template std::unique_ptr<learner_unit<diloco::sharded<diloco::zeromq::client>>> make_gpu_learner(
-    diloco::sharded<diloco::zeromq::client>&, const diloco::learner_options&, const diloco::inner::adamw_options&,
-    std::uint64_t);
+template std::unique_ptr<learner_unit<diloco::sharded<diloco::zeromq::failover_client>>> make_gpu_learner(
+    diloco::sharded<diloco::zeromq::failover_client>&, const diloco::learner_options&,
+    const diloco::inner::adamw_options&, std::uint64_t);
 
 gpu_probe probe_gpu_mlp(std::uint64_t seed, std::span<const float> params, const batch& b) {
   gpu_mlp model(widths, seed);

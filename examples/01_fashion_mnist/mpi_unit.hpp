@@ -58,8 +58,8 @@ outcome learn_in_unit(const settings& s, const split& train_set, Inner inner) {
     options.on_event = [&trace, &s](const learner_event& e) { trace->learner(s.learner_id, s.incarnation, e); };
     trace->learner_line(s.learner_id, s.incarnation, "start", json_fields().add("pid", ::getpid()).add("ranks", R));
   }
-  unit_learner<mlp, Inner, sharded<zeromq::client>, mpi::communicator> unit(model, rank.ranks(), rank.transport(),
-                                                                            options, std::move(inner));
+  unit_learner<mlp, Inner, example_trainer::shard_transport, mpi::communicator> unit(
+      model, rank.ranks(), rank.transport(), options, std::move(inner));
   const auto said = [&](const std::string& why) {
     return "learner " + std::to_string(s.learner_id) + " rank " + std::to_string(r) + ": " + why;
   };

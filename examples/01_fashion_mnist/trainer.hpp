@@ -457,7 +457,7 @@ outcome learn(const settings& s, const split& train_set, Inner inner) {
     trace->learner_line(s.learner_id, s.incarnation, "start", json_fields().add("pid", ::getpid()));
   }
   const auto unit = make_learner(s, s.learner_id, client, options, inner);
-  learner_unit<sharded<zeromq::client>>& l = *unit;
+  learner_unit<example_trainer::shard_transport>& l = *unit;
   std::optional<checkpoint_store> checkpoints;
   std::function<void()> after_step;
   if (!s.checkpoint_dir.empty()) {

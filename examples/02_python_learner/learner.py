@@ -606,6 +606,7 @@ class Learner:
         self.state_sent_at = None
         self.epochs = {}                 # syncer shard -> the newest leadership epoch heard from it
         self.shards = 1                  # syncer shards, as the last welcome said
+        self.knows_shards = False        # a welcome has said S: every syncer message's shard is known
         self.stats = {"contributions": 0, "final_contributions": 0, "acks": 0, "rejects": 0,
                       "reject_reasons": {}, "updates_received": 0, "updates_adopted": 0,
                       "updates_ignored": 0, "ignored_messages": 0, "stale_epochs": 0, "joins": 0, "heartbeats": 0,
@@ -672,19 +673,35 @@ class Learner:
 
     # A syncer's messages carry its leadership epoch where a learner's carry
     # tokens (docs/protocol.md, "Epochs"): one stamped with an older epoch than
-    # its shard has been heard with comes from a replaced syncer and is dropped.
+    # its shard has been heard with comes from a replaced syncer and is dropped,
+    # and so are the updates of that shard still waiting from it once a newer
+    # epoch is heard. Not fenced, their shard unknown: a bootstrap's welcome
+    # (state_wanted) and anything before the first welcome that names S.
     def shard_of(self, header):
         if header["kind"] == WELCOME:
             return header["fragment"] if header["steps"] > 1 else 0
         return header["fragment"] % self.shards if self.shards > 1 else 0
 
     def admit_epoch(self, header):
+        welcome = header["kind"] == WELCOME and not header.get("flags", 0) & FLAG_STATE_WANTED
+        if header["kind"] == WELCOME and not welcome:
+            return True
+        if not welcome and not self.knows_shards:
+            return True
         shard = self.shard_of(header)
-        if header["tokens"] < self.epochs.get(shard, 0):
+        newest = self.epochs.get(shard, 0)
+        if header["tokens"] < newest:
             return False
         self.epochs[shard] = header["tokens"]
-        if header["kind"] == WELCOME:
+        if welcome:
             self.shards = max(1, min(header["steps"], 1 << 16))
+            self.knows_shards = True
+        if header["tokens"] > newest:
+            for p in list(self.pending):
+                if (p % self.shards if self.shards > 1 else 0) == shard:
+                    stale = [u for u in self.pending[p] if u[0]["tokens"] < header["tokens"]]
+                    self.stats["stale_epochs"] += len(stale)
+                    self.pending[p] = [u for u in self.pending[p] if u[0]["tokens"] >= header["tokens"]]
         return True
 
     def handle(self, frames):
@@ -725,8 +742,8 @@ class Learner:
 
     def on_welcome(self, header):
         if header["flags"] & FLAG_STATE_WANTED:
-            if self.welcomed:
-                return
+            # Also once welcomed: a new leader that started without a
+            # checkpoint asks for the current model (docs/protocol.md, "Failover").
             now = time.monotonic()
             # Answer each request once; repeat only if the syncer asks again much later.
             if self.state_sent_at is not None and now - self.state_sent_at < 5.0:

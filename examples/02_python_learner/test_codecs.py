@@ -349,6 +349,9 @@ class Header(unittest.TestCase):
         raw = L.encode({"kind": L.UPDATE, "codec": L.CODEC_F32, "element_count": 0, "tokens": 0x0a0b0c0d0e0f1011})
         self.assertEqual(struct.unpack_from("<Q", raw, 72)[0], 0x0a0b0c0d0e0f1011)
         learner = bare_learner()
+        # Before a welcome names S, a message's shard is unknown: not fenced.
+        self.assertTrue(learner.admit_epoch({"kind": L.REJECT, "fragment": 0, "steps": 0, "tokens": 9}))
+        self.assertEqual(learner.epochs, {})
         # Two syncer shards: shard 1 failed over (epoch 9), shard 0 did not (epoch 3).
         welcome = {"kind": L.WELCOME, "fragment": 1, "steps": 2, "tokens": 9}
         self.assertTrue(learner.admit_epoch(welcome))
@@ -356,8 +359,15 @@ class Header(unittest.TestCase):
         self.assertTrue(learner.admit_epoch({"kind": L.UPDATE, "fragment": 2, "steps": 0, "tokens": 3}))
         self.assertFalse(learner.admit_epoch({"kind": L.UPDATE, "fragment": 3, "steps": 0, "tokens": 3}))
         self.assertFalse(learner.admit_epoch({"kind": L.END, "fragment": 1, "steps": 0, "tokens": 8}))
+        # An update of shard 1 waiting from epoch 9 goes when epoch 10 is heard; shard 0's stays.
+        learner.pending = {1: [({"tokens": 9}, None)], 2: [({"tokens": 3}, None)]}
         self.assertTrue(learner.admit_epoch({"kind": L.ACK, "fragment": 1, "steps": 0, "tokens": 10}))
         self.assertEqual(learner.epochs, {0: 3, 1: 10})
+        self.assertEqual(learner.pending, {1: [], 2: [({"tokens": 3}, None)]})
+        self.assertEqual(learner.stats["stale_epochs"], 1)
+        # A bootstrap's welcome (state_wanted, epoch 0) is read whatever the epochs.
+        self.assertTrue(learner.admit_epoch({"kind": L.WELCOME, "flags": L.FLAG_STATE_WANTED, "fragment": 0,
+                                             "steps": 0, "tokens": 0}))
 
 
 class FakeArgs:
@@ -382,9 +392,10 @@ def bare_learner(codec=None, block=0, error_feedback=False, fragments=2):
     learner.outstanding, learner.pending, learner.last_sent_base, learner.last_send_step = {}, {}, {}, {}
     learner.stats = {"contributions": 0, "final_contributions": 0, "updates_received": 0, "updates_ignored": 0,
                      "ignored_messages": 0, "invalid_updates": 0, "contribution_bytes": 0, "update_bytes": 0,
-                     "contributions_by_fragment": {}, "updates_by_fragment": {}, "update_codecs": {}}
+                     "contributions_by_fragment": {}, "updates_by_fragment": {}, "update_codecs": {},
+                     "stale_epochs": 0}
     learner.sent = []
-    learner.epochs, learner.shards = {}, 1
+    learner.epochs, learner.shards, learner.knows_shards = {}, 1, False
 
     def send(kind, payload=b"", **fields):
         learner.sent.append((kind, payload, fields))

@@ -322,7 +322,7 @@ outcome learn(const settings& s, const corpus& text, MakeInner make_inner) {
   example_trainer::shard_links links(s);  // every shard `--endpoint` lists
   lm_model model(s.dimensions, s.seed + 1000 + s.learner_id);
   sampler data(text, s.learners, s.learner_id, std::uint32_t(s.dimensions.context), s.seed, s.data);
-  learner<lm_model, inner_type, sharded<zeromq::client>> l(
+  learner<lm_model, inner_type, example_trainer::shard_transport> l(
       model, links.transport(), example_trainer::learner_options_for(s, s.learner_id), make_inner(model));
   progress report(s.learners, s.steps, 0);  // counts only: the syncer prints the run's progress
   const double speed = s.speed_of(s.learner_id);

@@ -40,7 +40,7 @@ outcome learn_in_unit(const settings& s, const corpus& text, MakeInner make_inne
   lm_model model(s.dimensions, s.seed + 1000 + s.learner_id);
   sampler data(text, s.learners * R, s.learner_id * R + r, std::uint32_t(s.dimensions.context), s.seed, s.data);
   auto inner = make_inner(model);
-  unit_learner<lm_model, inner_type, sharded<zeromq::client>, mpi::communicator> unit(
+  unit_learner<lm_model, inner_type, example_trainer::shard_transport, mpi::communicator> unit(
       model, rank.ranks(), rank.transport(), example_trainer::learner_options_for(s, s.learner_id), std::move(inner));
   const double speed = s.speed_of(s.learner_id);
   const auto started = std::chrono::steady_clock::now();

@@ -287,14 +287,28 @@ BOOST_FIXTURE_TEST_CASE(what_a_replaced_syncer_sends_is_dropped_unread, overwrit
   BOOST_TEST(l.metrics().stale_epochs == 2u);
   BOOST_TEST(l.metrics().updates_ignored == 0u);
   BOOST_TEST(l.metrics().contributions_acked == 0u);
+  // An update of the old leader received before the new one spoke, still
+  // waiting for its step boundary: dropped once epoch 13 is heard.
+  auto waiting = update(0, 4, std::vector<double>(4, -2.0));
+  waiting.header.epoch = 12;
+  send(std::move(waiting));
+  message newer;
+  newer.header.kind = message_kind::ack;
+  newer.header.learner = 0;
+  newer.header.incarnation = 1;
+  newer.header.epoch = 13;
+  send(std::move(newer));
+  step();
+  BOOST_TEST(l.revision(0) == 3u);
+  BOOST_TEST(l.metrics().stale_epochs == 3u);
   // The new leader's next revision, same epoch: taken (within τ steps of
   // the send of fragment 0 due meanwhile).
   auto next = update(0, 4, std::vector<double>(4, 40.0));
-  next.header.epoch = 12;
+  next.header.epoch = 13;
   send(std::move(next));
   for (int k = 0; k < 3; ++k) step();
   BOOST_TEST(l.revision(0) == 4u);
-  BOOST_TEST(l.metrics().stale_epochs == 2u);
+  BOOST_TEST(l.metrics().stale_epochs == 3u);
 }
 
 BOOST_AUTO_TEST_CASE(epochs_are_fenced_per_syncer_shard) {
@@ -304,6 +318,10 @@ BOOST_AUTO_TEST_CASE(epochs_are_fenced_per_syncer_shard) {
     h.kind = kind, h.fragment = fragment, h.epoch = epoch, h.steps = shards;
     return h;
   };
+  // Before a welcome names S, whose shard a message is cannot be told: a
+  // refusal from shard 1 (epoch 9) must not fence shard 0 (epoch 3) off.
+  BOOST_TEST(fence.admit(header(message_kind::reject, 0, 9)));
+  BOOST_TEST(fence.newest(0) == 0u);
   // Two shards: shard 1 failed over (epoch 9), shard 0 did not (epoch 3).
   BOOST_TEST(fence.admit(header(message_kind::welcome, 1, 9, 2)));
   BOOST_TEST(fence.admit(header(message_kind::welcome, 0, 3, 2)));
@@ -315,6 +333,14 @@ BOOST_AUTO_TEST_CASE(epochs_are_fenced_per_syncer_shard) {
   BOOST_TEST(fence.admit(header(message_kind::ack, 1, 10)));  // shard 1 failed over again
   BOOST_TEST(fence.newest(1) == 10u);
   BOOST_TEST(!fence.admit(header(message_kind::end, 3, 9)));
+  BOOST_TEST(!fence.raised());
+  BOOST_TEST(fence.admit(header(message_kind::update, 3, 11)));
+  BOOST_TEST((fence.raised() == std::optional<std::uint32_t>(1)));
+  // A bootstrap's welcome names no shard and carries no epoch: read.
+  auto bootstrap = header(message_kind::welcome, 0, 0);
+  bootstrap.flags = state_wanted;
+  BOOST_TEST(fence.admit(bootstrap));
+  BOOST_TEST(fence.newest(0) == 3u);
   // A learner's kinds carry no epoch: nothing to fence.
   BOOST_TEST(fence.admit(header(message_kind::contribution, 1, 0)));
 }

@@ -5,6 +5,7 @@
 // shard, so that runs are deterministic and can be compared bit for bit.
 #include <boost/test/unit_test.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <memory>
 #include <sstream>
@@ -275,6 +276,37 @@ BOOST_AUTO_TEST_CASE(a_shard_refuses_other_shards_fragments_and_bad_shard_option
                     std::invalid_argument);  // more shards than fragments
   BOOST_CHECK_THROW(configuration(0, 0).make_syncer(model.layout(), std::span<const T>(model.parameters()), end),
                     std::invalid_argument);
+}
+
+BOOST_AUTO_TEST_CASE(a_shard_that_starts_over_without_the_model_gets_it_from_learners_already_welcomed) {
+  // A shard's new leader with no checkpoint (its standby had none) asks the
+  // learners for the model while the other shard runs on: the learners,
+  // welcomed long ago, send their current state, to that shard alone.
+  sharded_world w(2);
+  for (int t = 0; t < 50; ++t) w.tick();
+  BOOST_TEST_REQUIRE(w.learners[0]->joined());
+  w.up[1] = false;
+  for (int t = 0; t < 5; ++t) w.tick();  // what was under way to shard 1 is lost with it
+  bootstrap<T, inproc::endpoint> fresh(*w.syncer_ends[1], configuration(1, 2).training);
+  const auto refused_before = w.shards[0]->metrics().rejected_for(reject_reason::unexpected_kind);
+  // The learners join again (their answers from shard 1 overdue, 1 s), are
+  // asked for the model, and send it.
+  for (int t = 0; t < 300 && !fresh.ready(); ++t) {
+    for (std::size_t i = 0; i < w.learners.size(); ++i)
+      if (w.learners[i]->poll(w.now)) w.learners[i]->train_step(w.teachers[i].next(8), w.now);
+    while (auto e = w.syncer_ends[0]->try_receive()) w.shards[0]->handle(std::move(*e), w.now);
+    w.shards[0]->poll(w.now);
+    while (auto e = w.syncer_ends[1]->try_receive()) fresh.handle(std::move(*e), w.now);
+    w.now += 10ms;
+  }
+  BOOST_TEST_REQUIRE(fresh.ready());
+  BOOST_TEST(fresh.layout().fingerprint() == w.initial.layout().fingerprint());
+  // The model sent is a learner's current one, not the initial: it trained meanwhile.
+  const std::vector<T> sent(fresh.initial().begin(), fresh.initial().end());
+  const auto start = w.initial.parameters();
+  BOOST_TEST(!std::equal(sent.begin(), sent.end(), start.begin(), start.end()));
+  // Shard 0, which has the model, was not sent it.
+  BOOST_TEST(w.shards[0]->metrics().rejected_for(reject_reason::unexpected_kind) == refused_before);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

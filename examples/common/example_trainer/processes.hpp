@@ -13,6 +13,7 @@
 
 #include <diloco/transport/shards.hpp>
 #include <diloco/transport/zeromq.hpp>
+#include <diloco/transport/zeromq/failover.hpp>
 #include <example_trainer/settings.hpp>
 
 namespace example_trainer {
@@ -56,8 +57,28 @@ inline std::vector<std::string> split_endpoints(const std::string& list) {
   }
 }
 
+/// The candidates of one shard in `--endpoint`: `a|b|…`, its primary and
+/// standbys (docs/protocol.md, "Epochs").
+inline std::vector<std::string> split_candidates(const std::string& shard) {
+  std::vector<std::string> out;
+  std::size_t from = 0;
+  for (;;) {
+    const auto bar = shard.find('|', from);
+    out.push_back(shard.substr(from, bar == std::string::npos ? std::string::npos : bar - from));
+    if (bar == std::string::npos) return out;
+    from = bar + 1;
+  }
+}
+
+/// A learner's connection to one syncer shard: to whichever of its
+/// candidates leads.
+using shard_link = diloco::zeromq::failover_client;
+/// A learner process's connections to every shard, as one transport.
+using shard_transport = diloco::sharded<shard_link>;
+
 /// A learner's ZeroMQ connections to the syncer shards that `--endpoint`
-/// lists (comma-separated; one for an unsharded syncer), seen as one
+/// lists (comma-separated; one for an unsharded syncer; `a|b` for a shard
+/// with a standby: the learner moves to whichever leads), seen as one
 /// transport: every shard, or, for rank `first` of a unit of `stride` ranks,
 /// the shards s with s mod stride = first. Each socket lingers up to a
 /// second when it closes, so the final contributions and the leave still go
@@ -68,21 +89,21 @@ class shard_links {
     const auto endpoints = split_endpoints(s.endpoint);
     const auto security = client_security_for(s);
     diloco::zeromq::keep_large_blocks();  // large fragments arrive without page faults (process-wide)
-    std::vector<diloco::zeromq::client*> connections;
+    std::vector<shard_link*> connections;
     for (std::size_t shard = first; shard < endpoints.size(); shard += stride) {
-      clients_.push_back(std::make_unique<diloco::zeromq::client>(
-          context_, endpoints[shard], s.learner_id, s.incarnation, diloco::zeromq::socket_options{}, security));
+      clients_.push_back(std::make_unique<shard_link>(context_, split_candidates(endpoints[shard]), s.learner_id,
+                                                      s.incarnation, diloco::zeromq::socket_options{}, security));
       connections.push_back(clients_.back().get());
     }
     transport_.emplace(connections, static_cast<std::uint32_t>(endpoints.size()));
   }
 
-  diloco::sharded<diloco::zeromq::client>& transport() noexcept { return *transport_; }
+  shard_transport& transport() noexcept { return *transport_; }
 
  private:
   ::zmq::context_t context_;
-  std::vector<std::unique_ptr<diloco::zeromq::client>> clients_;
-  std::optional<diloco::sharded<diloco::zeromq::client>> transport_;
+  std::vector<std::unique_ptr<shard_link>> clients_;
+  std::optional<shard_transport> transport_;
 };
 
 }  // namespace example_trainer

@@ -66,7 +66,7 @@ class unit_rank {
   std::uint32_t size() const noexcept { return static_cast<std::uint32_t>(ranks_.size()); }
   diloco::mpi::communicator& ranks() noexcept { return ranks_; }
   /// This rank's shards. Precondition: no `refusal()`.
-  diloco::sharded<diloco::zeromq::client>& transport() noexcept { return links_->transport(); }
+  shard_transport& transport() noexcept { return links_->transport(); }
 
   /// Collective: whether the unit stops now, by rank 0's clock against
   /// `stop_at` (seconds since the epoch; 0: never), so that every rank stops

@@ -3,6 +3,7 @@
 
 #include <chrono>
 #include <concepts>
+#include <cstdint>
 #include <optional>
 #include <system_error>
 
@@ -49,6 +50,17 @@ concept receive_for = requires(T& t, std::chrono::nanoseconds timeout) {
 template <class T>
 concept next_arrival = requires(const T& t) {
   { t.next_arrival() } -> std::same_as<std::optional<time_point>>;
+};
+
+/// 5. (optional: transports that move between syncers) `t.reconnections()`
+///    on a `const T` — how many times it has moved to another syncer
+///    connection (a standby that took over, `zeromq::failover_client`). A
+///    learner that sees it grow joins again at once, and chases every
+///    answer still awaited from the old connection, instead of waiting
+///    `learner_options::rejoin_after` for them.
+template <class T>
+concept reconnections = requires(const T& t) {
+  { t.reconnections() } -> std::convertible_to<std::uint64_t>;
 };
 
 }  // namespace requirements::transport

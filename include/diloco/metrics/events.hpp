@@ -40,6 +40,7 @@ struct learner_event {
   std::uint64_t steps = 0;                  ///< inner steps taken so far
   std::chrono::nanoseconds waited_total{};  ///< time spent waiting so far
   std::chrono::nanoseconds wait{};          ///< `waited`: this wait
+  std::uint64_t epoch = 0;                  ///< `adopted`: the epoch of the syncer leadership that sent it
 };
 
 /// The syncer's verdict on one contribution.

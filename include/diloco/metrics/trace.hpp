@@ -264,6 +264,7 @@ class trace_writer {
         return learner_line(id, incarnation, "verdict", f);
       case learner_event::kind::adopted:
         f.add("fragment", e.fragment).add("revision", e.revision).add("overwritten", e.work);
+        if (e.epoch != 0) f.add("epoch", e.epoch);
         return learner_line(id, incarnation, "adopted", counters(f, e));
       case learner_event::kind::waited: {
         const std::int64_t end = now_us();
@@ -283,8 +284,10 @@ class trace_writer {
   }
 
   /// An outer update: fragment, new revision, and who was merged (filled
-  /// when the syncer has an `on_contribution` hook).
-  void merged(std::uint32_t fragment, std::uint64_t revision, std::span<const merged_contribution> merged) {
+  /// when the syncer has an `on_contribution` hook); the epoch of the
+  /// syncer's leadership when it has one (docs/protocol.md, "Epochs").
+  void merged(std::uint32_t fragment, std::uint64_t revision, std::span<const merged_contribution> merged,
+              std::uint64_t epoch = 0) {
     std::vector<std::array<std::uint64_t, 3>> who;
     std::vector<std::uint64_t> staleness;
     for (const auto& c : merged) {
@@ -293,6 +296,7 @@ class trace_writer {
     }
     json_fields f;
     f.add("fragment", fragment).add("revision", revision).add("contributions", who).add("staleness", staleness);
+    if (epoch != 0) f.add("epoch", epoch);
     write("syncer", "merged", f);
   }
 

@@ -126,6 +126,15 @@ requires(check_model<Model>() && model<Model> && check_inner_step<InnerStep>() &
     }
     if (reports_.heartbeat_due(now)) send_heartbeat(now);
     bool rejoin = contributions_.verdict_overdue(now);
+    if constexpr (requirements::transport::reconnections<Transport>) {
+      // Moved to another syncer (a new leader): it learns of this learner's
+      // connection and sends the current state at once.
+      if (const std::uint64_t n = transport_.reconnections(); n != reconnections_) {
+        reconnections_ = n;
+        contributions_.chase_all();
+        rejoin = true;
+      }
+    }
     if (adoption_.keeps_work() && contributions_.chase_answers(now, finishing_)) rejoin = true;
     if (rejoin) join_again(now);
     const auto wait = contributions_.lock_step_wait(now, step_);
@@ -364,6 +373,8 @@ requires(check_model<Model>() && model<Model> && check_inner_step<InnerStep>() &
       ++metrics_.stale_epochs;
       return;
     }
+    if (const auto shard = epochs_.raised())
+      metrics_.stale_epochs += adoption_.drop_older(*shard, epochs_.shards(), h.epoch);
     if (members_.answers_leave(h)) return;
     switch (h.kind) {
       case message_kind::welcome: on_welcome(h); break;
@@ -410,9 +421,12 @@ requires(check_model<Model>() && model<Model> && check_inner_step<InnerStep>() &
   }
 
   /// A welcome sets the schedule up (only the first: a repeated welcome
-  /// answers a join retry), or asks for the model of a syncer that has none.
+  /// answers a join retry), or asks for the model of a syncer that has none
+  /// — also once welcomed: a shard's leader that started without the model
+  /// while this learner was connected to another candidate of that shard
+  /// never had the state sent at the start; it gets the current one.
   void on_welcome(const message_header& h) {
-    if (members_.welcomed()) return;
+    if (members_.welcomed() && !(h.flags & state_wanted)) return;
     const auto terms = detail::read_welcome<T>(h, model_.layout());
     if (!terms) {
       error_ = terms.error();
@@ -461,6 +475,7 @@ requires(check_model<Model>() && model<Model> && check_inner_step<InnerStep>() &
   detail::learner_outbox<Transport> outbox_{transport_, options_, metrics_};
   detail::learner_membership members_{options_, metrics_};
   detail::epoch_fence epochs_;
+  std::uint64_t reconnections_ = 0;  ///< the transport's, as last seen
   detail::learner_fragments<T, memory_type> fragments_;
   detail::learner_adoption<T, memory_type> adoption_{fragments_, metrics_, reports_, options_.adopt};
   detail::learner_contributions<T, memory_type, detail::learner_outbox<Transport>> contributions_{

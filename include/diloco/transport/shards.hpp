@@ -50,7 +50,11 @@ class sharded {
   /// them only — a rank of a learner unit connects to its share
   /// (`learner_options::share`) — or 0 when it connects to all.
   explicit sharded(std::vector<Transport*> shards, std::uint32_t of = 0)
-      : shards_(std::move(shards)), of_(of), index_(shards_.size()), pending_(shards_.size()) {
+      : shards_(std::move(shards)),
+        of_(of),
+        index_(shards_.size()),
+        pending_(shards_.size()),
+        wants_state_(shards_.size(), false) {
     if (shards_.empty()) throw std::invalid_argument("diloco::sharded: at least one shard");
     for (auto* t : shards_)
       if (!t) throw std::invalid_argument("diloco::sharded: a null transport");
@@ -59,12 +63,12 @@ class sharded {
   }
 
   /// A contribution to the shard that owns its fragment (`errc::unknown_peer`
-  /// until that shard has welcomed this learner); anything else to every
-  /// shard. A message a shard's connection refuses waits in that shard's
-  /// queue (at most `max_pending`, the oldest dropped beyond) and is sent
-  /// before anything newer to that shard, at the next call; a heartbeat
-  /// is not kept (the next one replaces it). So the call succeeds once the
-  /// destination is known.
+  /// until that shard has welcomed this learner); the model (layout, state)
+  /// to every shard that has not welcomed this learner or asked for it since
+  /// (a new leader without it); anything else to every shard. A message a shard's connection refuses waits in that
+  /// shard's queue (at most `max_pending`, the oldest dropped beyond) and is sent before anything newer to that shard,
+  /// at the next call; a heartbeat is not kept (the next one replaces it). So the call succeeds once the destination is
+  /// known.
   std::error_code try_send(peer_id to, message& m) {
     flush(to);
     if (m.header.kind == message_kind::contribution) {
@@ -73,8 +77,18 @@ class sharded {
       deliver(*owner, to, std::move(m));
       return {};
     }
+    // The model (layout, state) to every shard but those that run with it
+    // already (welcomed us, and did not ask for it since): at the start all
+    // of them; later, a shard's new leader that started without it while
+    // the others ran on.
+    const bool model = m.header.kind == message_kind::layout || m.header.kind == message_kind::state;
+    std::vector<std::size_t> to_shards;
     for (std::size_t i = 0; i < shards_.size(); ++i)
-      deliver(i, to, i + 1 == shards_.size() ? std::move(m) : duplicate(m));
+      if (!model || !index_[i] || wants_state_[i]) to_shards.push_back(i);
+    if (to_shards.empty())
+      for (std::size_t i = 0; i < shards_.size(); ++i) to_shards.push_back(i);
+    for (std::size_t k = 0; k < to_shards.size(); ++k)
+      deliver(to_shards[k], to, k + 1 == to_shards.size() ? std::move(m) : duplicate(m));
     return {};
   }
 
@@ -93,9 +107,18 @@ class sharded {
     return std::nullopt;
   }
 
+  /// How many times any of its connections moved to another syncer
+  /// (requirement 5 of `transport`), where its connections say.
+  std::uint64_t reconnections() const requires requirements::transport::reconnections<Transport> {
+    std::uint64_t n = 0;
+    for (const auto* t : shards_) n += t->reconnections();
+    return n;
+  }
+
   /// Waits up to `timeout` for a message from any shard. With one shard it
   /// sleeps in that transport; with several it waits on each in turn for at
   /// most `slice` (1 ms), so a message waits at most S ms to be seen.
+
   std::optional<envelope> receive_for(std::chrono::nanoseconds timeout) requires blocking_transport<Transport> {
     if (auto e = try_receive()) return e;
     if (shards_.size() == 1) {
@@ -174,6 +197,7 @@ class sharded {
   bool admit(std::size_t i, const envelope& e) {
     const auto& h = e.msg.header;
     if (e.error != wire_error::none) return true;  // the learner counts and ignores it
+    if (h.kind == message_kind::welcome) wants_state_[i] = (h.flags & state_wanted) != 0;
     if (h.kind == message_kind::welcome && !(h.flags & state_wanted)) {
       const std::uint32_t count = h.steps == 0 ? 1 : static_cast<std::uint32_t>(std::min<std::uint64_t>(h.steps, ~0u));
       const std::uint32_t index = h.fragment;
@@ -206,6 +230,7 @@ class sharded {
   std::vector<std::optional<std::uint32_t>> index_;  ///< the shard each connection's welcome named
   std::uint32_t count_ = 0;                          ///< S, once a welcome has said it
   std::vector<std::deque<message>> pending_;         ///< per connection: what it refused, in order
+  std::vector<bool> wants_state_;                    ///< per connection: its last welcome asked for the model
   std::size_t next_ = 0;
   shard_error error_ = shard_error::none;
   std::uint64_t misrouted_ = 0, deferred_ = 0, dropped_ = 0;

@@ -94,7 +94,7 @@ class learner_adoption {
     // A resync (join, refused contribution) must overwrite even if a newer
     // merged revision replaces it before adoption.
     const update_status status = f.inbox && f.inbox->status == update_status::resync ? update_status::resync : h.status;
-    f.inbox = received_update{h.revision, answers, status, h.codec, h.block, std::move(m.payload)};
+    f.inbox = received_update{h.revision, answers, status, h.codec, h.block, std::move(m.payload), h.epoch};
   }
 
   /// Adopts each waiting update unless it answers the latest contribution
@@ -115,6 +115,21 @@ class learner_adoption {
         continue;
       adopt(p, answer, step, memory, theta);
     }
+  }
+
+  /// A newer leadership (`epoch`) of syncer shard `shard` of `shards` spoke:
+  /// the updates of that shard's fragments still waiting, received from a
+  /// replaced leader, are dropped unread (the new leader's state replaces
+  /// them; docs/protocol.md, "Epochs"). Returns how many.
+  std::uint64_t drop_older(std::uint32_t shard, std::uint32_t shards, std::uint64_t epoch) {
+    std::uint64_t dropped = 0;
+    for (std::uint32_t p = 0; p < fragments_.size(); ++p) {
+      auto& f = fragments_[p];
+      if ((shards > 1 ? p % shards : 0) != shard || !f.inbox || f.inbox->epoch >= epoch) continue;
+      f.inbox.reset();
+      ++dropped;
+    }
+    return dropped;
   }
 
   /// Takes fragment p's waiting update into θ (in `memory`), `answer`: it
@@ -147,6 +162,7 @@ class learner_adoption {
     }
     f.adopted = true;
     f.revision = f.inbox->revision;
+    const std::uint64_t epoch = f.inbox->epoch;
     f.resumed = resume;
     if (resume) ++metrics_.fragments_resumed;
     // What the codec rounded away before the save is sent with the next
@@ -181,7 +197,11 @@ class learner_adoption {
     f.inbox.reset();
     ++metrics_.updates_adopted;
     if (reports_.wants_events())
-      reports_.emit({.what = learner_event::kind::adopted, .fragment = p, .revision = f.revision, .work = overwritten});
+      reports_.emit({.what = learner_event::kind::adopted,
+                     .fragment = p,
+                     .revision = f.revision,
+                     .work = overwritten,
+                     .epoch = epoch});
   }
 
  private:

@@ -179,6 +179,14 @@ class learner_contributions {
     return resync;
   }
 
+  /// The transport moved to another syncer (a standby took over): every
+  /// answer still awaited from the old one is chased now, as `chase_answers`
+  /// does after `rejoin_after` (or, lock-step, `lock_step_wait`).
+  void chase_all() noexcept {
+    for (auto& f : fragments_)
+      if (f.in_flight) f.resync_wanted = true;
+  }
+
   /// Whether a lock-step learner waits for an answer, and whether it joins again.
   struct answer_wait {
     bool waiting = false;

@@ -38,7 +38,8 @@ struct received_update {
   update_status status;
   codec_id codec;
   std::uint32_t block;
-  byte_buffer payload;  ///< as it arrived (checked), decoded where θ lives when adopted
+  byte_buffer payload;      ///< as it arrived (checked), decoded where θ lives when adopted
+  std::uint64_t epoch = 0;  ///< of the syncer leadership that sent it (docs/protocol.md, "Epochs")
 };
 
 /// One fragment p on a learner; its buffers live in the model's memory

@@ -113,7 +113,8 @@ class syncer_outbox {
     h.kind = message_kind::ack;
     h.learner = about.learner;
     h.incarnation = to.incarnation;
-    h.fragment = about.fragment;
+    // A leave's ack names this shard, as every answer that concerns no fragment (docs/protocol.md, "Epochs").
+    h.fragment = about.kind == message_kind::contribution ? about.fragment : options_.shard.index;
     h.base_revision = about.base_revision;
     h.answers = about.sequence;
     if (send(to.peer, m))
@@ -128,6 +129,7 @@ class syncer_outbox {
     m.header.kind = message_kind::end;
     m.header.learner = learner;
     m.header.incarnation = incarnation;
+    m.header.fragment = options_.shard.index;
     if (send(to, m)) ++metrics_.send_failures;
   }
 
@@ -212,7 +214,7 @@ class syncer_outbox {
     h.kind = message_kind::reject;
     h.learner = about.learner;
     h.incarnation = about.incarnation;
-    h.fragment = about.kind == message_kind::contribution ? about.fragment : 0;
+    h.fragment = about.kind == message_kind::contribution ? about.fragment : options_.shard.index;
     h.base_revision = about.kind == message_kind::contribution ? about.base_revision : 0;
     h.answers = about.sequence;
     h.revision = revision;
