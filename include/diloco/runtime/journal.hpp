@@ -79,6 +79,16 @@ class contribution_journal {
     ++appended_;
   }
 
+  /// Appends a record already encoded as `append` would write it (a
+  /// standby's copy of its primary's journal, `replica`): the caller checked
+  /// it. Throws `std::system_error` on an I/O error.
+  void append_encoded(std::span<const std::byte> record) {
+    if (!detail::write_all(fd_, std::string_view(reinterpret_cast<const char*>(record.data()), record.size())))
+      fail("cannot append to");
+    if (sync_each_ && ::fdatasync(fd_) != 0) fail("cannot sync");
+    ++appended_;
+  }
+
   /// Empties the journal: call it once a checkpoint holding everything it
   /// recorded is durable.
   void clear() {
