@@ -47,6 +47,12 @@ struct settings {
   /// standby until then; the key, and the lease's time to live in seconds.
   std::string etcd, leader_key;
   std::uint32_t lease_ttl = 5;
+  /// --replication-endpoint: with --etcd and --checkpoint-dir, where this
+  /// syncer serves its replication stream while it leads, and keeps a copy
+  /// of the leader's while it stands by (docs/protocol.md, "Replication").
+  std::string replication_endpoint;
+  bool replication_async = false;
+  double replication_timeout = 2;  ///< seconds a synchronous primary waits for a standby
 };
 
 /// Reads the command line into `s`: nothing when the service is to start,
@@ -360,7 +366,30 @@ inline std::optional<int> parse_command_line(int argc, const char* const* argv, 
       ->type_name("SEC")
       ->check(diloco_tools::whole_at_least(1))
       ->capture_default_str();
+  app.add_option("--replication-endpoint", s.replication_endpoint,
+                 "with --etcd and --checkpoint-dir: while leading, serve the replication stream here (every "
+                 "checkpoint and journal record, to each standby); while standing by, keep a copy of the leader's "
+                 "in --checkpoint-dir, to take over from (docs/protocol.md, \"Replication\")")
+      ->type_name("ENDPOINT");
+  std::string replication = "sync";
+  app.add_option("--replication", replication,
+                 "sync: a contribution is acknowledged once every standby has it (a failover loses nothing "
+                 "acknowledged); async: without waiting (a failover may lose what was in flight to the standby)")
+      ->check(CLI::IsMember({"sync", "async"}).description(""))
+      ->capture_default_str();
+  app.add_option("--replication-timeout", s.replication_timeout,
+                 "with --replication sync: how long the primary waits for a standby's acknowledgement before it "
+                 "drops that standby (which then catches up from a snapshot)")
+      ->type_name("SEC")
+      ->check(in(interval<double>{.min = 0.001, .max = 3600}))
+      ->capture_default_str();
   if (const auto status = diloco_tools::parse(app, argc, argv)) return status;
+  s.replication_async = replication == "async";
+  if (!s.replication_endpoint.empty() && (s.etcd.empty() || s.checkpoint_dir.empty())) {
+    std::cerr << "diloco_syncer: --replication-endpoint needs --etcd (who leads) and --checkpoint-dir (what is "
+                 "replicated, and where a standby keeps its copy)\n";
+    return diloco_tools::bad_usage;
+  }
   if (s.etcd.empty() && !s.leader_key.empty()) {
     std::cerr << "diloco_syncer: --leader-key needs --etcd\n";
     return diloco_tools::bad_usage;

@@ -5,13 +5,41 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <thread>
 #include <utility>
 
 #include <diloco/clock.hpp>
 #include <diloco/coordination/leader_lease.hpp>
+#include <nlohmann/json.hpp>
 
 namespace diloco_syncer {
+
+namespace {
+
+std::string value_of(const leader& self) {
+  nlohmann::json v = {{"endpoint", self.endpoint}};
+  if (!self.replication.empty()) v["replication"] = self.replication;
+  return v.dump();
+}
+
+/// The leader a key's value names; a value that is not ours names its
+/// endpoint as the whole value (nothing is replicated from it).
+leader leader_of(const diloco::etcd::key_value& kv) {
+  leader out;
+  out.epoch = static_cast<std::uint64_t>(kv.create_revision);
+  const auto v = nlohmann::json::parse(kv.value, nullptr, /*allow_exceptions=*/false);
+  if (v.is_object() && v.contains("endpoint") && v["endpoint"].is_string()) {
+    out.endpoint = v["endpoint"].get<std::string>();
+    if (v.contains("replication") && v["replication"].is_string())
+      out.replication = v["replication"].get<std::string>();
+  } else {
+    out.endpoint = kv.value;
+  }
+  return out;
+}
+
+}  // namespace
 
 struct leadership::impl {
   diloco::etcd::client client;
@@ -20,25 +48,26 @@ struct leadership::impl {
   std::uint32_t ttl;
   std::function<void(const std::string&)> log;
 
-  impl(const std::string& etcd, std::string k, std::string name, std::uint32_t ttl_seconds,
+  impl(const std::string& etcd, std::string k, const leader& self, std::uint32_t ttl_seconds,
        std::function<void(const std::string&)> sink)
       : client(etcd, std::min<std::chrono::milliseconds>(std::chrono::seconds(2),
                                                          std::chrono::milliseconds(250) * ttl_seconds)),
-        lease(client, k, std::move(name), {.ttl = std::chrono::seconds(ttl_seconds)}),
+        lease(client, k, value_of(self), {.ttl = std::chrono::seconds(ttl_seconds)}),
         key(std::move(k)),
         ttl(ttl_seconds),
         log(std::move(sink)) {}
 };
 
-leadership::leadership(const std::string& etcd, std::string key, std::string name, std::uint32_t ttl_seconds,
+leadership::leadership(const std::string& etcd, std::string key, const leader& self, std::uint32_t ttl_seconds,
                        std::function<void(const std::string&)> log)
-    : impl_(std::make_unique<impl>(etcd, std::move(key), std::move(name), ttl_seconds, std::move(log))) {}
+    : impl_(std::make_unique<impl>(etcd, std::move(key), self, ttl_seconds, std::move(log))) {}
 
 leadership::~leadership() = default;
 
-bool leadership::acquire(std::stop_token stop) {
+bool leadership::acquire(std::stop_token stop, const standby_wait& wait) {
   auto& i = *impl_;
   std::int64_t seen = -1;
+  std::optional<leader> who;
   std::string last_error;
   while (!stop.stop_requested()) {
     try {
@@ -50,18 +79,23 @@ bool leadership::acquire(std::stop_token stop) {
       const auto& holder = i.lease.holder();
       if (holder && holder->create_revision != seen) {
         seen = holder->create_revision;
-        i.log("standby: " + i.key + " is led by " + holder->value + " (epoch " + std::to_string(seen) +
+        who = leader_of(*holder);
+        i.log("standby: " + i.key + " is led by " + who->endpoint + " (epoch " + std::to_string(seen) +
               "); waiting for its lease to end");
+      } else if (!holder) {
+        who.reset();
       }
       last_error.clear();
     } catch (const diloco::etcd::error& e) {
       if (last_error != e.what()) i.log("standby: " + std::string(e.what()) + "; trying again");
       last_error = e.what();
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(250) * i.ttl);
+    wait(who ? &*who : nullptr, std::chrono::milliseconds(250) * i.ttl);
   }
   return false;
 }
+
+void leadership::resign() noexcept { impl_->lease.resign(); }
 
 std::uint64_t leadership::epoch() const noexcept { return impl_->lease.epoch(); }
 

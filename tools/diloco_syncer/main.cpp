@@ -29,6 +29,7 @@
 #include <diloco/runtime/journal.hpp>
 #include <diloco/runtime/syncer/checkpoint.hpp>
 #include <diloco/transport/zeromq.hpp>
+#include <diloco/transport/zeromq/replication.hpp>
 #include <diloco_tools/cli.hpp>
 #include <diloco_tools/json.hpp>
 #include <nlohmann/json.hpp>
@@ -165,6 +166,13 @@ std::function<void()>& keep_leadership() {
   return keep;
 }
 
+/// With --replication-endpoint, the stream this leader serves its standbys:
+/// every checkpoint and journal record goes to it after the disk.
+std::optional<diloco::zeromq::replication_source>& replication() {
+  static std::optional<diloco::zeromq::replication_source> instance;
+  return instance;
+}
+
 template <class Outer, class Merge>
 int serve(const settings& s, diloco::zeromq::server& server, start& from, diloco::checkpoint_store* store,
           std::stop_token stop, Outer outer, Merge merge) {
@@ -177,13 +185,16 @@ int serve(const settings& s, diloco::zeromq::server& server, start& from, diloco
   std::optional<diloco::contribution_journal> journal;
   if (store) journal.emplace(store->directory() / "journal.bin", s.journal_sync);
   auto write_checkpoint = [&] {
-    store->write(diloco::checkpoint_body(*self));
+    auto body = diloco::checkpoint_body(*self);
+    store->write(body);
     journal->clear();  // the checkpoint holds all of it now: merged, or in an open round
+    if (replication()) replication()->snapshot(std::move(body));
   };
   // A syncer that may have been replaced acknowledges and publishes nothing.
   options.before_ack = [&](const diloco::message& m) {
     keep_leadership()();
     if (journal) journal->append(m);
+    if (replication()) replication()->journal(m);  // synchronous: returns once the standbys have it
   };
   std::optional<diloco::trace_writer> trace;
   if (!s.trace_file.empty()) trace.emplace(s.trace_file);
@@ -195,7 +206,7 @@ int serve(const settings& s, diloco::zeromq::server& server, start& from, diloco
   // (diloco_chaos) would count its contributions as lost.
   options.before_publish = [&](const diloco::update_event& e) {
     keep_leadership()();
-    if (trace) trace->merged(e.fragment, e.revision, e.contributions);
+    if (trace) trace->merged(e.fragment, e.revision, e.contributions, options.epoch);
     if (store && s.durability_seconds == 0) write_checkpoint();
   };
   if (trace) options.on_contribution = [&](const diloco::contribution_event& e) { trace->contribution(e); };
@@ -243,6 +254,7 @@ int serve(const settings& s, diloco::zeromq::server& server, start& from, diloco
       at.push_back(sync.options().shard.owns(p) ? static_cast<std::int64_t>(sync.revision(p)) : -1);
     nlohmann::ordered_json fields = {{"pid", ::getpid()}, {"restored", !from.state.empty()}, {"revisions", at}};
     if (sync.options().shard.count > 1) fields["shard"] = sync.options().shard.index;
+    if (sync.options().epoch != 0) fields["epoch"] = sync.options().epoch;
     trace->write("syncer", "start", diloco_tools::trace_fields(fields));
   }
   const auto started = std::chrono::steady_clock::now();
@@ -267,6 +279,7 @@ int serve(const settings& s, diloco::zeromq::server& server, start& from, diloco
   auto last_checkpoint = std::chrono::steady_clock::now();
   sync.run_until(stop, [&] {
     keep_leadership()();
+    if (replication()) replication()->poll();
     const auto now = std::chrono::steady_clock::now();
     if (page && now - last_published >= std::chrono::milliseconds(200)) {
       page->publish(diloco::prometheus_text(sync.metrics(), diloco::syncer_gauges::of(sync)));
@@ -371,6 +384,43 @@ int with_outer(const settings& s, diloco::zeromq::server& server, start& from, d
       merge);
 }
 
+diloco::zeromq::replication_options replication_options(const settings& s) {
+  diloco::zeromq::replication_options o;
+  o.mode = s.replication_async ? diloco::zeromq::replication_mode::asynchronous
+                               : diloco::zeromq::replication_mode::synchronous;
+  o.timeout = std::chrono::milliseconds(static_cast<std::int64_t>(std::ceil(s.replication_timeout * 1000)));
+  return o;
+}
+
+#if DILOCO_SYNCER_WITH_ETCD
+/// What a standby does between campaigns: with --replication-endpoint,
+/// follows the leader's stream into its checkpoint directory; else waits.
+diloco_syncer::leadership::standby_wait standby(const settings& s, ::zmq::context_t& context) {
+  if (s.replication_endpoint.empty())
+    return [](const diloco_syncer::leader*, std::chrono::milliseconds period) { std::this_thread::sleep_for(period); };
+  struct copy {
+    diloco::checkpoint_store store;
+    diloco::contribution_journal journal;
+    diloco::replica replica;
+    diloco::zeromq::replication_follower follower;
+    copy(const settings& s, ::zmq::context_t& context)
+        : store(s.checkpoint_dir),
+          journal(store.directory() / "journal.bin", s.journal_sync),
+          replica(store, journal, s.sockets.max_payload_bytes),
+          follower(context, replica, s.endpoint, replication_options(s), [](const std::string& l) { log(l); }) {}
+  };
+  auto state = std::make_shared<copy>(s, context);
+  return [state](const diloco_syncer::leader* who, std::chrono::milliseconds period) {
+    if (who && !who->replication.empty())
+      state->follower.follow(who->replication, who->epoch);
+    else
+      state->follower.stop();
+    state->follower.pump_for(period);
+    if (!who || who->replication.empty()) std::this_thread::sleep_for(period);
+  };
+}
+#endif
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -420,23 +470,36 @@ int main(int argc, char** argv) {
     std::optional<diloco::parameter_layout> expected;
     if (!s.layout_file.empty()) expected = read_layout(s.layout_file);
 
+    ::zmq::context_t context;
+    // The replication stream's socket closes before the context ends (its
+    // destructor would wait for it).
+    struct close_replication {
+      ~close_replication() { replication().reset(); }
+    } close_replication_first;
 #if DILOCO_SYNCER_WITH_ETCD
     std::optional<diloco_syncer::leadership> lead;
     if (!s.etcd.empty()) {
-      // A standby until it leads: it binds nothing and reads no checkpoint before.
-      lead.emplace(s.etcd, s.leader_key, s.endpoint, s.lease_ttl, [](const std::string& line) { log(line); });
-      if (!lead->acquire(stop.get_token())) {
+      // A standby until it leads: it binds nothing before, and with
+      // --replication-endpoint keeps a copy of the leader's disk in its own
+      // checkpoint directory, from which it starts once it leads.
+      lead.emplace(s.etcd, s.leader_key, diloco_syncer::leader{s.endpoint, s.replication_endpoint}, s.lease_ttl,
+                   [](const std::string& line) { log(line); });
+      if (!lead->acquire(stop.get_token(), standby(s, context))) {
         log("stopped as a standby");
         return 0;
       }
       s.options.epoch = lead->epoch();
       keep_leadership() = [&lead] { lead->keep(); };
+      if (!s.replication_endpoint.empty()) {
+        replication().emplace(context, s.replication_endpoint, s.options.epoch, replication_options(s),
+                              [](const std::string& line) { log(line); });
+        log("replication stream at " + replication()->endpoint() + (s.replication_async ? " (asynchronous)" : ""));
+      }
     }
 #else
     if (!s.etcd.empty()) throw usage_error("--etcd needs a diloco_syncer built with diloco::etcd (DILOCO_WITH_ETCD)");
 #endif
     diloco::zeromq::keep_large_blocks();  // large fragments arrive without page faults (process-wide)
-    ::zmq::context_t context;
     diloco::zeromq::server server(context, s.endpoint, s.sockets, security);
     log("listening on " + server.endpoint() + ", P=" + std::to_string(s.options.training.fragments) +
         " H=" + std::to_string(s.options.training.sync_period) + " tau=" + std::to_string(s.options.training.overlap) +
@@ -466,6 +529,7 @@ int main(int argc, char** argv) {
       diloco::bootstrap<float, diloco::zeromq::server> boot(server, s.options.training, expected);
       while (!stop.stop_requested() && !boot.ready()) {
         keep_leadership()();
+        if (replication()) replication()->poll();
         if (auto e = server.receive_for(std::chrono::milliseconds(100)))
           boot.handle(std::move(*e), diloco::clock::now());
       }
@@ -501,6 +565,9 @@ int main(int argc, char** argv) {
       else
         status = with_outer(s, server, *from, st, stop.get_token(), tokens);
     }
+#if DILOCO_SYNCER_WITH_ETCD
+    if (lead) lead->resign();  // ended cleanly: the standby leads without waiting for the lease to end
+#endif
   } catch (const usage_error& e) {
     std::fprintf(stderr, "diloco_syncer: %s\n", e.what());
     status = 2;
@@ -509,6 +576,7 @@ int main(int argc, char** argv) {
     status = 1;
   }
   scrapes().reset();
+  replication().reset();
   // Wake the signal thread if no signal came.
   if (!stop.stop_requested()) pthread_kill(waiter.native_handle(), SIGTERM);
   return status;

@@ -91,6 +91,16 @@ BOOST_AUTO_TEST_CASE(leadership_in_etcd_is_off_unless_asked_for) {
   BOOST_TEST(p.c.lease_ttl == 3u);
   BOOST_TEST(parse({"--etcd", "http://e:2379", "--leader-key", "/run7/leader"}).c.leader_key == "/run7/leader");
   BOOST_TEST(parse({}).c.lease_ttl == 5u);
+  // Replication: synchronous unless asked, 2 s for a standby's answer.
+  BOOST_TEST(parse({}).c.replication_endpoint.empty());
+  const auto r = parse({"--etcd", "http://e:2379", "--checkpoint-dir", "/tmp/c", "--replication-endpoint",
+                        "tcp://127.0.0.1:6000", "--replication", "async", "--replication-timeout", "0.5"});
+  BOOST_TEST_REQUIRE(!r.status.has_value());
+  BOOST_TEST(r.c.replication_endpoint == "tcp://127.0.0.1:6000");
+  BOOST_TEST(r.c.replication_async);
+  BOOST_TEST(r.c.replication_timeout == 0.5);
+  BOOST_TEST(!parse({}).c.replication_async);
+  BOOST_TEST(parse({}).c.replication_timeout == 2.0);
 }
 
 BOOST_AUTO_TEST_CASE(help_ends_with_status_zero) {
@@ -116,6 +126,12 @@ BOOST_AUTO_TEST_CASE(refuses_bad_values_with_status_two) {
   BOOST_TEST(refused(parse({"--etcd", "127.0.0.1:2379"}), "expected http://HOST:PORT"));
   BOOST_TEST(refused(parse({"--etcd", "http://127.0.0.1:2379", "--lease-ttl", "0"}), "--lease-ttl"));
   BOOST_TEST(refused(parse({"--leader-key", "/k"}), "--leader-key needs --etcd"));
+  BOOST_TEST(refused(parse({"--replication-endpoint", "tcp://127.0.0.1:6000", "--checkpoint-dir", "/tmp/c"}),
+                     "--replication-endpoint needs --etcd"));
+  BOOST_TEST(refused(parse({"--replication-endpoint", "tcp://127.0.0.1:6000", "--etcd", "http://e:2379"}),
+                     "--replication-endpoint needs --etcd"));
+  BOOST_TEST(refused(parse({"--replication", "semi"}), "--replication"));
+  BOOST_TEST(refused(parse({"--replication-timeout", "0"}), "--replication-timeout"));
 }
 
 BOOST_AUTO_TEST_SUITE_END()
