@@ -20,7 +20,21 @@ final global model evaluated on the test set.
                                         1 comes back as incarnation 2, unit 0 is never down, zero
                                         global downtime, 0 acknowledged contributions lost, and
                                         accuracy within 2 points
+  chaos.py BIN_DIR --check-standby      no single point of failure: 2 syncer shards, each a primary
+                                        and a standby in etcd; under learner faults, 3 leaders
+                                        SIGKILLed with their checkpoint directories deleted and one
+                                        SIGSTOPped past its lease (the zombie), against the same run
+                                        without syncer faults; checks every failover published within
+                                        5 s of the lease's end, 0 acknowledged contributions lost, 0
+                                        split-brain publications, the zombie stepped down, and
+                                        goodput within 5 points
   chaos.py BIN_DIR --mode decoupled     one run (options below; --shards N for a sharded syncer)
+
+--standby runs every syncer shard as a primary and a standby that lead it in
+turn through an etcd the run starts (--etcd, --lease-ttl), the standby
+keeping a synchronous copy of the primary's checkpoints and journal; syncer
+faults then hit the leader, --lose-disk deletes a killed leader's checkpoint
+directory, and --syncer-pause-at SIGSTOPs the leader for --syncer-recovery.
 
 --ranks-per-unit R runs every learner as a unit of R MPI ranks (mpirun -np R
 fashion_mnist --ranks-per-unit R; --mpirun names the launcher), the syncer as
@@ -119,8 +133,13 @@ def run_in(bins, out, mode, args, faults, net):
         syncer_at, learner_to = "tcp://0.0.0.0:{port} --insecure", f"tcp://{net.hub_address('{id}')}:{{port}}"
         in_hub, in_leaf = f"ip netns exec {net.hub_ns()} ", f"ip netns exec {net.ns('l{id}')} "
         codecs = " --codec int4 --update-codec int8" if mode == "decoupled" else ""
-    syncer = (f"{in_hub}{bins}/tools/diloco_syncer --endpoint {syncer_at} --trace {{trace}} --quiet "
-              f"--checkpoint-dir {{dir}}/checkpoints{own} --save {{dir}}/final{own}.f32 "
+    # With standbys, each syncer process keeps its own directory ({state}),
+    # the leader's replicated into the standby's.
+    state = "{state}" if args.standby else f"{{dir}}/checkpoints{own}"
+    leadership = (f" --etcd {{etcd}} --replication-endpoint {{replication}} --lease-ttl {args.lease_ttl}"
+                  if args.standby else "")
+    syncer = (f"{in_hub}{bins}/tools/diloco_syncer --endpoint {syncer_at} --trace {{trace}} --quiet{leadership} "
+              f"--checkpoint-dir {state} --save {{dir}}/final{own}.f32 "
               f"--metrics {{dir}}/syncer{own}.json --shard {{shard}}/{{shards}} "
               f"--heartbeat-timeout {args.heartbeat_timeout} "
               + MODES[mode].format(M=m) + codecs)
@@ -146,11 +165,15 @@ def run_in(bins, out, mode, args, faults, net):
                "--syncer-recovery", str(args.syncer_recovery)]
     if args.ranks_per_unit > 1:
         command += ["--kill-rank"]
+    if args.standby:
+        command += ["--standby", "--etcd", args.etcd] + (["--lose-disk"] if args.lose_disk else [])
     if faults:
         command += ["--mtbf", str(args.mtbf), "--recovery", str(args.recovery), "--pause-share", str(args.pause_share),
                     "--quiet-start", str(args.quiet), "--quiet-end", str(args.quiet)]
         for at in args.syncer_kill_at:
             command += ["--syncer-kill-at", str(at)]
+        for at in args.syncer_pause_at:
+            command += ["--syncer-pause-at", str(at)]
         for kill in args.learner_kill_at:
             command += ["--learner-kill-at", kill]
     else:
@@ -166,13 +189,15 @@ def run_in(bins, out, mode, args, faults, net):
         sys.exit(f"chaos.py: diloco_chaos exited {status} without a report; the end of {out}/chaos.log:\n{tail}")
     report = json.load(open(os.path.join(out, "report.json")))
     report["runner_status"] = status
-    faults = {"learner_kills": 0, "learner_pauses": 0, "syncer_kills": 0}
+    faults = {"learner_kills": 0, "learner_pauses": 0, "syncer_kills": 0, "syncer_pauses": 0}
+    stopping = False
     for line in open(os.path.join(out, "events.jsonl")):
         e = json.loads(line)
+        stopping = stopping or (e["src"] == "runner" and e["ev"] == "stopping")
         if e["src"] == "runner" and e["ev"] in ("kill", "pause") and "learner" in e and e.get("pid") is not None:
             faults["learner_kills" if e["ev"] == "kill" else "learner_pauses"] += 1
-        elif e["src"] == "runner" and e["ev"] == "kill" and e.get("target") == "syncer":
-            faults["syncer_kills"] += 1
+        elif e["src"] == "runner" and e["ev"] in ("kill", "pause") and e.get("target") == "syncer" and not stopping:
+            faults["syncer_kills" if e["ev"] == "kill" else "syncer_pauses"] += 1
     report["faults"] = faults
     try:
         report["syncer"] = json.load(open(os.path.join(out, "syncer.json" if args.shards == 1 else "syncer0.json")))
@@ -313,6 +338,56 @@ def check_units(args, out):
     return 1 if failures else 0
 
 
+def check_standby(args, out):
+    """Two syncer shards, each a primary and a standby: leaders killed with
+    their disks and one paused past its lease, against the same learner
+    faults without syncer faults."""
+    args.standby, args.lose_disk, args.shards, args.kill_shard = True, True, 2, "each"
+    args.duration = 60
+    # Every syncer fault back (6 s) before the next; the kills alternate
+    # between the shards (0, 1, 0), then shard 1's leader is paused past its lease.
+    args.syncer_recovery = 6
+    kills, pause = [14, 22, 30], [38]
+    args.syncer_kill_at, args.syncer_pause_at = [], []
+    calm = run(args.bins, os.path.join(out, "calm"), "decoupled", args, faults=True)
+    args.syncer_kill_at, args.syncer_pause_at = kills, pause
+    hit = run(args.bins, os.path.join(out, "failovers"), "decoupled", args, faults=True)
+    failures = []
+    for name, r in (("without syncer faults", calm), ("with syncer faults", hit)):
+        if r["runner_status"] != 0:
+            failures.append(f"the run {name} failed: {r['invariants']['failures']}")
+        if r["accounting"]["unaccounted"] != 0 or r["accounting"]["lost_in_syncer_restart"] != 0:
+            failures.append(f"the run {name} lost acknowledged contributions: {r['accounting']}")
+        if r["syncers"]["split_brain_publications"] != 0:
+            failures.append(f"the run {name}: {r['syncers']['split_brain_publications']} split-brain publications")
+        if r["revisions"]["violations"]:
+            failures.append(f"the run {name}: a learner saw a revision go backwards: {r['revisions']['violations']}")
+    if hit["faults"]["syncer_kills"] != 3 or hit["faults"]["syncer_pauses"] != 1:
+        failures.append(f"expected 3 leader kills and 1 pause: {hit['faults']}")
+    failovers = hit["syncers"]["failovers"]
+    late = [f for f in failovers if f["published_after_s"] is None or f["published_after_s"] > args.lease_ttl + 5]
+    if len(failovers) != 4 or late:
+        failures.append(f"a failover did not publish within 5 s of the lease's end ({args.lease_ttl} s): {failovers}")
+    log = open(os.path.join(out, "failovers", "chaos.log"), errors="replace").read()
+    if "(1 stepped down" not in log:
+        failures.append("the paused leader did not step down when it came back (exit status 4)")
+    gap = 100 * (hit["goodput"] - calm["goodput"])
+    if gap < -5:
+        failures.append(f"goodput {hit['goodput']:.3f} more than 5 points below {calm['goodput']:.3f}")
+    print("| run | goodput | global downtime | longest gap | kills / pauses / syncer kills | merged / accepted "
+          "| test accuracy |")
+    print(summary("2 shards with standbys, learner faults only", calm))
+    print(summary("the same, 3 leaders killed with their disks, 1 paused", hit))
+    epochs = ", ".join(f"{e['shard']}:{e['epoch']}" for e in hit["syncers"]["epochs"])
+    print(f"failovers (fault -> new leader published): " +
+          ", ".join(f"shard {f['shard']} {f['fault']} {f['published_after_s']} s" for f in failovers) +
+          f"; epochs (shard:epoch) {epochs}; split-brain publications {hit['syncers']['split_brain_publications']}; "
+          f"goodput {gap:+.1f} points against the run without syncer faults")
+    for failure in failures:
+        print("FAIL:", failure)
+    return 1 if failures else 0
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("bins")
@@ -336,7 +411,7 @@ def main():
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--check-shards", action="store_true")
     p.add_argument("--shards", type=int, default=1, help="syncer shards (diloco_syncer --shard)")
-    p.add_argument("--kill-shard", type=int, default=0, help="the shard --syncer-kill-at kills")
+    p.add_argument("--kill-shard", default="0", help="the shard --syncer-kill-at kills ('each': in turn)")
     p.add_argument("--syncer-recovery", type=float, default=2, help="how long a killed syncer stays down, s")
     p.add_argument("--wan", metavar="RATE:RTT", help="each learner behind its own emulated link (root; e.g. "
                    "14mbit:10ms)")
@@ -349,6 +424,13 @@ def main():
     p.add_argument("--batch", type=int, default=64, help="examples per inner step of a learner (of a unit: over all "
                    "its ranks, each taking batch / R)")
     p.add_argument("--check-units", action="store_true")
+    p.add_argument("--check-standby", action="store_true")
+    p.add_argument("--standby", action="store_true", help="every shard a primary and a standby, leading through etcd")
+    p.add_argument("--etcd", default=shutil.which("etcd") or "/usr/bin/etcd", help="the etcd server (--standby)")
+    p.add_argument("--lease-ttl", type=int, default=2, help="the leaders' lease in etcd, s (--standby)")
+    p.add_argument("--lose-disk", action="store_true", help="a killed leader's checkpoint directory goes too")
+    p.add_argument("--syncer-pause-at", type=float, nargs="*", default=[], metavar="SEC",
+                   help="pause the leading syncer at these times (--standby), for --syncer-recovery")
     p.add_argument("--ranks-per-unit", type=int, default=1, metavar="R",
                    help="every learner a unit of R MPI ranks (needs --shards a multiple of R)")
     p.add_argument("--mpirun", default="mpirun", help="the MPI launcher that starts a unit (default: mpirun)")
@@ -372,6 +454,8 @@ def main():
         return check_shards(args, out)
     if args.check_units:
         return check_units(args, out)
+    if args.check_standby:
+        return check_standby(args, out)
     if not args.check:
         r = run(args.bins, out, args.mode, args, faults=not args.no_faults)
         print(json.dumps(r))

@@ -8,6 +8,7 @@
 
 #include "accounting.hpp"
 #include "downtime.hpp"
+#include "failover.hpp"
 #include "goodput.hpp"
 #include "lanes.hpp"
 #include "records.hpp"
@@ -30,6 +31,18 @@ inline void judge(report& r, bool anyone_alive) {
     r.failures.push_back(std::to_string(r.counts.unaccounted) + " unaccounted contribution(s)");
   if (!r.violations.empty())
     r.failures.push_back(std::to_string(r.violations.size()) + " revision(s) seen going backwards by a learner");
+  if (r.split_brain > 0)
+    r.failures.push_back(std::to_string(r.split_brain) +
+                         " split-brain publication(s): a replaced leader merged while its successor led");
+  if (r.epoch_regressions > 0)
+    r.failures.push_back(std::to_string(r.epoch_regressions) +
+                         " adoption(s) from a replaced leader after a learner had heard its successor");
+  if (r.standby && r.counts.lost_in_syncer_restart > 0)
+    r.failures.push_back(std::to_string(r.counts.lost_in_syncer_restart) +
+                         " acknowledged contribution(s) lost although a standby held them");
+  for (const failover& f : r.failovers)
+    if (r.standby && f.published_s < 0)
+      r.failures.push_back("no new leader published after the syncer fault at " + std::to_string(f.fault_s) + " s");
   if (r.counts.unanswered > 0)
     r.warnings.push_back(std::to_string(r.counts.unanswered) + " sent contribution(s) never answered by the syncer");
   r.ok = r.failures.empty();
@@ -51,6 +64,7 @@ inline report analyze(const trace& tr, const report_options& options) {
   if (!w.stop) r.warnings.push_back("no runner \"stopping\" or \"end\": the run window ends at the last event");
   r.begin_us = w.lo, r.window_s = seconds(w.hi - w.lo);
   if (w.begin) r.mode = w.begin->text("mode"), r.seed = w.begin->integer("seed").value_or(0);
+  if (w.begin) r.standby = w.begin->flag("standby");
 
   lanes lanes = trace_lanes(evs, w);
   r.learners = lanes.learners;
@@ -64,6 +78,7 @@ inline report analyze(const trace& tr, const report_options& options) {
   r.counts = account_contributions(evs, records);
   trace_revisions(evs, w, fragments, r);
   measure_downtime(evs, w, records, lanes.alive, options.downtime_bound_s, r);
+  trace_failovers(evs, w, r);
   judge(r, covered(lanes.alive, w.lo, w.hi) > 0);
   return r;
 }

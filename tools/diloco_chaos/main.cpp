@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -28,6 +29,9 @@
 #include "analyze.hpp"
 #include "report_json.hpp"
 #include "runner.hpp"
+#if DILOCO_CHAOS_WITH_ETCD
+#include "leaders.hpp"
+#endif
 
 namespace {
 
@@ -54,6 +58,12 @@ Commands are split at spaces (no quoting); these words are replaced:
   {id} {incarnation}   learners: which learner, and its process count from 1
   {stop_at}      learners: the wall time (s since the epoch) at which to finish
   {restart}      the syncer: 0, then 1, 2, ... after each kill
+With --standby, each shard runs two syncer processes, slots a and b, that lead it in turn:
+  {endpoint}     the syncer: its own; learners: both slots' of each shard, 'a|b'
+  {slot}         the syncer: a or b
+  {etcd}         the etcd server's URL, for --etcd
+  {replication}  the syncer: a free loopback endpoint of its own, for --replication-endpoint
+  {state}        the syncer: DIR/state/syncer-SHARD-SLOT, for --checkpoint-dir (--lose-disk deletes it)
 
 timeline.png is drawn by plot_timeline.py with matplotlib (Debian: python3-matplotlib).
 )";
@@ -202,9 +212,25 @@ int main(int argc, char** argv) {
       ->type_name("N")
       ->check(diloco_tools::whole_at_least(1))
       ->capture_default_str();
-  app.add_option("--kill-shard", kill_shard, "with --shards: the shard --syncer-kill-at kills")
+  std::string kill_shard_text = "0";
+  app.add_option("--kill-shard", kill_shard_text,
+                 "with --shards: the shard the syncer faults hit, or 'each': the shards in turn")
       ->type_name("S")
       ->capture_default_str();
+  app.add_option("--syncer-pause-at", plan.syncer_pauses_at,
+                 "pause the syncer (SIGSTOP, SIGCONT after --syncer-recovery) at these times (none)")
+      ->type_name("S,..")
+      ->delimiter(',')
+      ->check(non_negative)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  bool standby = false, lose_disk = false;
+  std::string etcd_program;
+  app.add_flag("--standby", standby,
+               "each shard runs a primary and a standby syncer that lead it in turn through etcd (needs --etcd); "
+               "a syncer fault hits the leader, and the faulted one starts again as a standby");
+  app.add_option("--etcd", etcd_program, "with --standby: the etcd server program the run starts")
+      ->type_name("PROGRAM");
+  app.add_flag("--lose-disk", lose_disk, "with --standby: a syncer kill deletes the killed syncer's {state} too");
   bool kill_rank = false;
   app.add_flag("--kill-rank", kill_rank,
                "a learner's command starts a unit of ranks (mpirun): a kill hits one of its ranks, and the "
@@ -252,7 +278,21 @@ int main(int argc, char** argv) {
       checked.learner_kills_at.clear();
     }
     checked.check();
-    if (kill_shard >= shards) throw std::invalid_argument("--kill-shard must be below --shards");
+    if (kill_shard_text == "each") {
+      kill_shard = chaos::runner_options::every_shard;
+    } else {
+      const auto k = diloco_tools::number_in(kill_shard_text, diloco_tools::interval<std::uint32_t>{0});
+      if (!k || *k >= shards) throw std::invalid_argument("--kill-shard must be 'each' or a shard below --shards");
+      kill_shard = *k;
+    }
+    if (standby != !etcd_program.empty()) throw std::invalid_argument("--standby and --etcd go together");
+    if (lose_disk && !standby) throw std::invalid_argument("--lose-disk needs --standby");
+    if (!plan.syncer_pauses_at.empty() && !standby)
+      throw std::invalid_argument("--syncer-pause-at needs --standby (a paused syncer without one only stalls)");
+#if !DILOCO_CHAOS_WITH_ETCD
+    if (standby)
+      throw std::invalid_argument("--standby needs a diloco_chaos built with diloco::etcd (DILOCO_WITH_ETCD)");
+#endif
   } catch (const std::invalid_argument& e) {
     std::fprintf(stderr, "diloco_chaos: %s\n", e.what());
     return diloco_tools::bad_usage;
@@ -266,13 +306,34 @@ int main(int argc, char** argv) {
     fs::create_directories(dir);
     const auto events = dir / "events.jsonl";
     fs::remove(events);
-    std::vector<std::string> endpoints, ports;
+    // Per shard and slot: where the syncer serves learners, and its replication stream.
+    const std::uint32_t slots = standby ? 2 : 1;
+    std::vector<std::vector<std::string>> endpoints(shards), ports(shards), replication(shards);
     std::string every_endpoint;
     for (std::uint32_t i = 0; i < shards; ++i) {
-      ports.push_back(std::to_string(diloco_tools::free_loopback_port()));
-      endpoints.push_back("tcp://127.0.0.1:" + ports.back());
-      every_endpoint += (i ? "," : "") + endpoints.back();
+      every_endpoint += i ? "," : "";
+      for (std::uint32_t slot = 0; slot < slots; ++slot) {
+        ports[i].push_back(std::to_string(diloco_tools::free_loopback_port()));
+        endpoints[i].push_back("tcp://127.0.0.1:" + ports[i].back());
+        replication[i].push_back("tcp://127.0.0.1:" + std::to_string(diloco_tools::free_loopback_port()));
+        every_endpoint += (slot ? "|" : "") + endpoints[i].back();
+      }
     }
+    const auto state_of = [&](std::uint32_t shard, std::uint32_t slot) {
+      return dir / "state" / ("syncer-" + std::to_string(shard) + "-" + static_cast<char>('a' + slot));
+    };
+    fs::remove_all(dir / "state");
+#if DILOCO_CHAOS_WITH_ETCD
+    std::optional<chaos::leaders> etcd;
+    if (standby) {
+      fs::create_directories(dir / "logs");
+      etcd.emplace(etcd_program, dir / "etcd", dir / "logs" / "etcd.log", endpoints);
+      std::cerr << "diloco_chaos: etcd at " << etcd->url() << '\n';
+    }
+    const std::string etcd_url = etcd ? etcd->url() : std::string();
+#else
+    const std::string etcd_url;
+#endif
     const double stop_at = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count() +
                            plan.duration_seconds;
     auto expand = [&](const std::string& command, const std::string& endpoint, const std::string& port) {
@@ -289,31 +350,44 @@ int main(int argc, char** argv) {
     o.duration_seconds = plan.duration_seconds;
     if (!no_faults) o.faults = chaos::make_schedule(plan);
     o.learner_command = [&](std::uint32_t id, std::uint32_t incarnation) {
-      std::string c = replace_all(expand(learner, every_endpoint, ports.front()), "{id}", std::to_string(id));
+      std::string c = replace_all(expand(learner, every_endpoint, ports[0][0]), "{id}", std::to_string(id));
       return words(replace_all(c, "{incarnation}", std::to_string(incarnation)));
     };
-    o.syncer_command = [&](std::uint32_t shard, std::uint32_t restart) {
-      std::string c = replace_all(expand(syncer, endpoints[shard], ports[shard]), "{restart}", std::to_string(restart));
+    o.syncer_command = [&](std::uint32_t shard, std::uint32_t slot, std::uint32_t restart) {
+      std::string c = expand(syncer, endpoints[shard][slot], ports[shard][slot]);
+      c = replace_all(c, "{restart}", std::to_string(restart));
       c = replace_all(c, "{shards}", std::to_string(shards));
+      c = replace_all(c, "{slot}", std::string(1, static_cast<char>('a' + slot)));
+      c = replace_all(c, "{etcd}", etcd_url);
+      c = replace_all(c, "{replication}", replication[shard][slot]);
+      c = replace_all(c, "{state}", state_of(shard, slot).string());
       return words(replace_all(c, "{shard}", std::to_string(shard)));
     };
     o.shards = shards;
+    o.slots = slots;
+#if DILOCO_CHAOS_WITH_ETCD
+    if (etcd) o.leader_slot = [&](std::uint32_t shard) { return etcd->leader_slot(shard); };
+#endif
+    if (lose_disk)
+      o.lose_disk = [&](std::uint32_t shard, std::uint32_t slot) { fs::remove_all(state_of(shard, slot)); };
     o.kill_shard = kill_shard;
     o.kill_rank = kill_rank;
     o.log_dir = dir / "logs";
     const std::string name = title.empty() ? dir.filename().string() : title;
     o.begin_fields = {{"mode", name}, {"seed", plan.seed}};
+    if (standby) o.begin_fields["standby"] = true;
     if (!no_faults) o.begin_fields.update({{"mtbf_s", plan.mtbf_seconds}, {"recovery_s", plan.recovery_seconds}});
     o.log = [](const std::string& line) { std::cerr << "diloco_chaos: " << line << '\n'; };
     const auto counts = chaos::count_faults(o.faults);
     std::cerr << "diloco_chaos: " << plan.learners << " learners for " << plan.duration_seconds << " s on "
               << every_endpoint << "; scheduled " << counts.kills << " kills, " << counts.pauses << " pauses, "
-              << counts.syncer_kills << " syncer kills\n";
+              << counts.syncer_kills << " syncer kills, " << counts.syncer_pauses << " syncer pauses\n";
     diloco::trace_writer trace(events);
     const auto r = chaos::run(o, trace);
     std::cerr << "diloco_chaos: done: " << r.learner_kills << " learner kills, " << r.learner_pauses << " pauses, "
-              << r.learner_restarts << " restarts, " << r.syncer_kills << " syncer kills; " << r.unexpected_exits
-              << " unexpected exits, " << r.killed_at_end << " killed at the end\n";
+              << r.learner_restarts << " restarts, " << r.syncer_kills << " syncer kills, " << r.syncer_pauses
+              << " syncer pauses (" << r.stepped_down << " stepped down, " << r.skipped_faults << " found no leader); "
+              << r.unexpected_exits << " unexpected exits, " << r.killed_at_end << " killed at the end\n";
     const int status = report(dir, downtime_bound, name);
     if (r.unexpected_exits || r.killed_at_end) {
       std::cerr << "diloco_chaos: FAILED: processes ended on their own or had to be killed at the end (see "

@@ -101,6 +101,20 @@ struct accounting {
   std::vector<std::string> unaccounted_keys;  ///< the first 10, each with why
 };
 
+/// A leadership of a syncer shard: it began (its syncer "start") at t_s.
+struct leadership_epoch {
+  std::uint32_t shard;
+  std::uint64_t epoch;
+  double t_s;
+};
+/// A fault of a leading syncer and what followed; -1: never.
+struct failover {
+  std::uint32_t shard;
+  bool pause;          ///< SIGSTOP rather than SIGKILL
+  double fault_s;      ///< the runner's kill or pause
+  double led_s;        ///< a syncer of a newer epoch started
+  double published_s;  ///< that leadership merged one of the shard's fragments
+};
 /// What analyze() finds; times in seconds (since the run began where a point in time).
 struct report {
   std::string mode;
@@ -122,6 +136,11 @@ struct report {
   std::vector<fragment_report> per_fragment;
   double staleness_mean = 0, staleness_max = 0;
   std::vector<revision_violation> violations;
+  bool standby = false;                  ///< the run had standby syncers (runner "begin")
+  std::vector<leadership_epoch> epochs;  ///< in trace order
+  std::vector<failover> failovers;       ///< one per syncer fault
+  std::uint64_t split_brain = 0;         ///< revisions a replaced leader merged after its successor began
+  std::uint64_t epoch_regressions = 0;   ///< adoptions from a replaced leader after its successor was heard
   std::size_t malformed_lines = 0;
   bool ok = true;
   std::vector<std::string> failures, warnings;

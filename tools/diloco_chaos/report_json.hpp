@@ -89,6 +89,17 @@ inline nlohmann::ordered_json report_json(const report& r) {
                           {"from", v.from},
                           {"to", v.to},
                           {"t_s", s(v.t_s)}});
+  json epochs = json::array(), failovers = json::array();
+  for (const leadership_epoch& e : r.epochs)
+    epochs.push_back({{"shard", e.shard}, {"epoch", e.epoch}, {"t_s", s(e.t_s)}});
+  for (const failover& f : r.failovers) {
+    const auto since = [&](double t) { return t < 0 ? json(nullptr) : json(s(t - f.fault_s)); };
+    failovers.push_back({{"shard", f.shard},
+                         {"fault", f.pause ? "pause" : "kill"},
+                         {"fault_s", s(f.fault_s)},
+                         {"led_after_s", since(f.led_s)},
+                         {"published_after_s", since(f.published_s)}});
+  }
   const accounting& a = r.counts;
   json by_reason = json::object();
   for (const auto& [reason, n] : a.rejected_by_reason) by_reason[reason] = n;
@@ -130,6 +141,12 @@ inline nlohmann::ordered_json report_json(const report& r) {
         {"staleness_max", s(r.staleness_max)},
         {"per_fragment", per_fragment},
         {"violations", violations}}},
+      {"syncers",
+       {{"standby", r.standby},
+        {"epochs", epochs},
+        {"failovers", failovers},
+        {"split_brain_publications", r.split_brain},
+        {"epoch_regressions", r.epoch_regressions}}},
       {"malformed_lines", r.malformed_lines},
       {"invariants", {{"ok", r.ok}, {"failures", r.failures}, {"warnings", r.warnings}}},
       {"timeline", timeline_json(r)},

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <climits>
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
@@ -74,13 +75,26 @@ struct runner_options {
   schedule faults;              ///< `make_schedule`, or empty for a run without faults
   /// The command of learner `id`'s `incarnation`-th process (from 1).
   std::function<std::vector<std::string>(std::uint32_t id, std::uint32_t incarnation)> learner_command;
-  /// The command of syncer shard `shard` (0 when not sharded); `restart` is
-  /// 0 for the first start.
-  std::function<std::vector<std::string>(std::uint32_t shard, std::uint32_t restart)> syncer_command;
+  /// The command of syncer shard `shard` (0 when not sharded) in slot `slot`
+  /// (0, or 0 and 1 with a standby); `restart` is 0 for the first start.
+  std::function<std::vector<std::string>(std::uint32_t shard, std::uint32_t slot, std::uint32_t restart)>
+      syncer_command;
   /// Syncer processes: 1, or the S shards of a sharded syncer (docs/design.md,
-  /// "Sharded syncer"). The schedule's syncer kills hit shard `kill_shard`.
+  /// "Sharded syncer"). The schedule's syncer faults hit shard `kill_shard`,
+  /// or with `every_shard` the shards in turn.
   std::uint32_t shards = 1;
   std::uint32_t kill_shard = 0;
+  static constexpr std::uint32_t every_shard = UINT32_MAX;
+  /// Syncer processes per shard: 1, or 2 where each shard has a standby that
+  /// takes over through etcd (docs/chaos.md). A syncer fault then hits the
+  /// shard's leader, which `leader_slot` names (nothing: none leads now,
+  /// and the fault is skipped); a leader that comes back from a pause past
+  /// its lease steps down (exit status 4) and starts again as a standby.
+  std::uint32_t slots = 1;
+  std::function<std::optional<std::uint32_t>(std::uint32_t shard)> leader_slot;
+  /// With `slots` > 1, called after a syncer kill: the killed process's disk
+  /// is lost too (its checkpoint directory deleted). Nothing when empty.
+  std::function<void(std::uint32_t shard, std::uint32_t slot)> lose_disk;
   /// A learner's command starts a unit of ranks under a launcher (`mpirun`):
   /// a kill hits one rank (`descendant_leaves`, the lowest pid) and the
   /// launcher ends the unit, which stays down from then until its restart.
@@ -97,7 +111,9 @@ struct runner_options {
 
 /// What happened, besides the trace.
 struct runner_result {
-  std::uint32_t learner_kills = 0, learner_pauses = 0, learner_restarts = 0, syncer_kills = 0;
+  std::uint32_t learner_kills = 0, learner_pauses = 0, learner_restarts = 0, syncer_kills = 0, syncer_pauses = 0;
+  std::uint32_t stepped_down = 0;      ///< syncers that exited with status 4, having lost their lease
+  std::uint32_t skipped_faults = 0;    ///< syncer faults that found no leader to hit
   std::uint32_t unexpected_exits = 0;  ///< processes that ended on their own before the end, or not with 0
   std::uint32_t killed_at_end = 0;     ///< processes that did not finish within `drain_seconds`
 };
@@ -124,22 +140,30 @@ inline runner_result run(const runner_options& o, diloco::trace_writer& trace) {
     std::optional<double> resume_at;       ///< paused (SIGSTOP): when it gets SIGCONT
     std::optional<double> rank_killed_at;  ///< a unit whose rank was killed: its launcher ends it
   };
-  const std::uint32_t everyone = o.learners + o.shards;
-  std::vector<member> members(everyone);  // learners, then the syncer's shards
+  const std::uint32_t everyone = o.learners + o.shards * o.slots;
+  std::vector<member> members(everyone);  // learners, then the syncer's shards, each in its slots
   const auto is_syncer = [&](std::uint32_t i) { return i >= o.learners; };
+  const auto shard_of = [&](std::uint32_t i) { return (i - o.learners) / o.slots; };
+  const auto slot_of = [&](std::uint32_t i) { return (i - o.learners) % o.slots; };
+  // "syncer", "syncer 1" (a shard), "syncer 1b" (its slot b): as the trace and the log files name them.
+  const auto syncer_name = [&](std::uint32_t i, const char* space) {
+    std::string name = "syncer";
+    if (o.shards > 1 || o.slots > 1) name += space;
+    if (o.shards > 1) name += std::to_string(shard_of(i));
+    if (o.slots > 1) name += static_cast<char>('a' + slot_of(i));
+    return name;
+  };
   for (std::uint32_t i = 0; i < everyone; ++i) {
     auto& m = members[i];
-    const std::uint32_t shard = i - o.learners;
     if (!is_syncer(i)) {
       m.name = std::string("learner ").append(std::to_string(i));
       m.fields = json{{"target", "learner"}, {"learner", i}};
-    } else if (o.shards == 1) {
-      m.name = "syncer";
-      m.fields = json{{"target", "syncer"}};
-    } else {
-      m.name = std::string("syncer ").append(std::to_string(shard));
-      m.fields = json{{"target", "syncer"}, {"shard", shard}};
+      continue;
     }
+    m.name = syncer_name(i, " ");
+    m.fields = json{{"target", "syncer"}};
+    if (o.shards > 1) m.fields["shard"] = shard_of(i);
+    if (o.slots > 1) m.fields["slot"] = std::string(1, static_cast<char>('a' + slot_of(i)));
   }
   auto record = [&](member& m, const char* ev, const json& extra = json::object()) {
     json fields = m.fields;
@@ -159,10 +183,8 @@ inline runner_result run(const runner_options& o, diloco::trace_writer& trace) {
     auto& m = members[i];
     const bool syncer = is_syncer(i);
     const std::uint32_t n = ++m.starts;
-    const auto argv = syncer ? o.syncer_command(i - o.learners, n - 1) : o.learner_command(i, n);
-    std::string file = !syncer         ? std::string("learner").append(std::to_string(i))
-                       : o.shards == 1 ? std::string("syncer")
-                                       : std::string("syncer").append(std::to_string(i - o.learners));
+    const auto argv = syncer ? o.syncer_command(shard_of(i), slot_of(i), n - 1) : o.learner_command(i, n);
+    std::string file = !syncer ? std::string("learner").append(std::to_string(i)) : syncer_name(i, "");
     const auto log = o.log_dir / file.append("-").append(std::to_string(n)).append(".log");
     m.process = child_process::spawn({argv, log, log});
     m.resume_at.reset();
@@ -217,10 +239,33 @@ inline runner_result run(const runner_options& o, diloco::trace_writer& trace) {
     for (; next_syncer_fault < o.faults.syncer_faults.size() &&
            o.faults.syncer_faults[next_syncer_fault].at_seconds <= now;
          ++next_syncer_fault) {
-      auto& m = members[o.learners + o.kill_shard];
-      kill(m);
-      ++result.syncer_kills;
-      m.restart_at = now + o.faults.syncer_faults[next_syncer_fault].recovery_seconds;
+      const auto& f = o.faults.syncer_faults[next_syncer_fault];
+      const std::uint32_t shard = o.kill_shard == runner_options::every_shard
+                                      ? static_cast<std::uint32_t>(next_syncer_fault % o.shards)
+                                      : o.kill_shard;
+      std::optional<std::uint32_t> slot = 0;
+      if (o.slots > 1) slot = o.leader_slot ? o.leader_slot(shard) : std::nullopt;
+      auto* m = slot ? &members[o.learners + shard * o.slots + *slot] : nullptr;
+      if (!m || !m->process || m->resume_at) {
+        ++result.skipped_faults;
+        trace.write("runner", "skip", diloco_tools::trace_fields(json{{"target", "syncer"}, {"shard", shard}}));
+        o.log("no leading syncer of shard " + std::to_string(shard) + " to hit: fault skipped");
+        continue;
+      }
+      if (f.kind == fault_kind::kill) {
+        kill(*m);
+        ++result.syncer_kills;
+        if (o.lose_disk) {
+          o.lose_disk(shard, *slot);
+          record(*m, "lose_disk");
+        }
+        m->restart_at = now + f.recovery_seconds;
+      } else {
+        m->process->signal(SIGSTOP);
+        record(*m, "pause");
+        ++result.syncer_pauses;
+        m->resume_at = now + f.recovery_seconds;
+      }
     }
     for (std::uint32_t i = 0; i < everyone; ++i) {
       auto& m = members[i];
@@ -241,7 +286,9 @@ inline runner_result run(const runner_options& o, diloco::trace_writer& trace) {
         }
       } else if (m.process) {
         if (auto s = m.process->poll()) {  // ended by itself before the end of the run
-          ++result.unexpected_exits;
+          // A leader back from a pause past its lease steps down: expected where there is a standby.
+          const bool stepped_down = is_syncer(i) && o.slots > 1 && s->exited && s->code == 4;
+          ++(stepped_down ? result.stepped_down : result.unexpected_exits);
           reaped(m, *s);
           m.restart_at = now + 1.0;
         }
@@ -276,20 +323,33 @@ inline runner_result run(const runner_options& o, diloco::trace_writer& trace) {
       kill(m);
     }
   }
-  for (std::uint32_t i = o.learners; i < everyone; ++i)
-    if (members[i].process) {
-      members[i].process->signal(SIGTERM);
-      record(members[i], "terminate");
+  // Standbys first: a leader that ends cleanly gives its leadership up,
+  // and a standby still there would take it over.
+  std::vector<bool> leads(everyone, true);
+  if (o.slots > 1)
+    for (std::uint32_t i = o.learners; i < everyone; ++i) {
+      const auto slot = o.leader_slot ? o.leader_slot(shard_of(i)) : std::nullopt;
+      leads[i] = slot && *slot == slot_of(i);
     }
-  for (std::uint32_t i = o.learners; i < everyone; ++i) {
-    auto& syncer = members[i];
-    if (!syncer.process) continue;
-    if (auto s = syncer.process->wait_for(drain)) {
-      if (!s->exited || s->code != 0) ++result.unexpected_exits;
-      reaped(syncer, *s);
-    } else {
-      ++result.killed_at_end;
-      kill(syncer);
+  for (const bool leaders : {false, true}) {
+    for (std::uint32_t i = o.learners; i < everyone; ++i)
+      if (members[i].process && leads[i] == leaders) {
+        if (members[i].resume_at) members[i].process->signal(SIGCONT);
+        members[i].resume_at.reset();
+        members[i].process->signal(SIGTERM);
+        record(members[i], "terminate");
+      }
+    for (std::uint32_t i = o.learners; i < everyone; ++i) {
+      auto& syncer = members[i];
+      if (!syncer.process || leads[i] != leaders) continue;
+      if (auto s = syncer.process->wait_for(drain)) {
+        const bool stepped_down = o.slots > 1 && s->exited && s->code == 4;
+        if (!stepped_down && (!s->exited || s->code != 0)) ++result.unexpected_exits;
+        reaped(syncer, *s);
+      } else {
+        ++result.killed_at_end;
+        kill(syncer);
+      }
     }
   }
   trace.write("runner", "end");

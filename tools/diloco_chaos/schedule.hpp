@@ -32,10 +32,12 @@ struct fault {
   bool operator==(const fault&) const = default;
 };
 
-/// One syncer kill: at `at_seconds`, restarted `recovery_seconds` later.
+/// One syncer fault: at `at_seconds`, killed and restarted
+/// `recovery_seconds` later, or paused and resumed then.
 struct syncer_fault {
   double at_seconds = 0;
   double recovery_seconds = 0;
+  fault_kind kind = fault_kind::kill;
   bool operator==(const syncer_fault&) const = default;
 };
 
@@ -49,6 +51,9 @@ struct schedule_options {
   double quiet_start_seconds = 5;       ///< no fault starts before this
   double quiet_end_seconds = 5;         ///< every process is back this long before the end
   std::vector<double> syncer_kills_at;  ///< when the syncer is killed, in any order
+  /// When the syncer is paused (SIGSTOP, SIGCONT `syncer_recovery_seconds`
+  /// later), in any order.
+  std::vector<double> syncer_pauses_at;
   /// Learner kills at set times, in any order: when any is given, these are
   /// the learners' faults (each down for `recovery_seconds`), none is drawn.
   std::vector<fault> learner_kills_at;
@@ -89,15 +94,16 @@ struct schedule_options {
     if (duration_seconds / (mtbf_seconds + recovery_seconds) > 1e7)
       fail("mtbf_seconds + recovery_seconds is too short for duration_seconds (over 10^7 faults per learner)");
     std::vector<double> kills = syncer_kills_at;
+    kills.insert(kills.end(), syncer_pauses_at.begin(), syncer_pauses_at.end());
     std::sort(kills.begin(), kills.end());
     const double last = duration_seconds - quiet_end_seconds - syncer_recovery_seconds;
     for (std::size_t i = 0; i < kills.size(); ++i) {
       if (!(kills[i] >= quiet_start_seconds && kills[i] <= last))
-        fail("syncer_kills_at: " + number(kills[i]) +
+        fail("syncer fault at " + number(kills[i]) +
              " lies outside [quiet_start_seconds, duration_seconds - "
              "quiet_end_seconds - syncer_recovery_seconds]");
       if (i > 0 && kills[i] < kills[i - 1] + syncer_recovery_seconds)
-        fail("syncer_kills_at: " + number(kills[i]) + " falls while the syncer is down from the kill at " +
+        fail("syncer fault at " + number(kills[i]) + " falls while the syncer is down from the fault at " +
              number(kills[i - 1]));
     }
     std::vector<fault> planned = learner_kills_at;
@@ -159,7 +165,8 @@ inline schedule make_schedule(const schedule_options& o) {
   std::sort(s.learner_faults.begin(), s.learner_faults.end(), [](const fault& a, const fault& b) {
     return std::tie(a.at_seconds, a.learner) < std::tie(b.at_seconds, b.learner);
   });
-  for (double at : o.syncer_kills_at) s.syncer_faults.push_back({at, o.syncer_recovery_seconds});
+  for (double at : o.syncer_kills_at) s.syncer_faults.push_back({at, o.syncer_recovery_seconds, fault_kind::kill});
+  for (double at : o.syncer_pauses_at) s.syncer_faults.push_back({at, o.syncer_recovery_seconds, fault_kind::pause});
   std::sort(s.syncer_faults.begin(), s.syncer_faults.end(),
             [](const syncer_fault& a, const syncer_fault& b) { return a.at_seconds < b.at_seconds; });
   return s;
@@ -167,13 +174,13 @@ inline schedule make_schedule(const schedule_options& o) {
 
 /// How many faults of each kind a schedule holds.
 struct schedule_counts {
-  std::size_t kills = 0, pauses = 0, syncer_kills = 0;
+  std::size_t kills = 0, pauses = 0, syncer_kills = 0, syncer_pauses = 0;
 };
 
 inline schedule_counts count_faults(const schedule& s) {
   schedule_counts c;
   for (const auto& f : s.learner_faults) ++(f.kind == fault_kind::pause ? c.pauses : c.kills);
-  c.syncer_kills = s.syncer_faults.size();
+  for (const auto& f : s.syncer_faults) ++(f.kind == fault_kind::pause ? c.syncer_pauses : c.syncer_kills);
   return c;
 }
 
@@ -190,7 +197,7 @@ inline std::string to_string(const fault& f) {
 /// "40.000 s: syncer kill for 2.000 s".
 inline std::string to_string(const syncer_fault& f) {
   char b[64];
-  std::snprintf(b, sizeof b, "%.3f s: syncer kill for %.3f s", f.at_seconds, f.recovery_seconds);
+  std::snprintf(b, sizeof b, "%.3f s: syncer %s for %.3f s", f.at_seconds, to_string(f.kind), f.recovery_seconds);
   return b;
 }
 

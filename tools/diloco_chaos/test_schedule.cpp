@@ -137,7 +137,8 @@ BOOST_AUTO_TEST_CASE(faults_respect_recoveries_and_quiet_windows) {
     o.quiet_start_seconds = 20;
     o.quiet_end_seconds = 30;
     o.pause_share = seed % 3 == 0 ? 0.0 : seed % 3 == 1 ? 1.0 : 0.5;
-    o.syncer_kills_at = {200, 50, 120};
+    o.syncer_kills_at = {200, 50};
+    o.syncer_pauses_at = {120};
     o.syncer_recovery_seconds = 3;
     o.seed = seed;
     const auto s = make_schedule(o);
@@ -161,6 +162,10 @@ BOOST_AUTO_TEST_CASE(faults_respect_recoveries_and_quiet_windows) {
     BOOST_TEST(s.syncer_faults[1].at_seconds == 120.0);
     BOOST_TEST(s.syncer_faults[2].at_seconds == 200.0);
     BOOST_TEST(s.syncer_faults[2].recovery_seconds == 3.0);
+    BOOST_TEST((s.syncer_faults[1].kind == fault_kind::pause));
+    BOOST_TEST((s.syncer_faults[0].kind == fault_kind::kill && s.syncer_faults[2].kind == fault_kind::kill));
+    BOOST_TEST(counts.syncer_kills == 2u);
+    BOOST_TEST(counts.syncer_pauses == 1u);
   }
 }
 
@@ -168,6 +173,7 @@ BOOST_AUTO_TEST_CASE(faults_print_as_one_line) {
   BOOST_TEST(to_string(fault{12.345, 3, fault_kind::pause, 10}) == "12.345 s: learner 3 pause for 10.000 s");
   BOOST_TEST(to_string(fault{0.5, 0, fault_kind::kill, 2.25}) == "0.500 s: learner 0 kill for 2.250 s");
   BOOST_TEST(to_string(syncer_fault{40, 2}) == "40.000 s: syncer kill for 2.000 s");
+  BOOST_TEST(to_string(syncer_fault{41.5, 6, fault_kind::pause}) == "41.500 s: syncer pause for 6.000 s");
 }
 
 BOOST_AUTO_TEST_CASE(check_refuses_options_that_make_no_sense) {
@@ -190,15 +196,21 @@ BOOST_AUTO_TEST_CASE(check_refuses_options_that_make_no_sense) {
          o.mtbf_seconds = 1e-6;
          o.recovery_seconds = 0;
        }},
-      {"syncer_kills_at: 3 ",
+      {"syncer fault at 3 ",
        [](auto& o) {
          o.syncer_kills_at = {100, 3};
        }},
-      {"syncer_kills_at: 3594 ", [](auto& o) { o.syncer_kills_at = {3594}; }},
-      {"syncer_kills_at: 101 ",
+      {"syncer fault at 3594 ", [](auto& o) { o.syncer_kills_at = {3594}; }},
+      {"syncer fault at 101 falls while the syncer is down from the fault at 100",
        [](auto& o) {
          o.syncer_kills_at = {101, 100};
        }},
+      {"syncer fault at 101 falls while the syncer is down from the fault at 100",  // a pause counts too
+       [](auto& o) {
+         o.syncer_pauses_at = {101};
+         o.syncer_kills_at = {100};
+       }},
+      {"syncer fault at 3594 ", [](auto& o) { o.syncer_pauses_at = {3594}; }},
       {"learner_kills_at: learner 1 at 20: there are only 1",
        [](auto& o) {
          o.learner_kills_at = {{20, 1}};
