@@ -39,6 +39,7 @@ struct learner_counts {
   std::uint64_t answered = 0;  ///< updates that merged one of ours
   std::uint64_t rejected = 0;  ///< rejects received (any reason)
   std::uint64_t states_sent = 0;
+  std::vector<double> ack_us;  ///< per acknowledged contribution: microseconds from its send to its ack
 };
 
 class synthetic_learner {
@@ -59,6 +60,7 @@ class synthetic_learner {
     link_ = std::make_unique<diloco::sharded<diloco::zeromq::client>>(std::move(raw));
     revision_.assign(fragments, 0);
     in_flight_.assign(fragments, 0);
+    sent_at_.assign(fragments, clock::time_point{});
   }
 
   /// Joins every shard (answering a bootstrap's request for the model);
@@ -153,6 +155,7 @@ class synthetic_learner {
       for (std::size_t i = 0; i < values.size(); ++i) values[i] = 1e-6f * static_cast<float>(i % 7 + 1);
     }
     const auto sequence = h.sequence;
+    sent_at_[p] = clock::now();
     send(m);
     in_flight_[p] = sequence;
     ++counts_.sent;
@@ -180,9 +183,14 @@ class synthetic_learner {
           in_flight_[h.fragment] = 0;
         }
         break;
+      case diloco::message_kind::ack:
+        if (h.fragment < in_flight_.size() && in_flight_[h.fragment] && h.answers == in_flight_[h.fragment])
+          counts_.ack_us.push_back(
+              std::chrono::duration<double, std::micro>(clock::now() - sent_at_[h.fragment]).count());
+        break;
       case diloco::message_kind::reject: ++counts_.rejected; break;
       case diloco::message_kind::end: ended_ = true; break;
-      default: break;  // acks
+      default: break;
     }
   }
 
@@ -217,8 +225,9 @@ class synthetic_learner {
   std::vector<std::unique_ptr<diloco::zeromq::client>> connections_;
   std::unique_ptr<diloco::sharded<diloco::zeromq::client>> link_;
   diloco::buffer_pool pool_;
-  std::vector<std::uint64_t> revision_;   ///< newest revision held, per fragment
-  std::vector<std::uint64_t> in_flight_;  ///< sequence of the contribution awaiting its merge, 0: none
+  std::vector<std::uint64_t> revision_;     ///< newest revision held, per fragment
+  std::vector<std::uint64_t> in_flight_;    ///< sequence of the contribution awaiting its merge, 0: none
+  std::vector<clock::time_point> sent_at_;  ///< when it left
   std::uint64_t sequence_ = 0, local_step_ = 0;
   learner_counts counts_;
   bool ended_ = false;

@@ -12,12 +12,21 @@
 // are the same size). GB/s = 10⁹ merged bytes per second, all shards.
 //
 // Shard counts alternate over repetitions (1 2 4 1 2 4 …); the table shows
-// the median GB/s and the median over repetitions of the ratio to S = 1
+// the median GB/s and the median over repetitions of the ratio to the first row
 // measured in the same repetition.
+//
+// With --replication none,sync,async (and --etcd, the etcd server it then
+// starts), every shard leads through etcd and checkpoints (--durability),
+// and for sync and async a standby syncer follows it: each row is a shard
+// count and a mode, the ratio is to the first row of the same repetition,
+// and the learners' acknowledgement latency (send to ack, median and 99th
+// percentile) shows what waiting for the standby adds.
 //
 //   bench_shards [--shards 1,2,4] [--parameters 16M] [--fragments 8] [--learners 4]
 //                [--quorum all|K] [--H 50] [--threads T] [--seconds 5] [--warmup 2]
 //                [--repeat 3] [--syncer PATH] [--json]
+//                [--replication none,sync,async --etcd PATH [--durability update|SEC]]
+#include <signal.h>
 #include <stdlib.h>
 
 #include <algorithm>
@@ -59,6 +68,9 @@ struct options {
   int repeat = 3;
   std::string syncer = DILOCO_SYNCER_PATH;
   bool json = false;
+  std::vector<std::string> replication;  ///< empty: no etcd, no checkpoints (the plain bench)
+  std::string etcd = "/usr/bin/etcd";
+  std::string durability = "update";
 };
 
 std::optional<int> parse(int argc, char** argv, options& o) {
@@ -67,7 +79,7 @@ std::optional<int> parse(int argc, char** argv, options& o) {
       "ZeroMQ tcp on 127.0.0.1).",
       "bench_shards");
   app.option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
-  app.add_option("--shards", o.shards, "shard counts S, each at most P (ratios need 1)")
+  app.add_option("--shards", o.shards, "shard counts S, each at most P (ratios are to the first)")
       ->delimiter(',')
       ->check(CLI::Range(1u, 1024u).description(""))
       ->option_text("S,...");
@@ -114,6 +126,18 @@ std::optional<int> parse(int argc, char** argv, options& o) {
       ->type_name("K");
   app.add_option("--syncer", o.syncer, "the diloco_syncer to run")->capture_default_str()->type_name("PATH");
   app.add_flag("--json", o.json, "one JSON line on stdout, nothing else");
+  app.add_option("--replication", o.replication,
+                 "modes to compare: none (a primary alone), sync, async (with a standby); every shard then "
+                 "leads through etcd and checkpoints")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"none", "sync", "async"}).description(""))
+      ->option_text("MODE,...");
+  app.add_option("--etcd", o.etcd, "with --replication: the etcd server to start")
+      ->capture_default_str()
+      ->type_name("PATH");
+  app.add_option("--durability", o.durability, "with --replication: each shard's --durability (update or seconds)")
+      ->capture_default_str()
+      ->type_name("update|SEC");
   if (const auto status = diloco_tools::parse(app, argc, argv)) return status;
   for (const auto s : o.shards)
     if (s > o.fragments) {
@@ -133,6 +157,7 @@ double epoch_seconds() {
 
 /// What one run of S shards measured.
 struct run_result {
+  double ack_median_us = 0, ack_p99_us = 0;      ///< send to ack, every learner, the whole stream
   double gbps = 0;                               ///< merged bytes per second, all shards, 10⁹
   std::uint64_t merged = 0;                      ///< contributions merged in the window, all shards
   double window = 0;                             ///< seconds measured
@@ -149,15 +174,22 @@ std::uint64_t merged_between(const std::vector<bench::merge_record>& merges, dou
   return n;
 }
 
-run_result run_once(const options& o, std::uint32_t shard_count, const std::filesystem::path& directory) {
+run_result run_once(const options& o, std::uint32_t shard_count, const std::string& mode, const std::string& etcd,
+                    const std::filesystem::path& directory) {
+  static int runs = 0;
   const std::uint32_t learners = o.learners;
   const std::uint32_t quorum = o.quorum == "all" ? learners : static_cast<std::uint32_t>(std::stoul(o.quorum));
   bench::syncer_shards shards({.program = o.syncer,
                                .fragments = o.fragments,
                                .sync_period = o.sync_period,
                                .quorum = quorum,
-                               .threads = o.threads},
+                               .threads = o.threads,
+                               .etcd = etcd,
+                               .replication = mode.empty() ? "none" : mode,
+                               .durability = o.durability,
+                               .run_name = "run" + std::to_string(++runs)},
                               shard_count, directory);
+  std::vector<double> acks;
   const auto layout = bench::equal_fragments(o.parameters, o.fragments);
   const std::size_t fragment_bytes = o.parameters / o.fragments * sizeof(float);
 
@@ -187,6 +219,10 @@ run_result run_once(const options& o, std::uint32_t shard_count, const std::file
         if (id == 0) bootstrapped = true;
         ++joined;
         l.stream(stop);
+        {
+          std::lock_guard lock(mutex);
+          acks.insert(acks.end(), l.counts().ack_us.begin(), l.counts().ack_us.end());
+        }
         if (l.shard_error() != diloco::shard_error::none) failed("learner " + std::to_string(id) + ": bad welcomes");
         if (l.ended()) failed("learner " + std::to_string(id) + ": a shard ended the run");
       } catch (const std::exception& e) {
@@ -239,13 +275,25 @@ run_result run_once(const options& o, std::uint32_t shard_count, const std::file
   }
   if (r.merged == 0) throw std::runtime_error("nothing was merged in the measured window");
   r.gbps = static_cast<double>(r.merged) * static_cast<double>(fragment_bytes) / r.window / 1e9;
+  if (!acks.empty()) {
+    std::sort(acks.begin(), acks.end());
+    r.ack_median_us = acks[acks.size() / 2];
+    r.ack_p99_us = acks[std::min(acks.size() - 1, acks.size() * 99 / 100)];
+  }
   return r;
 }
 
 struct series {
   std::uint32_t shards;
+  std::string mode;  ///< --replication's, or empty
   std::vector<run_result> runs;
-  std::vector<double> ratio;  ///< to S = 1 of the same repetition
+  std::vector<double> ratio;  ///< to the first row of the same repetition
+  std::string name() const { return mode.empty() ? std::to_string(shards) : std::to_string(shards) + " " + mode; }
+  std::vector<double> acks(double run_result::*field) const {
+    std::vector<double> v;
+    for (const auto& r : runs) v.push_back(r.*field);
+    return v;
+  }
   std::vector<double> gbps() const {
     std::vector<double> v;
     for (const auto& r : runs) v.push_back(r.gbps);
@@ -272,28 +320,48 @@ int main(int argc, char** argv) {
   }
   const std::filesystem::path directory = pattern;
   std::vector<series> all;
-  for (const auto s : o.shards) all.push_back({s, {}, {}});
+  for (const auto s : o.shards) {
+    if (o.replication.empty()) all.push_back({s, {}, {}, {}});
+    for (const auto& mode : o.replication) all.push_back({s, mode, {}, {}});
+  }
   int status = 0;
+  std::optional<diloco_tools::child_process> etcd;
+  std::string etcd_url;
   try {
+    if (!o.replication.empty()) {
+      const auto port = std::to_string(diloco_tools::free_loopback_port());
+      const auto peer = "http://127.0.0.1:" + std::to_string(diloco_tools::free_loopback_port());
+      etcd_url = "http://127.0.0.1:" + port;
+      etcd = diloco_tools::child_process::spawn(
+          {{o.etcd, "--name", "bench", "--data-dir", (directory / "etcd").string(), "--listen-client-urls", etcd_url,
+            "--advertise-client-urls", etcd_url, "--listen-peer-urls", peer, "--initial-advertise-peer-urls", peer,
+            "--initial-cluster", "bench=" + peer},
+           directory / "etcd.log",
+           directory / "etcd.log"});
+    }
     for (int rep = 0; rep < o.repeat; ++rep) {
-      std::optional<double> one;
       for (auto& row : all) {
-        row.runs.push_back(run_once(o, row.shards, directory));
+        row.runs.push_back(run_once(o, row.shards, row.mode, etcd_url, directory));
         const auto& r = row.runs.back();
-        if (row.shards == 1) one = r.gbps;
         if (!o.json) {
           std::string refused;
           for (const auto& [reason, count] : r.reasons) refused += " " + reason + "=" + std::to_string(count);
-          std::fprintf(stderr, "  rep %d  S=%u  %7.3f GB/s merged  (%llu contributions in %.2f s; refused:%s)\n",
-                       rep + 1, row.shards, r.gbps, static_cast<unsigned long long>(r.merged), r.window,
-                       refused.empty() ? " none" : refused.c_str());
+          std::fprintf(stderr,
+                       "  rep %d  S=%s  %7.3f GB/s merged  (%llu contributions in %.2f s; ack %.0f us median, "
+                       "%.0f us p99; refused:%s)\n",
+                       rep + 1, row.name().c_str(), r.gbps, static_cast<unsigned long long>(r.merged), r.window,
+                       r.ack_median_us, r.ack_p99_us, refused.empty() ? " none" : refused.c_str());
         }
       }
-      for (auto& row : all) row.ratio.push_back(one ? row.runs.back().gbps / *one : NAN);
+      for (auto& row : all) row.ratio.push_back(row.runs.back().gbps / all.front().runs.back().gbps);
     }
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_shards: %s (logs in %s)\n", e.what(), directory.c_str());
     return 1;
+  }
+  if (etcd) {
+    etcd->signal(SIGTERM);
+    if (!etcd->wait_for(std::chrono::seconds(10))) (void)etcd->kill_and_reap();
   }
   std::filesystem::remove_all(directory);
 
@@ -309,11 +377,14 @@ int main(int argc, char** argv) {
         merged.push_back(r.merged);
         rejected.push_back(r.rejected);
       }
-      shards[std::to_string(row.shards)] = {{"gbps", std::move(gbps)},
-                                            {"median_gbps", number(median(row.gbps()))},
-                                            {"ratio_to_1", number(median(row.ratio))},
-                                            {"merged", std::move(merged)},
-                                            {"rejected", std::move(rejected)}};
+      shards[row.mode.empty() ? std::to_string(row.shards) : row.name()] = {
+          {"gbps", std::move(gbps)},
+          {"median_gbps", number(median(row.gbps()))},
+          {"ratio_to_1", number(median(row.ratio))},
+          {"ack_median_us", number(median(row.acks(&run_result::ack_median_us)))},
+          {"ack_p99_us", number(median(row.acks(&run_result::ack_p99_us)))},
+          {"merged", std::move(merged)},
+          {"rejected", std::move(rejected)}};
     }
     const bench::json line{{"parameters", o.parameters},
                            {"fragments", o.fragments},
@@ -332,11 +403,14 @@ int main(int argc, char** argv) {
         "%u cores\n",
         size_name(o.parameters).c_str(), o.fragments, fragment_bytes, o.learners, quorum, o.repeat, o.seconds,
         std::thread::hardware_concurrency());
-    std::printf("  %-7s %10s %19s %8s\n", "shards", "GB/s", "[min - max]", "x S=1");
+    std::printf("  %-12s %10s %19s %8s %12s %12s\n", "shards", "GB/s", "[min - max]", "x first", "ack median",
+                "ack p99");
     for (const auto& row : all) {
       const auto g = row.gbps();
       const auto [lo, hi] = std::minmax_element(g.begin(), g.end());
-      std::printf("  %-7u %10.3f [%7.3f - %7.3f] %8.3f\n", row.shards, median(g), *lo, *hi, median(row.ratio));
+      std::printf("  %-12s %10.3f [%7.3f - %7.3f] %8.3f %9.0f us %9.0f us\n", row.name().c_str(), median(g), *lo, *hi,
+                  median(row.ratio), median(row.acks(&run_result::ack_median_us)),
+                  median(row.acks(&run_result::ack_p99_us)));
     }
   }
   return status;

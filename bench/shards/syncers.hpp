@@ -9,6 +9,7 @@
 
 #include <signal.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
@@ -16,6 +17,7 @@
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <diloco_tools/loopback.hpp>
@@ -30,6 +32,14 @@ struct syncer_settings {
   std::uint32_t sync_period = 50;  ///< H
   std::uint32_t quorum = 1;        ///< K
   unsigned threads = 0;            ///< --threads of each shard (0: every core)
+  /// With an etcd URL, every shard leads through it and checkpoints
+  /// (--checkpoint-dir, --durability `durability`), and with `replication`
+  /// "sync" or "async" a standby follows it (--replication-endpoint): what
+  /// replication costs is measured against "none", the same primary alone.
+  std::string etcd;
+  std::string replication = "none";
+  std::string durability = "update";
+  std::string run_name;  ///< unique per run: the leadership keys' prefix
 };
 
 /// One outer update of a shard: when it was published (s since the epoch,
@@ -73,8 +83,40 @@ class syncer_shards {
       spec.stderr_path = directory_ / (name + ".log");
       spec.append = false;
       spec.null_stdin = true;
-      children_.push_back(diloco_tools::child_process::spawn(spec));
+      if (s.etcd.empty()) {
+        children_.push_back(diloco_tools::child_process::spawn(spec));
+        continue;
+      }
+      // The primary leads first (its log says so); then its standby follows.
+      const auto key = "/bench/" + s.run_name + "/shard-" + std::to_string(i) + "/leader";
+      const auto leading = [&](diloco_tools::process_spec p, const std::string& slot, const std::string& endpoint) {
+        for (std::size_t k = 0; k + 1 < p.argv.size(); ++k)
+          if (p.argv[k] == "--endpoint") p.argv[k + 1] = endpoint;
+        const auto replication = "tcp://127.0.0.1:" + std::to_string(diloco_tools::free_loopback_port());
+        p.argv.insert(p.argv.end(), {"--etcd", s.etcd, "--leader-key", key, "--lease-ttl", "5", "--checkpoint-dir",
+                                     (directory_ / (name + slot)).string(), "--durability", s.durability});
+        if (s.replication != "none")
+          p.argv.insert(p.argv.end(), {"--replication-endpoint", replication, "--replication", s.replication});
+        if (slot == "b") {
+          p.argv.erase(std::find(p.argv.begin(), p.argv.end(), "--trace"),
+                       std::find(p.argv.begin(), p.argv.end(), "--quiet"));
+          p.stdout_path = directory_ / (name + "b.json");
+          p.stderr_path = directory_ / (name + "b.log");
+        }
+        std::filesystem::remove_all(directory_ / (name + slot));
+        return p;
+      };
+      children_.push_back(diloco_tools::child_process::spawn(leading(spec, "a", endpoints_.back())));
+      wait_for_line(directory_ / (name + ".log"), "listening on");
+      if (s.replication == "none") continue;
+      const auto standby_endpoint = "tcp://127.0.0.1:" + std::to_string(diloco_tools::free_loopback_port());
+      standbys_.push_back(diloco_tools::child_process::spawn(leading(spec, "b", standby_endpoint)));
+      wait_for_line(directory_ / (name + "b.log"), "replication: following");
     }
+  }
+
+  ~syncer_shards() {
+    for (auto& c : standbys_) (void)c.kill_and_reap();
   }
 
   const std::vector<std::string>& endpoints() const noexcept { return endpoints_; }
@@ -89,7 +131,12 @@ class syncer_shards {
 
   /// SIGTERM to every shard, which merges its open rounds, prints its
   /// counters and exits; throws unless each exits with 0 within `timeout`.
+  /// Standbys stop first (a primary that ends gives its leadership up).
   void stop(std::chrono::milliseconds timeout) {
+    for (auto& c : standbys_) {
+      c.signal(SIGTERM);
+      (void)c.wait_for(timeout);
+    }
     for (auto& c : children_) c.signal(SIGTERM);
     for (std::size_t i = 0; i < children_.size(); ++i) {
       const auto st = children_[i].wait_for(timeout);
@@ -134,9 +181,21 @@ class syncer_shards {
     return last;
   }
 
+  /// Waits (at most 30 s) until the log at `path` holds `text`; throws if it does not.
+  static void wait_for_line(const std::filesystem::path& path, const std::string& text) {
+    for (int tries = 0; tries < 300; ++tries) {
+      std::ifstream in(path);
+      for (std::string line; std::getline(in, line);)
+        if (line.find(text) != std::string::npos) return;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    throw std::runtime_error(path.string() + " did not say \"" + text + "\" within 30 s");
+  }
+
   std::filesystem::path directory_;
   std::vector<std::string> endpoints_;
   std::vector<diloco_tools::child_process> children_;
+  std::vector<diloco_tools::child_process> standbys_;
 };
 
 }  // namespace bench
