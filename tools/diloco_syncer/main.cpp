@@ -27,6 +27,7 @@
 #include <diloco/metrics/trace.hpp>
 #include <diloco/runtime/checkpoint.hpp>
 #include <diloco/runtime/journal.hpp>
+#include <diloco/runtime/replication.hpp>
 #include <diloco/runtime/syncer/checkpoint.hpp>
 #include <diloco/transport/zeromq.hpp>
 #include <diloco/transport/zeromq/replication.hpp>
@@ -402,7 +403,7 @@ diloco_syncer::leadership::standby_wait standby(const settings& s, ::zmq::contex
     diloco::checkpoint_store store;
     diloco::contribution_journal journal;
     diloco::replica replica;
-    diloco::zeromq::replication_follower follower;
+    diloco::zeromq::replication_follower<diloco::replica> follower;
     copy(const settings& s, ::zmq::context_t& context)
         : store(s.checkpoint_dir),
           journal(store.directory() / "journal.bin", s.journal_sync),

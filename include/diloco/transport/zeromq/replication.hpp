@@ -19,7 +19,7 @@
 #include <utility>
 #include <vector>
 
-#include "diloco/runtime/replication.hpp"
+#include "diloco/protocol/replication.hpp"
 #include "diloco/transport/zeromq/detail/socket.hpp"
 
 namespace diloco::zeromq {
@@ -221,13 +221,17 @@ class replication_source {
 };
 
 /// A standby's side of the stream: follows the leader's source and writes
-/// what it sends into a `replica`, acknowledging each record once written.
+/// what it sends into a `Replica` (`diloco::replica`, runtime/replication.hpp:
+/// `follow(epoch)`, `epoch()`, and `apply(record view)` returning the
+/// sequence to acknowledge or throwing `corrupt_state`), acknowledging each
+/// record once written.
+template <class Replica>
 class replication_follower {
  public:
   /// `name` tells the primary who follows: its routing id and what its logs
   /// say (1 to `replication_source::max_name_bytes` bytes; throws
   /// `std::invalid_argument` otherwise).
-  replication_follower(::zmq::context_t& context, replica& copy, std::string name, replication_options options = {},
+  replication_follower(::zmq::context_t& context, Replica& copy, std::string name, replication_options options = {},
                        std::function<void(const std::string&)> log = {})
       : context_(context), copy_(copy), name_(std::move(name)), options_(options), log_(std::move(log)) {
     if (name_.empty() || name_.size() > replication_source::max_name_bytes || name_.front() == '\0')
@@ -302,7 +306,7 @@ class replication_follower {
   }
 
   ::zmq::context_t& context_;
-  replica& copy_;
+  Replica& copy_;
   std::string name_;
   replication_options options_;
   std::function<void(const std::string&)> log_;
