@@ -20,27 +20,6 @@ namespace runtime_journal_test {
 
 using namespace syncer_test;
 
-/// A fresh directory, removed afterwards.
-struct scratch_dir {
-  std::filesystem::path path = std::filesystem::temp_directory_path() /
-                               ("diloco-journal-" + std::to_string(::getpid()) + "-" + std::to_string(counter()++));
-  scratch_dir() { std::filesystem::create_directories(path); }
-  ~scratch_dir() { std::filesystem::remove_all(path); }
-  static int& counter() {
-    static int n = 0;
-    return n;
-  }
-};
-
-std::vector<double> minus_mean(std::vector<double> theta, const std::vector<std::vector<double>>& deltas) {
-  for (std::size_t i = 0; i < theta.size(); ++i) {
-    double sum = 0;
-    for (const auto& d : deltas) sum += d[i];
-    theta[i] -= sum / double(deltas.size());
-  }
-  return theta;
-}
-
 void check_close(const std::vector<double>& got, const std::vector<double>& want) {
   BOOST_TEST_REQUIRE(got.size() == want.size());
   for (std::size_t i = 0; i < got.size(); ++i) BOOST_TEST(got[i] == want[i], boost::test_tools::tolerance(1e-12));

@@ -275,12 +275,15 @@ BOOST_FIXTURE_TEST_CASE(what_a_replaced_syncer_sends_is_dropped_unread, overwrit
   auto stale = update(0, 4, std::vector<double>(4, -1.0));
   stale.header.epoch = 5;
   send(std::move(stale));
-  message ack;
-  ack.header.kind = message_kind::ack;
-  ack.header.learner = 0;
-  ack.header.incarnation = 1;
-  ack.header.epoch = 5;
-  send(std::move(ack));
+  const auto ack_of_epoch = [](std::uint64_t epoch) {
+    message ack;
+    ack.header.kind = message_kind::ack;
+    ack.header.learner = 0;
+    ack.header.incarnation = 1;
+    ack.header.epoch = epoch;
+    return ack;
+  };
+  send(ack_of_epoch(5));
   step();
   BOOST_TEST(l.revision(0) == 3u);
   BOOST_TEST(model.params[0] == 29.0);
@@ -292,12 +295,7 @@ BOOST_FIXTURE_TEST_CASE(what_a_replaced_syncer_sends_is_dropped_unread, overwrit
   auto waiting = update(0, 4, std::vector<double>(4, -2.0));
   waiting.header.epoch = 12;
   send(std::move(waiting));
-  message newer;
-  newer.header.kind = message_kind::ack;
-  newer.header.learner = 0;
-  newer.header.incarnation = 1;
-  newer.header.epoch = 13;
-  send(std::move(newer));
+  send(ack_of_epoch(13));
   step();
   BOOST_TEST(l.revision(0) == 3u);
   BOOST_TEST(l.metrics().stale_epochs == 3u);

@@ -29,26 +29,6 @@ using diloco::zeromq::replication_follower;
 using diloco::zeromq::replication_mode;
 using diloco::zeromq::replication_source;
 
-struct scratch_dir {
-  std::filesystem::path path = std::filesystem::temp_directory_path() /
-                               ("diloco-replication-" + std::to_string(::getpid()) + "-" + std::to_string(counter()++));
-  scratch_dir() { std::filesystem::create_directories(path); }
-  ~scratch_dir() { std::filesystem::remove_all(path); }
-  static int& counter() {
-    static int n = 0;
-    return n;
-  }
-};
-
-std::vector<double> minus_mean(std::vector<double> theta, const std::vector<std::vector<double>>& deltas) {
-  for (std::size_t i = 0; i < theta.size(); ++i) {
-    double sum = 0;
-    for (const auto& d : deltas) sum += d[i];
-    theta[i] -= sum / double(deltas.size());
-  }
-  return theta;
-}
-
 /// A checkpoint body of a syncer over the fixture's model, at its start.
 std::string fresh_body(fixture& fx) {
   test_syncer s(fx.layout, fx.initial, fx.syncer_end, fixture::options(3), outer::sgd<double>({.learning_rate = 1.0}));

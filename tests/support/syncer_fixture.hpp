@@ -1,12 +1,15 @@
 // A syncer on the in-process transport, driven message by message with
 // hand-made joins, contributions and heartbeats (tests/runtime/syncer.cpp and
-// tests/runtime/screening.cpp).
+// tests/runtime/screening.cpp), and a scratch directory for the journal's tests.
 #pragma once
+
+#include <unistd.h>
 
 #include <boost/test/unit_test.hpp>
 
 #include <chrono>
 #include <cstdint>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -138,6 +141,28 @@ struct fixture {
 inline std::vector<double> values(const message& m) {
   const auto v = m.payload.as<const double>();
   return {v.begin(), v.end()};
+}
+
+/// A fresh directory, removed afterwards.
+struct scratch_dir {
+  std::filesystem::path path = std::filesystem::temp_directory_path() /
+                               ("diloco-test-" + std::to_string(::getpid()) + "-" + std::to_string(counter()++));
+  scratch_dir() { std::filesystem::create_directories(path); }
+  ~scratch_dir() { std::filesystem::remove_all(path); }
+  static int& counter() {
+    static int n = 0;
+    return n;
+  }
+};
+
+/// Θ − mean(Δ), element by element: one merge of plain averaging and outer SGD with η = 1, computed by hand.
+inline std::vector<double> minus_mean(std::vector<double> theta, const std::vector<std::vector<double>>& deltas) {
+  for (std::size_t i = 0; i < theta.size(); ++i) {
+    double sum = 0;
+    for (const auto& d : deltas) sum += d[i];
+    theta[i] -= sum / double(deltas.size());
+  }
+  return theta;
 }
 
 }  // namespace syncer_test

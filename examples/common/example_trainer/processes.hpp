@@ -45,30 +45,24 @@ inline std::optional<diloco::zeromq::client_security> client_security_for(const 
                                          diloco::zeromq::load_public_key(s.curve_peer)};
 }
 
-/// The endpoints of `--endpoint a,b,…`: one per syncer shard.
-inline std::vector<std::string> split_endpoints(const std::string& list) {
+/// The parts of `list` between `separator`s (one part when there is none).
+inline std::vector<std::string> split_at(const std::string& list, char separator) {
   std::vector<std::string> out;
   std::size_t from = 0;
   for (;;) {
-    const auto comma = list.find(',', from);
-    out.push_back(list.substr(from, comma == std::string::npos ? std::string::npos : comma - from));
-    if (comma == std::string::npos) return out;
-    from = comma + 1;
+    const auto at = list.find(separator, from);
+    out.push_back(list.substr(from, at == std::string::npos ? std::string::npos : at - from));
+    if (at == std::string::npos) return out;
+    from = at + 1;
   }
 }
 
+/// The endpoints of `--endpoint a,b,…`: one per syncer shard.
+inline std::vector<std::string> split_endpoints(const std::string& list) { return split_at(list, ','); }
+
 /// The candidates of one shard in `--endpoint`: `a|b|…`, its primary and
-/// standbys (docs/protocol.md, "Epochs").
-inline std::vector<std::string> split_candidates(const std::string& shard) {
-  std::vector<std::string> out;
-  std::size_t from = 0;
-  for (;;) {
-    const auto bar = shard.find('|', from);
-    out.push_back(shard.substr(from, bar == std::string::npos ? std::string::npos : bar - from));
-    if (bar == std::string::npos) return out;
-    from = bar + 1;
-  }
-}
+/// standbys (docs/protocol.md, "Failover").
+inline std::vector<std::string> split_candidates(const std::string& shard) { return split_at(shard, '|'); }
 
 /// A learner's connection to one syncer shard: to whichever of its
 /// candidates leads.

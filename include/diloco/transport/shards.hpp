@@ -29,6 +29,7 @@
 #include "diloco/concepts/transport.hpp"
 #include "diloco/error.hpp"
 #include "diloco/protocol/message.hpp"
+#include "diloco/transport/detail/duplicate.hpp"
 
 namespace diloco {
 
@@ -88,7 +89,7 @@ class sharded {
     if (to_shards.empty())
       for (std::size_t i = 0; i < shards_.size(); ++i) to_shards.push_back(i);
     for (std::size_t k = 0; k < to_shards.size(); ++k)
-      deliver(to_shards[k], to, k + 1 == to_shards.size() ? std::move(m) : duplicate(m));
+      deliver(to_shards[k], to, k + 1 == to_shards.size() ? std::move(m) : detail::duplicate(m));
     return {};
   }
 
@@ -165,16 +166,6 @@ class sharded {
   static constexpr std::chrono::nanoseconds slice = std::chrono::milliseconds(1);
 
  private:
-  static message duplicate(const message& m) {
-    message copy;
-    copy.header = m.header;
-    if (m.payload.size() != 0) {
-      copy.payload = byte_buffer(m.payload.size());
-      std::copy(m.payload.bytes().begin(), m.payload.bytes().end(), copy.payload.bytes().begin());
-    }
-    return copy;
-  }
-
   /// Sends `m` to connection i after what waits for it, or queues it there.
   void deliver(std::size_t i, peer_id to, message&& m) {
     if (pending_[i].empty() && !shards_[i]->try_send(to, m)) return;

@@ -17,6 +17,7 @@
 
 #include "diloco/concepts/transport.hpp"
 #include "diloco/protocol/message.hpp"
+#include "diloco/transport/detail/duplicate.hpp"
 #include "diloco/transport/zeromq/client.hpp"
 
 namespace diloco::zeromq {
@@ -70,7 +71,7 @@ class failover_client {
     if (current_) return clients_[*current_]->try_send(to, m);
     bool any = false;
     for (std::size_t k = 0; k + 1 < clients_.size(); ++k) {
-      message copy = duplicate(m);
+      message copy = diloco::detail::duplicate(m);
       any = !clients_[k]->try_send(to, copy) || any;
     }
     const auto last = clients_.back()->try_send(to, m);  // `m` stays whole if refused
@@ -134,16 +135,6 @@ class failover_client {
  private:
   static bool expects_answer(message_kind k) noexcept {
     return k == message_kind::join || k == message_kind::contribution || k == message_kind::leave;
-  }
-
-  static message duplicate(const message& m) {
-    message copy;
-    copy.header = m.header;
-    if (m.payload.size() != 0) {
-      copy.payload = byte_buffer(m.payload.size());
-      std::copy(m.payload.bytes().begin(), m.payload.bytes().end(), copy.payload.bytes().begin());
-    }
-    return copy;
   }
 
   bool silent() const { return endpoints_.size() > 1 && awaiting_ && clock::now() - *awaiting_ >= silence_; }
