@@ -5,8 +5,10 @@
 #include <zmq.hpp>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <optional>
 #include <stdexcept>
@@ -28,7 +30,9 @@ namespace diloco::zeromq {
 /// - Probing: one `client` per candidate; every message goes to each of
 ///   them, and the first candidate a message arrives from is the leader:
 ///   the others are closed (what they still held is dropped).
-/// - Connected: one `client`, to the leader. When it falls silent — a
+/// - Connected: one `client`, to the leader. When its connection drops (a
+///   killed leader's socket closes; libzmq's heartbeats end a paused one's
+///   after `socket_options::heartbeat_timeout`), or it falls silent — a
 ///   join, contribution or leave sent, and nothing at all received for
 ///   `silence` since — the client probes again.
 ///
@@ -65,6 +69,10 @@ class failover_client {
     }
   }
 
+  ~failover_client() { unwatch(); }
+  failover_client(const failover_client&) = delete;
+  failover_client& operator=(const failover_client&) = delete;
+
   /// To the leader; while probing, a copy to every candidate.
   std::error_code try_send(peer_id to, message& m) {
     if (!awaiting_ && expects_answer(m.header.kind)) awaiting_ = clock::now();
@@ -83,7 +91,7 @@ class failover_client {
       auto e = clients_[*current_]->try_receive();
       if (e)
         awaiting_.reset();
-      else if (silent())
+      else if (silent() || dropped())
         probe();
       return e;
     }
@@ -105,11 +113,12 @@ class failover_client {
         auto wait = deadline - clock::now();
         if (awaiting_ && endpoints_.size() > 1)
           wait = std::min<std::chrono::nanoseconds>(wait, *awaiting_ + silence_ - clock::now());
+        if (monitor_) wait = std::min<std::chrono::nanoseconds>(wait, watch_period);
         if (auto e = clients_[*current_]->receive_for(std::max(wait, std::chrono::nanoseconds::zero()))) {
           awaiting_.reset();
           return e;
         }
-        if (silent()) probe();
+        if (silent() || dropped()) probe();
       } else {
         for (std::size_t k = 0; k < clients_.size(); ++k) {
           const auto left = std::min<std::chrono::nanoseconds>(deadline - clock::now(), std::chrono::milliseconds(1));
@@ -139,6 +148,43 @@ class failover_client {
 
   bool silent() const { return endpoints_.size() > 1 && awaiting_ && clock::now() - *awaiting_ >= silence_; }
 
+  /// How often a blocking wait looks at the leader's connection events.
+  static constexpr std::chrono::milliseconds watch_period{50};
+
+  /// Whether the leader's connection dropped since it was made (libzmq's
+  /// socket monitor, ZMQ_EVENT_DISCONNECTED).
+  bool dropped() {
+    if (!monitor_) return false;
+    ::zmq::message_t event, address;
+    while (monitor_->recv(event, ::zmq::recv_flags::dontwait)) {
+      if (event.more()) (void)monitor_->recv(address, ::zmq::recv_flags::dontwait);
+      std::uint16_t id = 0;
+      if (event.size() >= sizeof id) std::memcpy(&id, event.data(), sizeof id);
+      if (id == ZMQ_EVENT_DISCONNECTED) dropped_ = true;
+    }
+    return dropped_;
+  }
+
+  /// Watches the connection of candidate k, the leader now.
+  void watch(std::size_t k) {
+    unwatch();
+    if (endpoints_.size() == 1) return;
+    static std::atomic<std::uint64_t> monitors{0};
+    const auto address = "inproc://diloco-failover-" + std::to_string(monitors.fetch_add(1));
+    if (::zmq_socket_monitor(clients_[k]->socket().handle(), address.c_str(), ZMQ_EVENT_DISCONNECTED) != 0) return;
+    monitor_.emplace(context_, ::zmq::socket_type::pair);
+    monitor_->set(::zmq::sockopt::linger, 0);
+    monitor_->connect(address);
+    watched_ = k;
+    dropped_ = false;
+  }
+
+  void unwatch() {
+    if (monitor_ && clients_[watched_]) (void)::zmq_socket_monitor(clients_[watched_]->socket().handle(), nullptr, 0);
+    monitor_.reset();
+    dropped_ = false;
+  }
+
   void open(std::size_t k) {
     if (!clients_[k])
       clients_[k] = std::make_unique<client>(context_, endpoints_[k], learner_, incarnation_, options_, security_);
@@ -148,6 +194,7 @@ class failover_client {
   /// may be a replaced one, paused, whose socket still accepts).
   void probe() {
     awaiting_.reset();
+    unwatch();
     if (current_) clients_[*current_].reset();
     current_.reset();
     for (std::size_t k = 0; k < clients_.size(); ++k) open(k);
@@ -161,6 +208,7 @@ class failover_client {
       if (j != k) clients_[j].reset();
     if (last_leader_) ++reconnections_;  // after a silence: a new leader, or the same one restarted
     last_leader_ = k;
+    watch(k);
   }
 
   std::uint64_t sum(std::uint64_t (client::*counter)() const noexcept) const noexcept {
@@ -181,6 +229,9 @@ class failover_client {
   std::optional<std::size_t> last_leader_;
   std::uint64_t reconnections_ = 0;
   std::optional<clock::time_point> awaiting_;  ///< since the first message expecting an answer went unanswered
+  std::optional<::zmq::socket_t> monitor_;     ///< the leader's connection events
+  std::size_t watched_ = 0;
+  bool dropped_ = false;
 };
 
 static_assert(blocking_transport<failover_client> && requirements::transport::reconnections<failover_client>);
