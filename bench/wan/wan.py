@@ -114,7 +114,7 @@ def find_delay_program(explicit: str | None = None) -> str:
 @dataclass
 class link:
     """A leaf's link to the hub: rate in bit/s and round-trip time in s, the
-    same both ways."""
+    same both ways (0: not limited, not delayed)."""
     name: str
     rate_bps: float
     rtt_s: float
@@ -127,9 +127,12 @@ class link:
 @dataclass
 class network:
     """Namespaces joined in a star: `hub` and one leaf per link. Use as a
-    context manager; `popen` runs a command inside a site."""
+    context manager; `popen` runs a command inside a site. `routed`: the hub
+    forwards between leaves (each leaf's default route goes through it), and
+    answers at `service_address` on every link."""
     links: list[link]
     delay_program: str | None = None
+    routed: bool = False
     run_id: str = field(default_factory=lambda: secrets.token_hex(2))
     hub_name: str = "hub"
     _procs: list[tuple[str, subprocess.Popen]] = field(default_factory=list)
@@ -155,8 +158,14 @@ class network:
         placeholder such as diloco_chaos's "{id}" for i)."""
         return f"10.77.{i}.1"
 
-    def leaf_address(self, i: int) -> str:
+    def leaf_address(self, i: int | str) -> str:
         return f"10.77.{i}.2"
+
+    @property
+    def service_address(self) -> str:
+        """With `routed`: an address of the hub's own (on its loopback) that
+        every leaf reaches, whichever link is down."""
+        return "10.77.255.1"
 
     @property
     def tag(self) -> str:
@@ -184,7 +193,7 @@ class network:
                 signal.signal(sig, handler)
 
     def up(self) -> None:
-        program = find_delay_program(self.delay_program)
+        program = find_delay_program(self.delay_program) if any(l.rtt_s > 0 for l in self.links) else ""
         if len(self.links) > 250:
             raise ValueError("at most 250 links")
         sites = [self.hub_name] + [l.name for l in self.links]
@@ -204,6 +213,11 @@ class network:
                 in_ns(ns_, "ip", "addr", "add", f"{addr}/24", "dev", ifname)
                 in_ns(ns_, "ip", "link", "set", ifname, "up")
                 self._shape(ns_, ifname, l)
+            if self.routed:
+                in_ns(leaf, "ip", "route", "add", "default", "via", self.hub_address(i))
+        if self.routed:
+            in_ns(self.hub_ns(), "ip", "addr", "add", f"{self.service_address}/32", "dev", "lo")
+            in_ns(self.hub_ns(), "sysctl", "-q", "-w", "net.ipv4.ip_forward=1")
         for site in sites:
             bdp = max([l.bdp_bytes for l in self.links if site in (self.hub_name, l.name)] + [0])
             self._tune_tcp(self.ns(site), bdp)
@@ -213,6 +227,8 @@ class network:
             self._delay(program, self.ns(l.name), self.leaf_if(i), 0, l.rtt_s / 2)
 
     def _shape(self, ns_: str, ifname: str, l: link) -> None:
+        if l.rate_bps <= 0:
+            return
         burst = max(128 * 1024, int(l.rate_bps / 8 * 1e-3))
         limit = max(int(l.bdp_bytes), burst)
         in_ns(ns_, "tc", "qdisc", "replace", "dev", ifname, "root", "tbf",

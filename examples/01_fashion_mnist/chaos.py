@@ -19,15 +19,19 @@ final global model evaluated on the test set.
                                         unit 1 SIGKILLed a third of the way in; checks that unit
                                         1 comes back as incarnation 2, unit 0 is never down, zero
                                         global downtime, 0 acknowledged contributions lost, and
-                                        accuracy within 2 points
+                                        accuracy within 2 points (with --steps N: both runs N steps
+                                        per unit, the kill at 20 s, accuracy within 1 point)
   chaos.py BIN_DIR --check-standby      no single point of failure: 2 syncer shards, each a primary
-                                        and a standby in etcd; under learner faults, 3 leaders
-                                        SIGKILLed with their checkpoint directories deleted and one
-                                        SIGSTOPped past its lease (the zombie), against the same run
-                                        without syncer faults; checks every failover published within
-                                        5 s of the lease's end, 0 acknowledged contributions lost, 0
-                                        split-brain publications, the zombie stepped down, and
-                                        goodput within 5 points
+                                        and a standby in etcd, every syncer in a network namespace
+                                        of its own (root); under learner faults, 3 leaders SIGKILLed
+                                        with their checkpoint directories deleted, one SIGSTOPped
+                                        past its lease (the zombie) and one cut off from the network
+                                        while it runs, against the same run without syncer faults;
+                                        checks every failover published within 5 s of the lease's
+                                        end, 0 acknowledged contributions lost, 0 split-brain
+                                        publications, no learner adopting from a replaced leader,
+                                        the zombie and the cut-off leader stepped down, and goodput
+                                        within 5 points (exit 77 without root)
   chaos.py BIN_DIR --mode decoupled     one run (options below; --shards N for a sharded syncer)
 
 --standby runs every syncer shard as a primary and a standby that lead it in
@@ -35,6 +39,10 @@ turn through an etcd the run starts (--etcd, --lease-ttl), the standby
 keeping a synchronous copy of the primary's checkpoints and journal; syncer
 faults then hit the leader, --lose-disk deletes a killed leader's checkpoint
 directory, and --syncer-pause-at SIGSTOPs the leader for --syncer-recovery.
+--isolate-syncers (as root) runs every syncer process in a network namespace
+of its own, joined to the one where everything else runs (bench/wan/wan.py,
+routed), and --syncer-cut-at then cuts the leader off from etcd, the learners
+and its standby for --syncer-recovery while it keeps running (its link down).
 
 --ranks-per-unit R runs every learner as a unit of R MPI ranks (mpirun -np R
 fashion_mnist --ranks-per-unit R; --mpirun names the launcher), the syncer as
@@ -54,6 +62,12 @@ overwrite: docs/design.md, "Keeping every step"), to see what it costs.
 --learner-checkpoints N makes every learner save a checkpoint every N inner
 steps in DIR/learnerL/, so that a learner restarted after a kill resumes from
 it (docs/design.md, "Learner checkpoints").
+
+--steps N makes the runs step-bounded: every learner trains N inner steps and
+finishes (a restarted one counts the steps of the checkpoint it resumed
+from), and the run ends when all have (diloco_chaos --until-learners-finish;
+--duration is then the cap). Runs with and without faults then compare at
+equal work rather than equal time.
 
 --learner-speed V (0 < V <= 1) makes every learner rest (1/V - 1) times as
 long as each step took (fashion_mnist --speeds): the learners train for a
@@ -98,6 +112,22 @@ def emulated_wan(args):
         yield net
 
 
+@contextlib.contextmanager
+def isolated_syncers(args):
+    """With --isolate-syncers: every syncer process in a network namespace of
+    its own, each joined by a link of its own to a hub namespace where
+    diloco_chaos, etcd and the learners run; the hub routes between the
+    syncers (replication) and serves etcd at an address every syncer reaches.
+    Cutting a link cuts its syncer off from everything while it runs.
+    Removed on exit. Otherwise None."""
+    if not args.isolate_syncers:
+        yield None
+        return
+    import wan  # bench/wan/wan.py
+    with wan.network([wan.link(f"s{k}", 0, 0) for k in range(2 * args.shards)], routed=True) as net:
+        yield net
+
+
 def forget_earlier_run(out):
     """Removes what an earlier run in `out` wrote and this one would read
     back: its syncer checkpoints (a syncer started with --checkpoint-dir
@@ -115,11 +145,11 @@ def forget_earlier_run(out):
 
 def run(bins, out, mode, args, faults=True):
     """One chaos run in `out`; returns its report with the test accuracy added."""
-    with emulated_wan(args) as net:
-        return run_in(bins, out, mode, args, faults, net)
+    with emulated_wan(args) as net, isolated_syncers(args) as apart:
+        return run_in(bins, out, mode, args, faults, net, apart)
 
 
-def run_in(bins, out, mode, args, faults, net):
+def run_in(bins, out, mode, args, faults, net, apart):
     os.makedirs(out, exist_ok=True)
     m = args.learners
     forget_earlier_run(out)
@@ -133,6 +163,11 @@ def run_in(bins, out, mode, args, faults, net):
         syncer_at, learner_to = "tcp://0.0.0.0:{port} --insecure", f"tcp://{net.hub_address('{id}')}:{{port}}"
         in_hub, in_leaf = f"ip netns exec {net.hub_ns()} ", f"ip netns exec {net.ns('l{id}')} "
         codecs = " --codec int4 --update-codec int8" if mode == "decoupled" else ""
+    # With --isolate-syncers the syncer process {index} runs in namespace
+    # s{index} and serves at its address there (diloco_chaos --syncer-host).
+    if apart:
+        in_hub = f"ip netns exec {apart.ns('s{index}')} "
+        syncer_at = "{endpoint} --insecure"  # an address of its namespace's own, not loopback: no CURVE here
     # With standbys, each syncer process keeps its own directory ({state}),
     # the leader's replicated into the standby's.
     state = "{state}" if args.standby else f"{{dir}}/checkpoints{own}"
@@ -147,7 +182,8 @@ def run_in(bins, out, mode, args, faults, net):
     unit = f"{args.mpirun} --bind-to none -np {args.ranks_per_unit} " if args.ranks_per_unit > 1 else ""
     learner = (f"{in_leaf}{unit}{bins}/examples/01_fashion_mnist/fashion_mnist --role learner --mode {mode} "
                f"--learners {m} --endpoint {learner_to} --learner-id {{id}} --incarnation {{incarnation}} "
-               f"--trace {{trace}} --stop-at {{stop_at}} --steps 100000000 --progress 0 --seed {args.seed}")
+               f"--trace {{trace}} --stop-at {{stop_at}} --steps {args.steps or 100000000} --progress 0 "
+               f"--seed {args.seed}")
     if args.ranks_per_unit > 1:
         learner += f" --ranks-per-unit {args.ranks_per_unit} --batch {args.batch // args.ranks_per_unit}"
     elif args.batch != 64:
@@ -165,8 +201,16 @@ def run_in(bins, out, mode, args, faults, net):
                "--syncer-recovery", str(args.syncer_recovery)]
     if args.ranks_per_unit > 1:
         command += ["--kill-rank"]
+    if args.steps:
+        command += ["--until-learners-finish"]
     if args.standby:
         command += ["--standby", "--etcd", args.etcd] + (["--lose-disk"] if args.lose_disk else [])
+    if apart:
+        # diloco_chaos runs in the hub; a cut takes the hub's end of the syncer's link down.
+        command = ["ip", "netns", "exec", apart.hub_ns()] + command + [
+            "--syncer-host", apart.leaf_address("{index}"), "--etcd-host", apart.service_address,
+            "--cut-command", f"ip link set {apart.hub_if('{index}')} down",
+            "--heal-command", f"ip link set {apart.hub_if('{index}')} up"]
     if faults:
         command += ["--mtbf", str(args.mtbf), "--recovery", str(args.recovery), "--pause-share", str(args.pause_share),
                     "--quiet-start", str(args.quiet), "--quiet-end", str(args.quiet)]
@@ -174,6 +218,8 @@ def run_in(bins, out, mode, args, faults, net):
             command += ["--syncer-kill-at", str(at)]
         for at in args.syncer_pause_at:
             command += ["--syncer-pause-at", str(at)]
+        for at in args.syncer_cut_at:
+            command += ["--syncer-cut-at", str(at)]
         for kill in args.learner_kill_at:
             command += ["--learner-kill-at", kill]
     else:
@@ -189,16 +235,21 @@ def run_in(bins, out, mode, args, faults, net):
         sys.exit(f"chaos.py: diloco_chaos exited {status} without a report; the end of {out}/chaos.log:\n{tail}")
     report = json.load(open(os.path.join(out, "report.json")))
     report["runner_status"] = status
-    faults = {"learner_kills": 0, "learner_pauses": 0, "syncer_kills": 0, "syncer_pauses": 0}
+    faults = {"learner_kills": 0, "learner_pauses": 0, "syncer_kills": 0, "syncer_pauses": 0, "syncer_cuts": 0}
     stopping = False
+    steps = {}  # per learner, the most inner steps any of its incarnations (ranks) had when it stopped
     for line in open(os.path.join(out, "events.jsonl")):
         e = json.loads(line)
+        if e["src"] == "learner" and e["ev"] == "stop":
+            steps[e["learner"]] = max(steps.get(e["learner"], 0), e["steps"])
         stopping = stopping or (e["src"] == "runner" and e["ev"] == "stopping")
         if e["src"] == "runner" and e["ev"] in ("kill", "pause") and "learner" in e and e.get("pid") is not None:
             faults["learner_kills" if e["ev"] == "kill" else "learner_pauses"] += 1
-        elif e["src"] == "runner" and e["ev"] in ("kill", "pause") and e.get("target") == "syncer" and not stopping:
-            faults["syncer_kills" if e["ev"] == "kill" else "syncer_pauses"] += 1
+        elif e["src"] == "runner" and e["ev"] in ("kill", "pause", "cut") and e.get("target") == "syncer" \
+                and not stopping:
+            faults[{"kill": "syncer_kills", "pause": "syncer_pauses", "cut": "syncer_cuts"}[e["ev"]]] += 1
     report["faults"] = faults
+    report["steps"] = [steps.get(l, 0) for l in range(m)]
     try:
         report["syncer"] = json.load(open(os.path.join(out, "syncer.json" if args.shards == 1 else "syncer0.json")))
     except (OSError, ValueError):
@@ -286,7 +337,9 @@ def check_units(args, out):
     a third of the way in, against the same run without the kill."""
     args.shards, args.ranks_per_unit, args.learners = 2, 2, 2
     args.syncer_kill_at = []
-    kill_at = args.duration / 3
+    # Step-bounded, the runs last about 60 s here (4,000 steps at speed 0.5);
+    # the kill at 20 s falls about a third of the way in.
+    kill_at = 20 if args.steps else args.duration / 3
     args.learner_kill_at = [f"1:{kill_at:g}"]
     args.quiet = min(args.quiet, kill_at)
     # Started again at once: a unit's restart (mpirun, the data, a checkpoint,
@@ -314,16 +367,21 @@ def check_units(args, out):
         failures.append(f"global downtime {killed['downtime']['global_downtime_s']} s while unit 1 was down")
     if killed["revisions"]["violations"]:
         failures.append(f"a unit saw a revision go backwards: {killed['revisions']['violations']}")
-    # 2 points, as --check: the runs stop on time, not at a step count, and
-    # six fault-free 90 s runs ended between 87.36 and 89.14 % (their work
-    # computed 43,000 to 51,000 fragment-steps), so one pair of runs differs
-    # by about a point without any fault.
+    # At equal work (--steps) within 1 point. Runs that stop on time differ
+    # in work and accuracy without any fault (six fault-free 90 s runs ended
+    # between 87.36 and 89.14 %, their work 43,000 to 51,000 fragment-steps),
+    # so they are held to 2 points, as --check.
+    allowed = 1.0 if args.steps else 2.0
+    if args.steps:
+        for name, r in (("without faults", clean), ("with a rank killed", killed)):
+            if r["steps"] != [args.steps] * args.learners:
+                failures.append(f"the run {name} ended before every unit trained {args.steps} steps: {r['steps']}")
     gap = None
     if clean["test_accuracy"] is not None and killed["test_accuracy"] is not None:
         gap = 100 * (killed["test_accuracy"] - clean["test_accuracy"])
-        if abs(gap) > 2.0:
+        if abs(gap) > allowed:
             failures.append(f"accuracy {killed['test_accuracy']:.4f} differs from {clean['test_accuracy']:.4f} by "
-                            f"{gap:+.2f} points (at most 2)")
+                            f"{gap:+.2f} points (at most {allowed:g})")
     print("| run | goodput | global downtime | longest gap | kills / pauses / syncer kills | merged / accepted "
           "| test accuracy |")
     print(summary("2 units of 2 ranks, no faults", clean))
@@ -339,18 +397,26 @@ def check_units(args, out):
 
 
 def check_standby(args, out):
-    """Two syncer shards, each a primary and a standby: leaders killed with
-    their disks and one paused past its lease, against the same learner
-    faults without syncer faults."""
+    """Two syncer shards, each a primary and a standby, every syncer in a
+    network namespace of its own: leaders killed with their disks, one
+    paused past its lease and one cut off from the network, against the same
+    learner faults without syncer faults."""
+    import wan  # bench/wan/wan.py
+    why = wan._preconditions()
+    if why:
+        print(f"chaos.py --check-standby: skipped: cutting a syncer off needs root and network namespaces ({why})")
+        return 77
     args.standby, args.lose_disk, args.shards, args.kill_shard = True, True, 2, "each"
-    args.duration = 60
-    # Every syncer fault back (6 s) before the next; the kills alternate
-    # between the shards (0, 1, 0), then shard 1's leader is paused past its lease.
+    args.isolate_syncers = True
+    args.duration = 70
+    # Every syncer fault back (6 s) before the next; the faults alternate
+    # between the shards: kills of 0, 1, 0, then shard 1's leader paused past
+    # its lease, then shard 0's cut off from etcd, learners and standby.
     args.syncer_recovery = 6
-    kills, pause = [14, 22, 30], [38]
-    args.syncer_kill_at, args.syncer_pause_at = [], []
+    kills, pause, cut = [14, 22, 30], [38], [46]
+    args.syncer_kill_at, args.syncer_pause_at, args.syncer_cut_at = [], [], []
     calm = run(args.bins, os.path.join(out, "calm"), "decoupled", args, faults=True)
-    args.syncer_kill_at, args.syncer_pause_at = kills, pause
+    args.syncer_kill_at, args.syncer_pause_at, args.syncer_cut_at = kills, pause, cut
     hit = run(args.bins, os.path.join(out, "failovers"), "decoupled", args, faults=True)
     failures = []
     for name, r in (("without syncer faults", calm), ("with syncer faults", hit)):
@@ -362,22 +428,31 @@ def check_standby(args, out):
             failures.append(f"the run {name}: {r['syncers']['split_brain_publications']} split-brain publications")
         if r["revisions"]["violations"]:
             failures.append(f"the run {name}: a learner saw a revision go backwards: {r['revisions']['violations']}")
-    if hit["faults"]["syncer_kills"] != 3 or hit["faults"]["syncer_pauses"] != 1:
-        failures.append(f"expected 3 leader kills and 1 pause: {hit['faults']}")
+    f = hit["faults"]
+    if f["syncer_kills"] != 3 or f["syncer_pauses"] != 1 or f["syncer_cuts"] != 1:
+        failures.append(f"expected 3 leader kills, 1 pause and 1 cut: {f}")
+    if hit["syncers"]["epoch_regressions"] != 0:
+        failures.append(f"a learner adopted from a replaced leader: {hit['syncers']['epoch_regressions']} times")
     failovers = hit["syncers"]["failovers"]
     late = [f for f in failovers if f["published_after_s"] is None or f["published_after_s"] > args.lease_ttl + 5]
-    if len(failovers) != 4 or late:
+    if len(failovers) != 5 or late:
         failures.append(f"a failover did not publish within 5 s of the lease's end ({args.lease_ttl} s): {failovers}")
+    # The paused leader steps down when it comes back, the cut-off one while
+    # it is cut off: each exits with status 4, saying so.
     log = open(os.path.join(out, "failovers", "chaos.log"), errors="replace").read()
-    if "(1 stepped down" not in log:
-        failures.append("the paused leader did not step down when it came back (exit status 4)")
+    if "(2 stepped down" not in log:
+        failures.append("the paused and the cut-off leaders did not both step down (exit status 4)")
+    said = [name for name in os.listdir(os.path.join(out, "failovers", "logs")) if name.startswith("syncer")
+            and "stepped down from" in open(os.path.join(out, "failovers", "logs", name), errors="replace").read()]
+    if len(said) != 2:
+        failures.append(f"expected two syncer logs saying they stepped down, found {said}")
     gap = 100 * (hit["goodput"] - calm["goodput"])
     if gap < -5:
         failures.append(f"goodput {hit['goodput']:.3f} more than 5 points below {calm['goodput']:.3f}")
     print("| run | goodput | global downtime | longest gap | kills / pauses / syncer kills | merged / accepted "
           "| test accuracy |")
     print(summary("2 shards with standbys, learner faults only", calm))
-    print(summary("the same, 3 leaders killed with their disks, 1 paused", hit))
+    print(summary("the same, 3 leaders killed with their disks, 1 paused, 1 cut off", hit))
     epochs = ", ".join(f"{e['shard']}:{e['epoch']}" for e in hit["syncers"]["epochs"])
     print(f"failovers (fault -> new leader published): " +
           ", ".join(f"shard {f['shard']} {f['fault']} {f['published_after_s']} s" for f in failovers) +
@@ -431,14 +506,29 @@ def main():
     p.add_argument("--lose-disk", action="store_true", help="a killed leader's checkpoint directory goes too")
     p.add_argument("--syncer-pause-at", type=float, nargs="*", default=[], metavar="SEC",
                    help="pause the leading syncer at these times (--standby), for --syncer-recovery")
+    p.add_argument("--isolate-syncers", action="store_true",
+                   help="every syncer process in a network namespace of its own (root; with --standby)")
+    p.add_argument("--syncer-cut-at", type=float, nargs="*", default=[], metavar="SEC",
+                   help="cut the leading syncer off the network at these times, for --syncer-recovery, while it runs "
+                        "(--standby --isolate-syncers)")
     p.add_argument("--ranks-per-unit", type=int, default=1, metavar="R",
                    help="every learner a unit of R MPI ranks (needs --shards a multiple of R)")
     p.add_argument("--mpirun", default="mpirun", help="the MPI launcher that starts a unit (default: mpirun)")
     p.add_argument("--learner-kill-at", nargs="*", default=[], metavar="ID:SEC",
                    help="kill these learners at these times instead of drawing faults")
+    p.add_argument("--steps", type=int, default=0, metavar="N",
+                   help="every learner (unit) trains N inner steps and finishes, a restarted one counting the steps "
+                        "of its checkpoint; the run ends when all have, --duration at the latest (0: train until "
+                        "--duration)")
     args = p.parse_args()
     if not 0 < args.learner_speed <= 1:
         p.error(f"--learner-speed must be in (0, 1], not {args.learner_speed}")
+    if args.isolate_syncers and (args.wan or not (args.standby or args.check_standby)):
+        p.error("--isolate-syncers goes with --standby, not with --wan")
+    if args.syncer_cut_at and not args.isolate_syncers:
+        p.error("--syncer-cut-at needs --isolate-syncers (a syncer is cut off by taking its link down)")
+    if args.steps < 0:
+        p.error(f"--steps must be at least 0, not {args.steps}")
     if args.ranks_per_unit < 1 or args.batch % args.ranks_per_unit or args.shards % args.ranks_per_unit:
         p.error("--ranks-per-unit must be at least 1 and divide --batch and --shards")
     out = args.out or tempfile.mkdtemp(prefix="diloco_chaos.")

@@ -11,11 +11,15 @@ baseline, without training anything:
 - diloco_chaos --no-faults accepts a run shorter than the default quiet
   windows (10 s at each end), which only a fault schedule needs, and still
   refuses that duration with faults, naming the windows;
-- --learner-kill-at refuses a kill it cannot parse or cannot schedule.
+- --learner-kill-at refuses a kill it cannot parse or cannot schedule;
+- with --until-learners-finish a learner that exits 0 has finished: it is
+  not started again, and the run ends once every learner has, long before
+  --duration.
 
   test_chaos_out.py PATH/TO/diloco_chaos
 """
 import importlib.util
+import json
 import os
 import subprocess
 import sys
@@ -90,12 +94,37 @@ def check_short_baseline(chaos_bin, top):
               "--learner-kill-at %s is refused, saying %r (exit %d: %s)" % (bad, says, r.returncode, r.stderr.strip()))
 
 
+def check_learners_finish(chaos_bin, top):
+    out = os.path.join(top, "finish")
+    r = subprocess.run([chaos_bin, "--out", out, "--no-faults", "--until-learners-finish", "--learners", "2",
+                        "--duration", "600", "--syncer", "sleep 600", "--learner", "sleep 1"],
+                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, timeout=300)
+    events = [json.loads(line) for line in open(os.path.join(out, "events.jsonl"))]
+    runner = [e for e in events if e["src"] == "runner"]
+    finished = sorted(e["learner"] for e in runner if e["ev"] == "finish")
+    spawned = sorted(e["learner"] for e in runner if e["ev"] == "spawn" and e.get("target") == "learner")
+    check(finished == [0, 1] and spawned == [0, 1],
+          "--until-learners-finish: each learner finished once and was not started again (%s, %s)"
+          % (finished, spawned))
+    stop = [e["t"] for e in runner if e["ev"] == "stopping"]
+    begin = [e["t"] for e in runner if e["ev"] == "begin"]
+    # The syncer sleeps through the run: only the learners' finishing ends it before --duration.
+    check(len(stop) == 1 and len(begin) == 1 and stop[0] - begin[0] < 300 * 10**6,
+          "--until-learners-finish: the run stops once every learner has finished, not at --duration")
+    report = json.load(open(os.path.join(out, "report.json")))
+    # Down only for the moment between the run's start and its spawn.
+    check(all(l["down_s"] < 0.5 and l["finished_s"] > 0 for l in report["per_learner"]),
+          "--until-learners-finish: a finished learner's lane is finished, not down (%s)"
+          % [(l["down_s"], l["finished_s"]) for l in report["per_learner"]])
+
+
 def main():
     if len(sys.argv) != 2:
         sys.exit("usage: test_chaos_out.py PATH/TO/diloco_chaos")
     with tempfile.TemporaryDirectory(prefix="diloco_chaos_out.") as top:
         check_forget(load_chaos(), top)
         check_short_baseline(sys.argv[1], top)
+        check_learners_finish(sys.argv[1], top)
     return 1 if failures else 0
 
 

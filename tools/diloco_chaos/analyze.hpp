@@ -49,7 +49,8 @@ inline void judge(report& r, bool anyone_alive) {
 }
 
 /// Analyzes a trace (the definitions are each pass's and docs/chaos.md's). The run window is the runner's "begin"
-/// to its "stopping"; allocated learner time = M x window, M from "begin" (else the number of learner ids seen).
+/// to its "stopping"; allocated learner time = M x window, M from "begin" (else the number of learner ids seen), less
+/// the time learners spent finished (their step budget done, their resources given back).
 /// Malformed lines are a warning: they cost the report data, and every other check still runs on the rest.
 inline report analyze(const trace& tr, const report_options& options) {
   report r;
@@ -69,6 +70,7 @@ inline report analyze(const trace& tr, const report_options& options) {
   lanes lanes = trace_lanes(evs, w);
   r.learners = lanes.learners;
   r.allocated_s = r.learners * r.window_s;
+  for (const learner_report& l : lanes.per_learner) r.allocated_s -= l.finished_s;
   r.per_learner = std::move(lanes.per_learner);
   r.syncer_spans = std::move(lanes.syncer_spans);
 

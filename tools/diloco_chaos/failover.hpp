@@ -23,12 +23,13 @@ inline std::int64_t shard_of_fragment(std::int64_t fragment, std::int64_t shards
 }
 
 /// Fills r.epochs, r.failovers, r.split_brain and r.epoch_regressions. A leadership begins at a syncer "start" with
-/// an "epoch"; a fault is a runner "kill" or "pause" of a syncer before the run's end; its failover ends at the
-/// first "merged" of one of the shard's fragments after a start of the shard with a larger epoch than any before
-/// the fault. A split-brain publication is a "merged" stamped with an epoch smaller than that of a leadership of
-/// the same shard that began before it: a replaced leader published a revision while its successor led. An epoch
-/// regression is a learner's "adopted" stamped with a smaller epoch than one it adopted before for the same shard
-/// (per incarnation and rank): it took a revision from a replaced leader after hearing its successor.
+/// an "epoch"; a fault is a runner "kill", "pause" or "cut" of a syncer before the run's end; its failover ends at the
+/// first "merged" of one of the shard's fragments stamped with the epoch of the first start of the shard with a
+/// larger epoch than any before the fault (or a later one). A split-brain publication is a "merged" stamped with an
+/// epoch smaller than that of a leadership of the same shard that began before it: a replaced leader published a
+/// revision while its successor led. An epoch regression is a learner's "adopted" stamped with a smaller epoch than one
+/// it adopted before for the same shard (per incarnation and rank): it took a revision from a replaced leader after
+/// hearing its successor.
 inline void trace_failovers(const std::vector<event>& evs, const run_window& w, report& r) {
   std::int64_t shards = 1;
   for (const event& e : evs)
@@ -52,20 +53,21 @@ inline void trace_failovers(const std::vector<event>& evs, const run_window& w, 
   };
   for (std::size_t k = 0; k < evs.size(); ++k) {
     const event& fault = evs[k];
-    if (fault.src != "runner" || (fault.ev != "kill" && fault.ev != "pause") || fault.text("target") != "syncer")
+    if (fault.src != "runner" || (fault.ev != "kill" && fault.ev != "pause" && fault.ev != "cut") ||
+        fault.text("target") != "syncer")
       continue;
     if (fault.t >= w.hi) break;  // a process killed at the end, not a fault
     const auto shard = fault.integer("shard").value_or(0);
-    failover f{static_cast<std::uint32_t>(shard), fault.ev == "pause", w.at(fault.t), -1, -1};
+    failover f{static_cast<std::uint32_t>(shard), fault.ev, w.at(fault.t), -1, -1};
     const std::int64_t old_epoch = newest_before(shard, fault.t);
-    std::optional<std::int64_t> led;
+    std::optional<std::int64_t> led;  // the new leadership's epoch
     for (std::size_t j = k + 1; j < evs.size(); ++j) {
       const event& e = evs[j];
       if (!led && is(e, "syncer", "start") && e.integer("shard").value_or(0) == shard &&
           e.integer("epoch").value_or(0) > old_epoch) {
-        led = e.t;
+        led = e.integer("epoch");
         f.led_s = w.at(e.t);
-      } else if (led && is(e, "syncer", "merged") &&
+      } else if (led && is(e, "syncer", "merged") && e.integer("epoch").value_or(0) >= *led &&
                  shard_of_fragment(e.integer("fragment").value_or(-1), shards) == shard) {
         f.published_s = w.at(e.t);
         break;

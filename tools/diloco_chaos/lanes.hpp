@@ -24,12 +24,16 @@ struct lane_segment {
 
 /// One supervised process slot (a learner id or the syncer) as the runner's events describe it.
 struct process_track {
-  bool present = false, paused = false, joined = false;
+  bool present = false, paused = false, joined = false, finished = false;
   std::int64_t incarnation = -1, pid = -1, since = 0;
   std::vector<lane_segment> segments;  ///< clipped to the run window
 
   lane_state state() const {
-    return !present ? lane_state::down : paused ? lane_state::paused : joined ? lane_state::up : lane_state::restarting;
+    return finished   ? lane_state::finished
+           : !present ? lane_state::down
+           : paused   ? lane_state::paused
+           : joined   ? lane_state::up
+                      : lane_state::restarting;
   }
   /// Applies `change` at time t; a state change closes the current segment (clipped to [lo, hi]).
   template <class Change>
@@ -78,7 +82,8 @@ inline std::vector<lane_span> to_spans(const std::vector<lane_segment>& segments
   return out;
 }
 
-/// Lane states from runner events: down (no process: before "spawn", after "kill"/"exit" of its pid), paused
+/// Lane states from runner events: down (no process: before "spawn", after "kill"/"exit" of its pid), finished
+/// (after "finish" of its pid: it ended by itself, its steps done), paused
 /// (between "pause" and "resume"), restarting (spawned, its incarnation has not logged "joined"), waiting (in a
 /// learner "wait" span while otherwise up), up. A learner is alive when spawned, not gone and not paused.
 inline lanes trace_lanes(const std::vector<event>& evs, const run_window& w) {
@@ -104,10 +109,12 @@ inline lanes trace_lanes(const std::vector<event>& evs, const run_window& w) {
       const std::int64_t pid = e.integer("pid").value_or(-1);
       const bool same = pid < 0 || pid == p.pid;
       if (e.ev == "spawn") {
-        p.at(e.t, lo, hi, [&](process_track& q) { q = {true, false, to_syncer, inc, pid, q.since, q.segments}; });
+        p.at(e.t, lo, hi,
+             [&](process_track& q) { q = {true, false, to_syncer, false, inc, pid, q.since, q.segments}; });
         if (!to_syncer) out.spawned_at[{learner, inc}] = e.t;
       }
       if ((e.ev == "kill" || e.ev == "exit") && same) p.at(e.t, lo, hi, [](process_track& q) { q.present = false; });
+      if (e.ev == "finish" && same) p.at(e.t, lo, hi, [](process_track& q) { q.present = false, q.finished = true; });
       if ((e.ev == "pause" || e.ev == "resume") && same)
         p.at(e.t, lo, hi, [&](process_track& q) { q.paused = e.ev == "pause"; });
     } else if (e.src == "learner" && learner >= 0) {
@@ -141,11 +148,12 @@ inline lanes trace_lanes(const std::vector<event>& evs, const run_window& w) {
       if (cur < s.end) segments.push_back({cur, s.end, s.state});
     }
     for (const lane_segment& s : segments) {
-      double& in_state = s.state == lane_state::up        ? lr.up_s
-                         : s.state == lane_state::waiting ? lr.waiting_s
-                         : s.state == lane_state::down    ? lr.down_s
-                         : s.state == lane_state::paused  ? lr.paused_s
-                                                          : lr.restarting_s;
+      double& in_state = s.state == lane_state::up         ? lr.up_s
+                         : s.state == lane_state::waiting  ? lr.waiting_s
+                         : s.state == lane_state::down     ? lr.down_s
+                         : s.state == lane_state::paused   ? lr.paused_s
+                         : s.state == lane_state::finished ? lr.finished_s
+                                                           : lr.restarting_s;
       in_state += seconds(s.end - s.begin);
     }
     lr.spans = to_spans(segments, w);

@@ -23,13 +23,14 @@ struct leaders::impl {
 };
 
 leaders::leaders(const std::string& etcd_program, const std::filesystem::path& directory,
-                 const std::filesystem::path& log, std::vector<std::vector<std::string>> endpoints)
+                 const std::filesystem::path& log, std::vector<std::vector<std::string>> endpoints,
+                 const std::string& host)
     : impl_(std::make_unique<impl>()) {
   auto& i = *impl_;
   i.endpoints = std::move(endpoints);
   const auto client_port = std::to_string(diloco_tools::free_loopback_port());
   const auto peer = "http://127.0.0.1:" + std::to_string(diloco_tools::free_loopback_port());
-  i.url = "http://127.0.0.1:" + client_port;
+  i.url = "http://" + host + ":" + client_port;
   std::filesystem::remove_all(directory);
   i.server = diloco_tools::child_process::spawn(
       {{etcd_program, "--name", "chaos", "--data-dir", directory.string(), "--listen-client-urls", i.url,

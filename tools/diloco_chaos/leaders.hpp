@@ -16,18 +16,18 @@ namespace diloco_chaos {
 
 class leaders {
  public:
-  /// Starts `etcd_program` on two free loopback ports, its data in
-  /// `directory` and its output in `log`, and waits (at most 30 s) until it
-  /// answers. `endpoints[shard][slot]` is where each syncer serves learners,
+  /// Starts `etcd_program` serving clients at `host` (an address of this
+  /// machine's) on a free port, its data in `directory` and its output in
+  /// `log`, and waits (at most 30 s) until it answers. `endpoints[shard][slot]` is where each syncer serves learners,
   /// what its leadership key names while it leads. Throws
   /// `std::runtime_error` if etcd does not start.
   leaders(const std::string& etcd_program, const std::filesystem::path& directory, const std::filesystem::path& log,
-          std::vector<std::vector<std::string>> endpoints);
+          std::vector<std::vector<std::string>> endpoints, const std::string& host = "127.0.0.1");
   ~leaders();  ///< stops etcd
   leaders(const leaders&) = delete;
   leaders& operator=(const leaders&) = delete;
 
-  /// http://127.0.0.1:PORT, for the syncers' --etcd.
+  /// http://HOST:PORT, for the syncers' --etcd.
   const std::string& url() const noexcept;
 
   /// The slot whose syncer leads `shard` now, by the key

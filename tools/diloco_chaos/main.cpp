@@ -58,11 +58,14 @@ Commands are split at spaces (no quoting); these words are replaced:
   {id} {incarnation}   learners: which learner, and its process count from 1
   {stop_at}      learners: the wall time (s since the epoch) at which to finish
   {restart}      the syncer: 0, then 1, 2, ... after each kill
+  {index}        the syncer: its process's number, SHARD x SLOTS + SLOT (SLOTS: 2 with --standby, else 1)
+--syncer-host HOST puts HOST in place of 127.0.0.1 in the syncers' endpoints ({index}, {shard} and {slot} in it
+are replaced), for syncers that run at addresses of their own (in network namespaces: docs/chaos.md).
 With --standby, each shard runs two syncer processes, slots a and b, that lead it in turn:
   {endpoint}     the syncer: its own; learners: both slots' of each shard, 'a|b'
   {slot}         the syncer: a or b
   {etcd}         the etcd server's URL, for --etcd
-  {replication}  the syncer: a free loopback endpoint of its own, for --replication-endpoint
+  {replication}  the syncer: a free endpoint of its own (at --syncer-host), for --replication-endpoint
   {state}        the syncer: DIR/state/syncer-SHARD-SLOT, for --checkpoint-dir (--lose-disk deletes it)
 
 timeline.png is drawn by plot_timeline.py with matplotlib (Debian: python3-matplotlib).
@@ -231,6 +234,30 @@ int main(int argc, char** argv) {
   app.add_option("--etcd", etcd_program, "with --standby: the etcd server program the run starts")
       ->type_name("PROGRAM");
   app.add_flag("--lose-disk", lose_disk, "with --standby: a syncer kill deletes the killed syncer's {state} too");
+  app.add_option("--syncer-cut-at", plan.syncer_cuts_at,
+                 "with --standby: cut the leading syncer off the network (--cut-command) at these times, and join it "
+                 "again (--heal-command) after --syncer-recovery (none)")
+      ->type_name("S,..")
+      ->delimiter(',')
+      ->check(non_negative)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  std::string cut_command, heal_command, syncer_host = "127.0.0.1", etcd_host = "127.0.0.1";
+  app.add_option(
+         "--cut-command", cut_command,
+         "cuts syncer {shard} {slot} ({index}) off from etcd, the learners and the other syncers while it runs; "
+         "run by the runner, must exit 0")
+      ->type_name("CMD");
+  app.add_option("--heal-command", heal_command, "joins the syncer cut off by --cut-command again")->type_name("CMD");
+  app.add_option("--syncer-host", syncer_host, "the syncers' address, in their endpoints")
+      ->type_name("HOST")
+      ->capture_default_str();
+  app.add_option("--etcd-host", etcd_host, "with --standby: the address the run's etcd serves at ({etcd})")
+      ->type_name("HOST")
+      ->capture_default_str();
+  bool learners_finish = false;
+  app.add_flag("--until-learners-finish", learners_finish,
+               "the learners end by themselves (a step budget): one that exits with 0 has finished and is not "
+               "restarted, and the run ends once all have (--duration: at the latest)");
   bool kill_rank = false;
   app.add_flag("--kill-rank", kill_rank,
                "a learner's command starts a unit of ranks (mpirun): a kill hits one of its ranks, and the "
@@ -289,6 +316,10 @@ int main(int argc, char** argv) {
     if (lose_disk && !standby) throw std::invalid_argument("--lose-disk needs --standby");
     if (!plan.syncer_pauses_at.empty() && !standby)
       throw std::invalid_argument("--syncer-pause-at needs --standby (a paused syncer without one only stalls)");
+    if (!plan.syncer_cuts_at.empty() && (!standby || cut_command.empty() || heal_command.empty()))
+      throw std::invalid_argument("--syncer-cut-at needs --standby, --cut-command and --heal-command");
+    if (cut_command.empty() != heal_command.empty())
+      throw std::invalid_argument("--cut-command and --heal-command go together");
 #if !DILOCO_CHAOS_WITH_ETCD
     if (standby)
       throw std::invalid_argument("--standby needs a diloco_chaos built with diloco::etcd (DILOCO_WITH_ETCD)");
@@ -310,12 +341,19 @@ int main(int argc, char** argv) {
     const std::uint32_t slots = standby ? 2 : 1;
     std::vector<std::vector<std::string>> endpoints(shards), ports(shards), replication(shards);
     std::string every_endpoint;
+    // {shard}, {slot} and {index} of the syncer process in (shard, slot).
+    const auto of_syncer = [&](std::string c, std::uint32_t shard, std::uint32_t slot) {
+      c = replace_all(c, "{index}", std::to_string(shard * slots + slot));
+      c = replace_all(c, "{slot}", std::string(1, static_cast<char>('a' + slot)));
+      return replace_all(c, "{shard}", std::to_string(shard));
+    };
     for (std::uint32_t i = 0; i < shards; ++i) {
       every_endpoint += i ? "," : "";
       for (std::uint32_t slot = 0; slot < slots; ++slot) {
+        const std::string host = "tcp://" + of_syncer(syncer_host, i, slot) + ":";
         ports[i].push_back(std::to_string(diloco_tools::free_loopback_port()));
-        endpoints[i].push_back("tcp://127.0.0.1:" + ports[i].back());
-        replication[i].push_back("tcp://127.0.0.1:" + std::to_string(diloco_tools::free_loopback_port()));
+        endpoints[i].push_back(host + ports[i].back());
+        replication[i].push_back(host + std::to_string(diloco_tools::free_loopback_port()));
         every_endpoint += (slot ? "|" : "") + endpoints[i].back();
       }
     }
@@ -327,7 +365,7 @@ int main(int argc, char** argv) {
     std::optional<chaos::leaders> etcd;
     if (standby) {
       fs::create_directories(dir / "logs");
-      etcd.emplace(etcd_program, dir / "etcd", dir / "logs" / "etcd.log", endpoints);
+      etcd.emplace(etcd_program, dir / "etcd", dir / "logs" / "etcd.log", endpoints, etcd_host);
       std::cerr << "diloco_chaos: etcd at " << etcd->url() << '\n';
     }
     const std::string etcd_url = etcd ? etcd->url() : std::string();
@@ -357,12 +395,21 @@ int main(int argc, char** argv) {
       std::string c = expand(syncer, endpoints[shard][slot], ports[shard][slot]);
       c = replace_all(c, "{restart}", std::to_string(restart));
       c = replace_all(c, "{shards}", std::to_string(shards));
-      c = replace_all(c, "{slot}", std::string(1, static_cast<char>('a' + slot)));
       c = replace_all(c, "{etcd}", etcd_url);
       c = replace_all(c, "{replication}", replication[shard][slot]);
       c = replace_all(c, "{state}", state_of(shard, slot).string());
-      return words(replace_all(c, "{shard}", std::to_string(shard)));
+      return words(of_syncer(c, shard, slot));
     };
+    if (!cut_command.empty())
+      o.cut_network = [&](std::uint32_t shard, std::uint32_t slot, bool cut) {
+        const auto command = words(of_syncer(cut ? cut_command : heal_command, shard, slot));
+        const auto log = dir / "logs" / "network.log";
+        auto p = diloco_tools::child_process::spawn({command, log, log});
+        const auto s = p.wait_for(std::chrono::seconds(30));
+        if (!s || !s->exited || s->code != 0)
+          throw std::runtime_error(std::string(cut ? "--cut-command" : "--heal-command") + " failed (" +
+                                   (s ? s->to_string() : "still running after 30 s") + "; see " + log.string() + ")");
+      };
     o.shards = shards;
     o.slots = slots;
 #if DILOCO_CHAOS_WITH_ETCD
@@ -372,6 +419,7 @@ int main(int argc, char** argv) {
       o.lose_disk = [&](std::uint32_t shard, std::uint32_t slot) { fs::remove_all(state_of(shard, slot)); };
     o.kill_shard = kill_shard;
     o.kill_rank = kill_rank;
+    o.learners_finish = learners_finish;
     o.log_dir = dir / "logs";
     const std::string name = title.empty() ? dir.filename().string() : title;
     o.begin_fields = {{"mode", name}, {"seed", plan.seed}};
@@ -381,13 +429,15 @@ int main(int argc, char** argv) {
     const auto counts = chaos::count_faults(o.faults);
     std::cerr << "diloco_chaos: " << plan.learners << " learners for " << plan.duration_seconds << " s on "
               << every_endpoint << "; scheduled " << counts.kills << " kills, " << counts.pauses << " pauses, "
-              << counts.syncer_kills << " syncer kills, " << counts.syncer_pauses << " syncer pauses\n";
+              << counts.syncer_kills << " syncer kills, " << counts.syncer_pauses << " syncer pauses, "
+              << counts.syncer_cuts << " syncer cuts\n";
     diloco::trace_writer trace(events);
     const auto r = chaos::run(o, trace);
     std::cerr << "diloco_chaos: done: " << r.learner_kills << " learner kills, " << r.learner_pauses << " pauses, "
-              << r.learner_restarts << " restarts, " << r.syncer_kills << " syncer kills, " << r.syncer_pauses
-              << " syncer pauses (" << r.stepped_down << " stepped down, " << r.skipped_faults << " found no leader); "
-              << r.unexpected_exits << " unexpected exits, " << r.killed_at_end << " killed at the end\n";
+              << r.learner_restarts << " restarts, " << r.finished << " finished, " << r.syncer_kills
+              << " syncer kills, " << r.syncer_cuts << " syncer cuts, " << r.syncer_pauses << " syncer pauses ("
+              << r.stepped_down << " stepped down, " << r.skipped_faults << " found no leader); " << r.unexpected_exits
+              << " unexpected exits, " << r.killed_at_end << " killed at the end\n";
     const int status = report(dir, downtime_bound, name);
     if (r.unexpected_exits || r.killed_at_end) {
       std::cerr << "diloco_chaos: FAILED: processes ended on their own or had to be killed at the end (see "

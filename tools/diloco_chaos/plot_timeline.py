@@ -16,13 +16,15 @@ import math
 import sys
 
 # Lane colors: up green, down red, paused orange, waiting yellow, restarting
-# blue; time no span covers is light grey. Documented in docs/chaos.md.
+# blue, finished (its steps done) dark grey; time no span covers is light
+# grey. Documented in docs/chaos.md.
 STATE_COLORS = {
     "up": "#46aa50",
     "down": "#d7322d",
     "paused": "#f58c1e",
     "waiting": "#f0d232",
     "restarting": "#3c6ed7",
+    "finished": "#787878",
 }
 UNKNOWN_COLOR = "#e8e8e8"
 MARK_COLOR = "#960096"

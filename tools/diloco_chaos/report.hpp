@@ -12,10 +12,12 @@
 namespace diloco_chaos {
 
 /// What a process is doing at a time, as its timeline lane shows it.
-enum class lane_state { up, down, paused, waiting, restarting };
+/// `finished`: a learner that ended by itself after its step budget (diloco_chaos --until-learners-finish); its
+/// resources are given back, so that time is neither downtime nor allocated.
+enum class lane_state { up, down, paused, waiting, restarting, finished };
 
 inline const char* state_name(lane_state s) noexcept {
-  constexpr const char* names[] = {"up", "down", "paused", "waiting", "restarting"};
+  constexpr const char* names[] = {"up", "down", "paused", "waiting", "restarting", "finished"};
   return names[static_cast<int>(s)];
 }
 
@@ -69,6 +71,7 @@ struct learner_report {
   double busy_s = 0, good_s = 0, lost_s = 0;
   double wait_deducted_s = 0;  ///< wait_us growth deducted from the sent windows
   double up_s = 0, waiting_s = 0, down_s = 0, paused_s = 0, restarting_s = 0;  ///< lane states; sum = window
+  double finished_s = 0;         ///< after the learner finished its steps (a lane state too)
   std::vector<lane_span> spans;  ///< the lane, seconds since the run began
   work_account work;             ///< summed over its incarnations
 };
@@ -110,7 +113,7 @@ struct leadership_epoch {
 /// A fault of a leading syncer and what followed; -1: never.
 struct failover {
   std::uint32_t shard;
-  bool pause;          ///< SIGSTOP rather than SIGKILL
+  std::string fault;   ///< "kill" (SIGKILL), "pause" (SIGSTOP) or "cut" (off the network)
   double fault_s;      ///< the runner's kill or pause
   double led_s;        ///< a syncer of a newer epoch started
   double published_s;  ///< that leadership merged one of the shard's fragments
@@ -120,7 +123,7 @@ struct report {
   std::string mode;
   std::int64_t seed = 0, begin_us = 0;   ///< begin_us: the run's start, wall microseconds
   std::uint32_t learners = 0;            ///< M
-  double window_s = 0, allocated_s = 0;  ///< run window; M x window
+  double window_s = 0, allocated_s = 0;  ///< run window; M x window less the learners' finished time
   double goodput = 0, busy_s = 0, good_s = 0, lost_s = 0;
   work_account work;                        ///< summed over the learners
   std::vector<learner_report> per_learner;  ///< by learner id

@@ -70,6 +70,7 @@ inline nlohmann::ordered_json report_json(const report& r) {
                            {"down_s", s(l.down_s)},
                            {"paused_s", s(l.paused_s)},
                            {"restarting_s", s(l.restarting_s)},
+                           {"finished_s", s(l.finished_s)},
                            {"work", work_json(l.work)}});
   json gaps = json::array(), restarts = json::array(), per_fragment = json::array(), violations = json::array();
   for (const downtime_gap& g : r.gaps)
@@ -95,7 +96,7 @@ inline nlohmann::ordered_json report_json(const report& r) {
   for (const failover& f : r.failovers) {
     const auto since = [&](double t) { return t < 0 ? json(nullptr) : json(s(t - f.fault_s)); };
     failovers.push_back({{"shard", f.shard},
-                         {"fault", f.pause ? "pause" : "kill"},
+                         {"fault", f.fault},
                          {"fault_s", s(f.fault_s)},
                          {"led_after_s", since(f.led_s)},
                          {"published_after_s", since(f.published_s)}});

@@ -1,7 +1,7 @@
 // The chaos runner: starts a syncer (or the S shards of one) and M learner
 // processes, and on a fault schedule kills them (SIGKILL), pauses them
-// (SIGSTOP, then SIGCONT) and starts them again, learners with a new
-// incarnation each time. Every action
+// (SIGSTOP, then SIGCONT), cuts a syncer off the network and joins it again,
+// and starts them again, learners with a new incarnation each time. Every action
 // and every exit goes to the run's trace (docs/chaos.md), stamped with the
 // wall clock, next to what the processes themselves record. POSIX only.
 #pragma once
@@ -72,7 +72,14 @@ inline std::vector<pid_t> descendant_leaves(pid_t root) {
 struct runner_options {
   std::uint32_t learners = 0;
   double duration_seconds = 0;  ///< learners are told to finish then (their command's business)
-  schedule faults;              ///< `make_schedule`, or empty for a run without faults
+  /// Learners end by themselves once their work is done (a step budget): one
+  /// that exits with status 0 before the end has finished — it is not
+  /// started again, its time from then is not allocated — and the run ends
+  /// once every learner has finished, or at `duration_seconds`. A syncer
+  /// that ends cleanly once learners have finished (they left, and it ends
+  /// the run) is not started again either.
+  bool learners_finish = false;
+  schedule faults;  ///< `make_schedule`, or empty for a run without faults
   /// The command of learner `id`'s `incarnation`-th process (from 1).
   std::function<std::vector<std::string>(std::uint32_t id, std::uint32_t incarnation)> learner_command;
   /// The command of syncer shard `shard` (0 when not sharded) in slot `slot`
@@ -95,6 +102,11 @@ struct runner_options {
   /// With `slots` > 1, called after a syncer kill: the killed process's disk
   /// is lost too (its checkpoint directory deleted). Nothing when empty.
   std::function<void(std::uint32_t shard, std::uint32_t slot)> lose_disk;
+  /// With `slots` > 1: cuts the syncer process of (shard, slot) off from
+  /// etcd, the learners and the other syncers while it runs (`cut` true),
+  /// or joins it again (false); throws if it cannot. Needed by cut faults.
+  /// A syncer that steps down while cut off starts again once joined.
+  std::function<void(std::uint32_t shard, std::uint32_t slot, bool cut)> cut_network;
   /// A learner's command starts a unit of ranks under a launcher (`mpirun`):
   /// a kill hits one rank (`descendant_leaves`, the lowest pid) and the
   /// launcher ends the unit, which stays down from then until its restart.
@@ -112,6 +124,8 @@ struct runner_options {
 /// What happened, besides the trace.
 struct runner_result {
   std::uint32_t learner_kills = 0, learner_pauses = 0, learner_restarts = 0, syncer_kills = 0, syncer_pauses = 0;
+  std::uint32_t syncer_cuts = 0;
+  std::uint32_t finished = 0;          ///< learners that finished by themselves (`learners_finish`)
   std::uint32_t stepped_down = 0;      ///< syncers that exited with status 4, having lost their lease
   std::uint32_t skipped_faults = 0;    ///< syncer faults that found no leader to hit
   std::uint32_t unexpected_exits = 0;  ///< processes that ended on their own before the end, or not with 0
@@ -139,6 +153,7 @@ inline runner_result run(const runner_options& o, diloco::trace_writer& trace) {
     std::optional<double> restart_at;      ///< down: when it starts again
     std::optional<double> resume_at;       ///< paused (SIGSTOP): when it gets SIGCONT
     std::optional<double> rank_killed_at;  ///< a unit whose rank was killed: its launcher ends it
+    std::optional<double> heal_at;         ///< a syncer cut off from the network: when it is joined again
   };
   const std::uint32_t everyone = o.learners + o.shards * o.slots;
   std::vector<member> members(everyone);  // learners, then the syncer's shards, each in its slots
@@ -201,6 +216,11 @@ inline runner_result run(const runner_options& o, diloco::trace_writer& trace) {
     record(m, "kill");
     reaped(m, m.process->kill_and_reap());
   };
+  auto heal = [&](std::uint32_t i) {
+    o.cut_network(shard_of(i), slot_of(i), false);
+    members[i].heal_at.reset();
+    record(members[i], "heal");
+  };
 
   {
     json fields = {{"learners", o.learners}, {"duration_s", o.duration_seconds}};
@@ -211,7 +231,7 @@ inline runner_result run(const runner_options& o, diloco::trace_writer& trace) {
   for (std::uint32_t i = 0; i < o.learners; ++i) start(i);
 
   std::size_t next_fault = 0, next_syncer_fault = 0;
-  while (elapsed() < o.duration_seconds) {
+  while (elapsed() < o.duration_seconds && !(o.learners_finish && result.finished == o.learners)) {
     const double now = elapsed();
     for (; next_fault < o.faults.learner_faults.size() && o.faults.learner_faults[next_fault].at_seconds <= now;
          ++next_fault) {
@@ -246,7 +266,7 @@ inline runner_result run(const runner_options& o, diloco::trace_writer& trace) {
       std::optional<std::uint32_t> slot = 0;
       if (o.slots > 1) slot = o.leader_slot ? o.leader_slot(shard) : std::nullopt;
       auto* m = slot ? &members[o.learners + shard * o.slots + *slot] : nullptr;
-      if (!m || !m->process || m->resume_at) {
+      if (!m || !m->process || m->resume_at || m->heal_at) {
         ++result.skipped_faults;
         trace.write("runner", "skip", diloco_tools::trace_fields(json{{"target", "syncer"}, {"shard", shard}}));
         o.log("no leading syncer of shard " + std::to_string(shard) + " to hit: fault skipped");
@@ -260,6 +280,11 @@ inline runner_result run(const runner_options& o, diloco::trace_writer& trace) {
           record(*m, "lose_disk");
         }
         m->restart_at = now + f.recovery_seconds;
+      } else if (f.kind == fault_kind::cut) {
+        o.cut_network(shard, *slot, true);
+        record(*m, "cut");
+        ++result.syncer_cuts;
+        m->heal_at = now + f.recovery_seconds;
       } else {
         m->process->signal(SIGSTOP);
         record(*m, "pause");
@@ -274,7 +299,8 @@ inline runner_result run(const runner_options& o, diloco::trace_writer& trace) {
         m.resume_at.reset();
         record(m, "resume");
       }
-      if (!m.process && m.restart_at && now >= *m.restart_at) start(i);
+      if (m.heal_at && now >= *m.heal_at) heal(i);
+      if (!m.process && m.restart_at && now >= *m.restart_at && !m.heal_at) start(i);
       if (m.process && m.rank_killed_at) {  // a unit that lost a rank: ended by its launcher
         if (auto s = m.process->poll()) {
           reaped(m, *s);
@@ -285,7 +311,13 @@ inline runner_result run(const runner_options& o, diloco::trace_writer& trace) {
           m.rank_killed_at.reset();
         }
       } else if (m.process) {
-        if (auto s = m.process->poll()) {  // ended by itself before the end of the run
+        if (auto s = m.process->poll(); s && !is_syncer(i) && o.learners_finish && s->exited && s->code == 0) {
+          ++result.finished;  // its steps done: it stays down, and the run may end early
+          record(m, "finish", {{"status", s->to_string()}});
+          m.process.reset();
+        } else if (s && is_syncer(i) && o.learners_finish && result.finished > 0 && s->exited && s->code == 0) {
+          reaped(m, *s);  // the learners said goodbye: the syncer ended the run, as it does
+        } else if (s) {   // ended by itself before the end of the run
           // A leader back from a pause past its lease steps down: expected where there is a standby.
           const bool stepped_down = is_syncer(i) && o.slots > 1 && s->exited && s->code == 4;
           ++(stepped_down ? result.stepped_down : result.unexpected_exits);
@@ -302,6 +334,8 @@ inline runner_result run(const runner_options& o, diloco::trace_writer& trace) {
   // The end: learners finish by themselves (final contributions, leave),
   // then the syncer is asked to stop and merges what is open.
   trace.write("runner", "stopping");
+  for (std::uint32_t i = o.learners; i < everyone; ++i)
+    if (members[i].heal_at) heal(i);
   for (std::uint32_t i = 0; i < o.learners; ++i)
     if (members[i].resume_at) {
       members[i].process->signal(SIGCONT);

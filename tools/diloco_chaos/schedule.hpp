@@ -20,6 +20,7 @@ namespace diloco_chaos {
 enum class fault_kind {
   kill,   ///< SIGKILL, then a restart `recovery_seconds` later
   pause,  ///< SIGSTOP, then SIGCONT `recovery_seconds` later
+  cut,    ///< a syncer cut off from the network while it runs, joined again `recovery_seconds` later
 };
 
 /// One learner fault: at `at_seconds`, learner `learner` is killed or paused;
@@ -33,7 +34,8 @@ struct fault {
 };
 
 /// One syncer fault: at `at_seconds`, killed and restarted
-/// `recovery_seconds` later, or paused and resumed then.
+/// `recovery_seconds` later, or paused and resumed then, or cut off from the
+/// network and joined again then.
 struct syncer_fault {
   double at_seconds = 0;
   double recovery_seconds = 0;
@@ -54,6 +56,9 @@ struct schedule_options {
   /// When the syncer is paused (SIGSTOP, SIGCONT `syncer_recovery_seconds`
   /// later), in any order.
   std::vector<double> syncer_pauses_at;
+  /// When the syncer is cut off from the network (and joined again
+  /// `syncer_recovery_seconds` later), in any order.
+  std::vector<double> syncer_cuts_at;
   /// Learner kills at set times, in any order: when any is given, these are
   /// the learners' faults (each down for `recovery_seconds`), none is drawn.
   std::vector<fault> learner_kills_at;
@@ -95,6 +100,7 @@ struct schedule_options {
       fail("mtbf_seconds + recovery_seconds is too short for duration_seconds (over 10^7 faults per learner)");
     std::vector<double> kills = syncer_kills_at;
     kills.insert(kills.end(), syncer_pauses_at.begin(), syncer_pauses_at.end());
+    kills.insert(kills.end(), syncer_cuts_at.begin(), syncer_cuts_at.end());
     std::sort(kills.begin(), kills.end());
     const double last = duration_seconds - quiet_end_seconds - syncer_recovery_seconds;
     for (std::size_t i = 0; i < kills.size(); ++i) {
@@ -167,6 +173,7 @@ inline schedule make_schedule(const schedule_options& o) {
   });
   for (double at : o.syncer_kills_at) s.syncer_faults.push_back({at, o.syncer_recovery_seconds, fault_kind::kill});
   for (double at : o.syncer_pauses_at) s.syncer_faults.push_back({at, o.syncer_recovery_seconds, fault_kind::pause});
+  for (double at : o.syncer_cuts_at) s.syncer_faults.push_back({at, o.syncer_recovery_seconds, fault_kind::cut});
   std::sort(s.syncer_faults.begin(), s.syncer_faults.end(),
             [](const syncer_fault& a, const syncer_fault& b) { return a.at_seconds < b.at_seconds; });
   return s;
@@ -174,17 +181,20 @@ inline schedule make_schedule(const schedule_options& o) {
 
 /// How many faults of each kind a schedule holds.
 struct schedule_counts {
-  std::size_t kills = 0, pauses = 0, syncer_kills = 0, syncer_pauses = 0;
+  std::size_t kills = 0, pauses = 0, syncer_kills = 0, syncer_pauses = 0, syncer_cuts = 0;
 };
 
 inline schedule_counts count_faults(const schedule& s) {
   schedule_counts c;
   for (const auto& f : s.learner_faults) ++(f.kind == fault_kind::pause ? c.pauses : c.kills);
-  for (const auto& f : s.syncer_faults) ++(f.kind == fault_kind::pause ? c.syncer_pauses : c.syncer_kills);
+  for (const auto& f : s.syncer_faults)
+    ++(f.kind == fault_kind::pause ? c.syncer_pauses : f.kind == fault_kind::cut ? c.syncer_cuts : c.syncer_kills);
   return c;
 }
 
-inline const char* to_string(fault_kind k) noexcept { return k == fault_kind::pause ? "pause" : "kill"; }
+inline const char* to_string(fault_kind k) noexcept {
+  return k == fault_kind::pause ? "pause" : k == fault_kind::cut ? "cut" : "kill";
+}
 
 /// "12.345 s: learner 3 pause for 10.000 s".
 inline std::string to_string(const fault& f) {

@@ -21,6 +21,7 @@ SCRIPT = os.path.join(HERE, "plot_timeline.py")
 # The colors docs/chaos.md documents, written out again rather than imported.
 UP, DOWN, PAUSED = (70, 170, 80), (215, 50, 45), (245, 140, 30)
 WAITING, RESTARTING, UNKNOWN = (240, 210, 50), (60, 110, 215), (232, 232, 232)
+FINISHED = (120, 120, 120)
 MARK, FRAGMENT0, FRAGMENT1 = (150, 0, 150), (30, 90, 200), (230, 120, 20)
 WHITE = (255, 255, 255)
 
@@ -38,7 +39,8 @@ def sample_report():
     lanes = [
         {"label": "learner 0", "spans": [[0, 40, "up"], [40, 50, "down"], [50, 55, "restarting"], [55, 100, "up"]]},
         # Nothing is known about learner 1 after 95 s: drawn as "unknown".
-        {"label": "learner 1", "spans": [[0, 60, "up"], [60, 80, "waiting"], [80, 95, "up"]]},
+        {"label": "learner 1",
+         "spans": [[0, 60, "up"], [60, 80, "waiting"], [80, 90, "up"], [90, 95, "finished"]]},
         {"label": "syncer",
          "spans": [[0, 60, "up"], [60, 62, "down"], [62, 70, "restarting"], [70, 80, "paused"], [80, 100, "up"]]},
     ]
@@ -112,6 +114,7 @@ def test_sample(work):
     near_color(lanes_ax, 45, 2, DOWN, "learner 0 down")
     near_color(lanes_ax, 52.5, 2, RESTARTING, "learner 0 restarting")
     near_color(lanes_ax, 70, 1, WAITING, "learner 1 waiting")
+    near_color(lanes_ax, 92.5, 1, FINISHED, "learner 1 finished its steps")
     near_color(lanes_ax, 97.5, 1, UNKNOWN, "learner 1 after its last span: unknown")
     near_color(lanes_ax, 75, 0.3, PAUSED, "syncer paused, near the bar's top")
     near_color(lanes_ax, 75, -0.3, PAUSED, "syncer paused, near the bar's bottom")

@@ -588,6 +588,94 @@ BOOST_AUTO_TEST_CASE(a_unit_of_two_ranks) {
   check_work(r.work, {.computed = 170, .merged = 140, .unsent = 30}, "unit: both ranks' work");
 }
 
+// M = 2, window 0..10, bound 10 s (no gap is downtime). Learner 1 finishes its steps and exits at 4.0 s
+// ("finish"): from then its lane is finished, neither down nor allocated. By hand: learner 0 busy (0.2, 9.0] = 8.8 s,
+// all of its 10 fragment-steps merged; learner 1 busy (0.2, 3.0] = 2.8 s, all 5 merged; good 11.6 s of
+// 2 x 10 - 6 = 14 s allocated -> 11.6 / 14 (it would be 11.6 / 20 = 0.58 with the finished time allocated).
+BOOST_AUTO_TEST_CASE(a_learner_that_finishes) {
+  const std::string S = R"("src":"syncer",)";
+  const auto learner = [](int l) {
+    return R"("src":"learner","learner":)" + std::to_string(l) + R"(,"incarnation":1,)";
+  };
+  const auto spawn = [](int l, int pid) {
+    return R"("src":"runner","ev":"spawn","target":"learner","learner":)" + std::to_string(l) +
+           R"(,"incarnation":1,"pid":)" + std::to_string(pid);
+  };
+  const report r = analyze(
+      load({
+          at(0, R"("src":"runner","ev":"begin","learners":2,"mode":"decoupled","seed":7)"),
+          at(0, R"("src":"runner","ev":"spawn","target":"syncer","pid":10)"),
+          at(0, spawn(0, 20)),
+          at(0, spawn(1, 21)),
+          at(200, learner(0) + R"("ev":"joined","revisions":[0],"steps":0,"wait_us":0)"),
+          at(200, learner(1) + R"("ev":"joined","revisions":[0],"steps":0,"wait_us":0)"),
+          at(3000, learner(1) + R"("ev":"sent","fragment":0,"sequence":1,"base":0,"work":5,"steps":5,"wait_us":0)"),
+          at(3050, S + R"("ev":"accepted","learner":1,"incarnation":1,"sequence":1,"fragment":0,"base":0)"),
+          at(3100, S + R"("ev":"merged","fragment":0,"revision":1,"contributions":[[1,1,1]],"staleness":[0])"),
+          at(3900, learner(1) + R"("ev":"stop","steps":5,"wait_us":0)"),
+          at(4000, R"("src":"runner","ev":"finish","target":"learner","learner":1,"pid":21,"status":"exit 0")"),
+          at(9000, learner(0) + R"("ev":"sent","fragment":0,"sequence":1,"base":0,"work":10,"steps":10,"wait_us":0)"),
+          at(9050, S + R"("ev":"accepted","learner":0,"incarnation":1,"sequence":1,"fragment":0,"base":0)"),
+          at(9100, S + R"("ev":"merged","fragment":0,"revision":2,"contributions":[[0,1,1]],"staleness":[1])"),
+          at(10000, R"("src":"runner","ev":"stopping")"),
+          at(10000, learner(0) + R"("ev":"stop","steps":10,"wait_us":0)"),
+      }),
+      {.downtime_bound_s = 10.0});
+  check(r.ok && r.counts.merged == 2 && r.counts.unaccounted == 0, "finished: ok, both contributions merged");
+  near(r.allocated_s, 14.0, "finished: the finished time is not allocated");
+  near(r.good_s, 11.6, "finished: good"), near(r.goodput, 11.6 / 14.0, "finished: goodput");
+  BOOST_TEST_REQUIRE(r.per_learner.size() == 2u);
+  const learner_report& done = r.per_learner[1];
+  near(done.finished_s, 6.0, "finished: learner 1 finished from 4 s"), near(done.down_s, 0, "finished: not down");
+  using enum lane_state;
+  check(same_spans(done.spans, {{0, 0.2, restarting}, {0.2, 4.0, up}, {4.0, 10, finished}}), "finished: spans");
+  const auto json = nlohmann::json::parse(to_json(r));
+  check(json["per_learner"][1]["finished_s"].get<double>() == 6.0, "finished: per learner in the JSON");
+}
+
+// A standby run (one shard): the leader of epoch 5 is cut off at 2.0 s, its standby leads with epoch 7 at 4.0 s and
+// publishes at 5.0 s. Meanwhile the cut-off leader still merges at 4.5 s (after epoch 7 began: one split-brain
+// publication), and learner 0 adopts from it at 5.2 s after adopting epoch 7 at 5.1 s (one epoch regression); learner
+// 1's adoption of epoch 5 at 4.6 s, before it heard of epoch 7, is none. Worked out by hand.
+BOOST_AUTO_TEST_CASE(a_leader_cut_off) {
+  const std::string S = R"("src":"syncer",)";
+  const auto adopted = [](int l, int revision, int epoch) {
+    return R"("src":"learner","learner":)" + std::to_string(l) +
+           R"(,"incarnation":1,"ev":"adopted","fragment":0,"revision":)" + std::to_string(revision) + R"(,"epoch":)" +
+           std::to_string(epoch) + R"(,"overwritten":0,"steps":10,"wait_us":0)";
+  };
+  const report r = analyze(
+      load({
+          at(0, R"("src":"runner","ev":"begin","learners":2,"mode":"decoupled","seed":7,"standby":true)"),
+          at(100, S + R"("ev":"start","pid":10,"restored":false,"revisions":[],"epoch":5)"),
+          at(1000, S + R"("ev":"merged","fragment":0,"revision":1,"contributions":[],"staleness":[],"epoch":5)"),
+          at(1100, adopted(0, 1, 5)),
+          at(2000, R"("src":"runner","ev":"cut","target":"syncer","slot":"a","pid":10)"),
+          at(4000, S + R"("ev":"start","pid":11,"restored":true,"revisions":[1],"epoch":7)"),
+          at(4500, S + R"("ev":"merged","fragment":0,"revision":2,"contributions":[],"staleness":[],"epoch":5)"),
+          at(4600, adopted(1, 2, 5)),
+          at(5000, S + R"("ev":"merged","fragment":0,"revision":2,"contributions":[],"staleness":[],"epoch":7)"),
+          at(5100, adopted(0, 2, 7)),
+          at(5200, adopted(0, 2, 5)),
+          at(8000, R"("src":"runner","ev":"heal","target":"syncer","slot":"a")"),
+          at(10000, R"("src":"runner","ev":"stopping")"),
+      }),
+      {});
+  check(r.standby, "cut: a standby run");
+  BOOST_TEST_REQUIRE(r.epochs.size() == 2u);
+  check(r.epochs[0].epoch == 5 && r.epochs[1].epoch == 7, "cut: epochs 5 then 7");
+  near(r.epochs[1].t_s, 4.0, "cut: epoch 7 began at 4 s");
+  BOOST_TEST_REQUIRE(r.failovers.size() == 1u);
+  const failover& f = r.failovers[0];
+  check(f.fault == "cut" && f.shard == 0, "cut: one failover, of shard 0, after a cut");
+  near(f.fault_s, 2.0, "cut: fault"), near(f.led_s, 4.0, "cut: led"), near(f.published_s, 5.0, "cut: published");
+  check(r.split_brain == 1, "cut: the cut-off leader's merge after epoch 7 began is a split-brain publication");
+  check(r.epoch_regressions == 1, "cut: learner 0 adopting epoch 5 after epoch 7 is a regression, learner 1's not");
+  const auto json = nlohmann::json::parse(to_json(r));
+  check(json["syncers"]["failovers"][0]["fault"] == "cut", "cut: the JSON names the fault");
+  near(json["syncers"]["failovers"][0]["published_after_s"].get<double>(), 3.0, "cut: published 3 s after the cut");
+}
+
 // M = 1, bound 2 s, window 0..10. The learner is killed at 1.0 s, exactly at an advance, and respawned at 8.5 s,
 // exactly at the next one: the 7.5 s gap has nobody alive, so it is listed with alive 0 and is not downtime.
 // Goodput (a trace without `work`: the window rule): sent 1 (0.2, 0.9] = 0.7 and sent 2 (0.9, 0.99] = 0.09, both

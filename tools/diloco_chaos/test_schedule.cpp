@@ -139,6 +139,7 @@ BOOST_AUTO_TEST_CASE(faults_respect_recoveries_and_quiet_windows) {
     o.pause_share = seed % 3 == 0 ? 0.0 : seed % 3 == 1 ? 1.0 : 0.5;
     o.syncer_kills_at = {200, 50};
     o.syncer_pauses_at = {120};
+    o.syncer_cuts_at = {160};
     o.syncer_recovery_seconds = 3;
     o.seed = seed;
     const auto s = make_schedule(o);
@@ -157,15 +158,18 @@ BOOST_AUTO_TEST_CASE(faults_respect_recoveries_and_quiet_windows) {
     const auto counts = count_faults(s);
     if (o.pause_share == 0.0) BOOST_TEST(counts.pauses == 0u);
     if (o.pause_share == 1.0) BOOST_TEST(counts.kills == 0u);
-    BOOST_TEST_REQUIRE(s.syncer_faults.size() == 3u);
+    BOOST_TEST_REQUIRE(s.syncer_faults.size() == 4u);
     BOOST_TEST(s.syncer_faults[0].at_seconds == 50.0);
     BOOST_TEST(s.syncer_faults[1].at_seconds == 120.0);
-    BOOST_TEST(s.syncer_faults[2].at_seconds == 200.0);
-    BOOST_TEST(s.syncer_faults[2].recovery_seconds == 3.0);
+    BOOST_TEST(s.syncer_faults[2].at_seconds == 160.0);
+    BOOST_TEST(s.syncer_faults[3].at_seconds == 200.0);
+    BOOST_TEST(s.syncer_faults[3].recovery_seconds == 3.0);
     BOOST_TEST((s.syncer_faults[1].kind == fault_kind::pause));
-    BOOST_TEST((s.syncer_faults[0].kind == fault_kind::kill && s.syncer_faults[2].kind == fault_kind::kill));
+    BOOST_TEST((s.syncer_faults[2].kind == fault_kind::cut));
+    BOOST_TEST((s.syncer_faults[0].kind == fault_kind::kill && s.syncer_faults[3].kind == fault_kind::kill));
     BOOST_TEST(counts.syncer_kills == 2u);
     BOOST_TEST(counts.syncer_pauses == 1u);
+    BOOST_TEST(counts.syncer_cuts == 1u);
   }
 }
 
@@ -174,6 +178,7 @@ BOOST_AUTO_TEST_CASE(faults_print_as_one_line) {
   BOOST_TEST(to_string(fault{0.5, 0, fault_kind::kill, 2.25}) == "0.500 s: learner 0 kill for 2.250 s");
   BOOST_TEST(to_string(syncer_fault{40, 2}) == "40.000 s: syncer kill for 2.000 s");
   BOOST_TEST(to_string(syncer_fault{41.5, 6, fault_kind::pause}) == "41.500 s: syncer pause for 6.000 s");
+  BOOST_TEST(to_string(syncer_fault{42, 6, fault_kind::cut}) == "42.000 s: syncer cut for 6.000 s");
 }
 
 BOOST_AUTO_TEST_CASE(check_refuses_options_that_make_no_sense) {
@@ -211,6 +216,8 @@ BOOST_AUTO_TEST_CASE(check_refuses_options_that_make_no_sense) {
          o.syncer_kills_at = {100};
        }},
       {"syncer fault at 3594 ", [](auto& o) { o.syncer_pauses_at = {3594}; }},
+      {"syncer fault at 101 falls while the syncer is down from the fault at 100",  // and a cut
+       [](auto& o) { o.syncer_cuts_at = {101}; }},
       {"learner_kills_at: learner 1 at 20: there are only 1",
        [](auto& o) {
          o.learner_kills_at = {{20, 1}};

@@ -6,7 +6,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <optional>
-#include <thread>
 #include <utility>
 
 #include <diloco/clock.hpp>
