@@ -14,6 +14,11 @@ compressed as bf16, int8, fp8 or int4 (protocol.md, "Codecs"; with
 --error-feedback what the codec rounds away is carried into the next send);
 updates are decoded from whichever codec they carry.
 
+Given every candidate of the syncer (--endpoint 'tcp://a:5555|tcp://b:5555':
+a primary and its standbys) it follows protocol.md, "Failover": it probes
+them, keeps the one that answers, drops messages of a replaced leader's
+epoch, and leaves a leader that falls silent for whichever answers its join.
+
 Dependencies: the standard library, pyzmq and numpy (Debian: python3-zmq,
 python3-numpy). Prints progress to stderr and one JSON line to stdout.
 
@@ -561,6 +566,97 @@ def log(message):
 log.name = "?"
 
 
+class Connection:
+    """The connection to the syncer among its candidates (docs/protocol.md,
+    "Failover"): `endpoints` holds one endpoint, or the primary and its
+    standbys. With one, a DEALER connected to it, as ever. With several, the
+    learner probes: each message goes to every candidate until one answers;
+    that one leads, and the others are closed with what they still held. A
+    leader that stays silent for `silence_s` once a join, contribution or
+    leave went out is taken for lost: probing starts again (`lost`; the
+    learner joins every candidate then, and the leader's welcome answers),
+    and finding a leader after that counts a reconnection."""
+
+    def __init__(self, context, endpoints, send_timeout_s, silence_s=3.0):
+        self.context, self.endpoints = context, endpoints
+        self.send_timeout_s, self.silence_s = send_timeout_s, silence_s
+        self.sockets = {}            # endpoint -> DEALER; only the leader's once one answered
+        self.leader = None           # the endpoint that answered
+        self.awaiting_since = None   # when a message needing an answer went out unanswered, or None
+        self.reconnections = 0       # leaders found again after a silence
+        self.lost = False            # probing again after a silence
+        self.poller = None
+        self.probe()
+
+    def socket(self, endpoint):
+        socket = self.context.socket(zmq.DEALER)
+        # No routing id: the syncer's ROUTER gives every connection its own (protocol.md, Framing).
+        socket.setsockopt(zmq.MAXMSGSIZE, MAX_PAYLOAD + HEADER_SIZE)
+        socket.setsockopt(zmq.SNDTIMEO, int(self.send_timeout_s * 1000))  # a send never blocks unbounded
+        socket.connect(endpoint)
+        return socket
+
+    def probe(self):
+        self.close_all(0)
+        self.sockets = {endpoint: self.socket(endpoint) for endpoint in self.endpoints}
+        self.leader = self.endpoints[0] if len(self.endpoints) == 1 else None
+        self.poller = zmq.Poller()
+        for socket in self.sockets.values():
+            self.poller.register(socket, zmq.POLLIN)
+
+    def where(self):
+        return self.leader or "|".join(self.endpoints)
+
+    def send(self, frames, needs_answer):
+        """Sends to the leader, or while probing to every candidate; raises zmq.Again past the send timeout."""
+        for socket in self.sockets.values():
+            socket.send_multipart(frames)
+        if needs_answer and self.awaiting_since is None:
+            self.awaiting_since = time.monotonic()
+
+    def receive(self, timeout_ms):
+        """The messages (frame lists) that arrived within timeout_ms, at least those already queued."""
+        out = []
+        for socket, _ in self.poller.poll(timeout_ms):
+            endpoint = next((e for e, s in self.sockets.items() if s is socket), None)
+            while endpoint in self.sockets:  # None, or a candidate closed as another one answered: skipped
+                try:
+                    out.append(socket.recv_multipart(zmq.NOBLOCK))
+                except zmq.Again:
+                    break
+                if self.leader is None:
+                    self.lead(endpoint)
+        if out:
+            self.awaiting_since = None
+        elif (len(self.endpoints) > 1 and self.leader is not None and self.awaiting_since is not None
+              and time.monotonic() - self.awaiting_since > self.silence_s):
+            log("the syncer at %s fell silent for %gs: probing %s" % (self.leader, self.silence_s,
+                                                                      "|".join(self.endpoints)))
+            self.awaiting_since = None
+            self.lost = True
+            self.probe()
+        return out
+
+    def lead(self, endpoint):
+        for other in [e for e in self.sockets if e != endpoint]:
+            socket = self.sockets.pop(other)
+            self.poller.unregister(socket)
+            socket.setsockopt(zmq.LINGER, 0)
+            socket.close()
+        self.leader = endpoint
+        if self.lost:
+            self.lost = False
+            self.reconnections += 1
+        if len(self.endpoints) > 1:
+            log("the syncer at %s answers" % endpoint)
+
+    def close_all(self, linger_ms):
+        for socket in self.sockets.values():
+            socket.setsockopt(zmq.LINGER, linger_ms)
+            socket.close()
+        self.sockets = {}
+
+
 class Learner:
     def __init__(self, args, model):
         self.args = args
@@ -569,13 +665,9 @@ class Learner:
         self.fingerprint = fingerprint(model.tensors)
         self.total = len(model.theta)
         self.context = zmq.Context()
-        self.socket = self.context.socket(zmq.DEALER)
-        # No routing id: the syncer's ROUTER gives every connection its own (protocol.md, Framing).
-        self.socket.setsockopt(zmq.MAXMSGSIZE, MAX_PAYLOAD + HEADER_SIZE)
-        self.socket.setsockopt(zmq.SNDTIMEO, int(args.timeout * 1000))  # a send never blocks unbounded
-        self.socket.connect(args.endpoint)
-        self.poller = zmq.Poller()
-        self.poller.register(self.socket, zmq.POLLIN)
+        self.connection = Connection(self.context, args.endpoint.split("|"), args.timeout, args.silence)
+        self.reconnections = 0           # the connection's reconnections this learner has caught up with
+        self.probe_joined_at = 0.0       # the last join sent while probing after a silence
         self.parts = Parts()
         self.sequence = 0
         self.step = 0
@@ -610,6 +702,7 @@ class Learner:
         self.stats = {"contributions": 0, "final_contributions": 0, "acks": 0, "rejects": 0,
                       "reject_reasons": {}, "updates_received": 0, "updates_adopted": 0,
                       "updates_ignored": 0, "ignored_messages": 0, "stale_epochs": 0, "joins": 0, "heartbeats": 0,
+                      "reconnections": 0,
                       "state_sent": False, "skipped_sends": 0, "invalid_updates": 0,
                       # Payload bytes, to check against the syncer's payload_bytes_received/sent.
                       "contribution_bytes": 0, "update_bytes": 0, "bootstrap_bytes": 0,
@@ -621,12 +714,10 @@ class Learner:
         fields.update(kind=kind, learner=self.learner_id, incarnation=self.incarnation, sequence=self.sequence)
         header = encode(fields, payload)
         try:
-            if payload:
-                self.socket.send_multipart([header, payload])
-            else:
-                self.socket.send(header)
+            self.connection.send([header, payload] if payload else [header],
+                                 needs_answer=kind in (JOIN, CONTRIBUTION, LEAVE))
         except zmq.Again:
-            raise Timeout("could not send a %s to %s within %gs" % (KIND_NAMES[kind], self.args.endpoint,
+            raise Timeout("could not send a %s to %s within %gs" % (KIND_NAMES[kind], self.connection.where(),
                                                                     self.args.timeout))
         if self.args.verbose:
             log("-> %s seq %d %s" % (KIND_NAMES[kind], self.sequence,
@@ -655,21 +746,35 @@ class Learner:
         deadline = time.monotonic() + wait_s
         while True:
             remaining = max(0.0, deadline - time.monotonic())
-            if not self.poller.poll(int(remaining * 1000)):
-                return
-            while True:
+            for message in self.connection.receive(int(remaining * 1000)):
                 try:
-                    frames = self.parts.take(self.socket.recv_multipart(zmq.NOBLOCK))
-                except zmq.Again:
-                    break
+                    frames = self.parts.take(message)
                 except ValueError as error:
                     self.stats["ignored_messages"] += 1
                     log("ignored a part: %s" % error)
                     continue
                 if frames is not None:
                     self.handle(frames)
+            if self.connection.lost and self.welcomed and time.monotonic() - self.probe_joined_at >= 1.0:
+                # Probing after a silence: join every candidate (again each second); the leader welcomes us.
+                self.probe_joined_at = time.monotonic()
+                self.send_join()
+            if self.connection.reconnections > self.reconnections:
+                self.rejoined()
             if time.monotonic() >= deadline:
                 return
+
+    def rejoined(self):
+        """A leader found after a silence has answered our join (docs/protocol.md, "Failover"). A
+        contribution the old leader acknowledged is answered by the new one (its standby held it before the
+        ack left); one it never acknowledged is given up, and its fragment may be sent again against the
+        same base."""
+        self.reconnections = self.connection.reconnections
+        self.stats["reconnections"] += 1
+        for sequence, entry in list(self.outstanding.items()):
+            if not entry["acked"]:
+                del self.outstanding[sequence]
+                self.last_sent_base.pop(entry["fragment"], None)
 
     # A syncer's messages carry its leadership epoch where a learner's carry
     # tokens (docs/protocol.md, "Epochs"): one stamped with an older epoch than
@@ -942,7 +1047,7 @@ class Learner:
                 elif not self.welcomed:
                     hint = "; is a syncer listening there, and does it accept this layout?"
                 raise Timeout("no welcome and initial state from %s within %gs (welcomed: %s, fragments: %d)%s"
-                              % (self.args.endpoint, self.args.timeout, self.welcomed, len(self.base), hint))
+                              % (self.connection.where(), self.args.timeout, self.welcomed, len(self.base), hint))
             if now - last_join >= 1.0:  # join, and repeat every second until welcomed with every fragment
                 last_join = now
                 self.send_join()
@@ -1079,15 +1184,19 @@ class Learner:
             log("warning: %s; closing anyway" % error)
 
     def close(self, linger_ms):
-        """Closes the socket, giving queued messages (the leave) up to linger_ms to go out."""
-        self.socket.setsockopt(zmq.LINGER, linger_ms)
-        self.socket.close()
+        """Closes the connection, giving queued messages (the leave) up to linger_ms to go out."""
+        self.connection.close_all(linger_ms)
         self.context.term()
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--endpoint", default="tcp://127.0.0.1:5555", help="the syncer's ZeroMQ endpoint")
+    parser.add_argument("--endpoint", default="tcp://127.0.0.1:5555",
+                        help="the syncer's ZeroMQ endpoint, or every candidate's ('tcp://a:5555|tcp://b:5555': the "
+                             "primary and its standbys)")
+    parser.add_argument("--silence", type=float, default=3.0,
+                        help="with several candidates: a leader silent this long once a join, contribution or leave "
+                             "went out is taken for lost, and the candidates are probed again (seconds)")
     parser.add_argument("--learner-id", type=int, default=0, help="this learner's id (u32)")
     parser.add_argument("--incarnation", type=int, default=1, help="this learner's incarnation (u32)")
     parser.add_argument("--steps", type=int, default=200, help="inner steps to train")
@@ -1161,6 +1270,7 @@ def main():
                   updates_received=stats["updates_received"], updates_adopted=stats["updates_adopted"],
                   updates_ignored=stats["updates_ignored"], ignored_messages=stats["ignored_messages"],
                   skipped_sends=stats["skipped_sends"], joins=stats["joins"], heartbeats=stats["heartbeats"],
+                  reconnections=stats["reconnections"],
                   provided_state=stats["state_sent"], invalid_updates=stats["invalid_updates"],
                   error_feedback=args.error_feedback,
                   fragment_sizes=[len(indices) for indices in learner.plan] if learner.plan else None,
