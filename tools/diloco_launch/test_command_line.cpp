@@ -83,6 +83,11 @@ BOOST_AUTO_TEST_CASE(defaults) {
   const auto learners_only = parse({"--learners", "2", "--no-syncer", "--endpoint", "tcp://h:1", "--", "./train"});
   BOOST_TEST(!learners_only.status.has_value());
   BOOST_TEST(learners_only.c.plan.syncer.empty());
+  // Every candidate of each shard (a primary and its standby), as the learners take them: passed on as written.
+  const auto candidates = parse(
+      {"--learners", "2", "--no-syncer", "--endpoint", "tcp://a:1|tcp://b:1,tcp://c:2|tcp://d:2", "--", "./train"});
+  BOOST_TEST(!candidates.status.has_value());
+  BOOST_TEST(candidates.c.plan.endpoint == "tcp://a:1|tcp://b:1,tcp://c:2|tcp://d:2");
 }
 
 BOOST_AUTO_TEST_CASE(refuses_bad_flags_naming_them) {
