@@ -112,6 +112,23 @@ BOOST_AUTO_TEST_CASE(a_clean_lock_step_run_accounts_for_every_contribution) {
   BOOST_TEST(accepted.size() == sent.size());
   BOOST_TEST(std::set<key>(merged.begin(), merged.end()) == sent);
   BOOST_TEST(merged.size() == sent.size());
+  // Every learner given a revision got the same bytes: one CRC per (fragment, revision) over both learners, each
+  // revision's its own (the values moved), none 0.
+  std::map<std::pair<std::uint32_t, std::uint64_t>, std::set<std::uint32_t>> crcs;
+  std::map<std::pair<std::uint32_t, std::uint64_t>, std::uint32_t> adopters;
+  for (const auto& [i, ev] : events)
+    for (const auto& e : ev)
+      if (e.what == learner_event::kind::adopted)
+        crcs[{e.fragment, e.revision}].insert(e.payload_crc), ++adopters[{e.fragment, e.revision}];
+  BOOST_TEST(crcs.size() >= steps / H);
+  std::set<std::uint32_t> distinct;
+  for (const auto& [revision, seen] : crcs) {
+    BOOST_TEST(seen.size() == 1u);
+    BOOST_TEST(adopters[revision] == learners_count);
+    BOOST_TEST(*seen.begin() != 0u);
+    distinct.insert(*seen.begin());
+  }
+  BOOST_TEST(distinct.size() == crcs.size());
 }
 
 BOOST_AUTO_TEST_CASE(trace_lines_are_whole_and_appended) {

@@ -18,6 +18,7 @@ namespace diloco_chaos {
 /// "sent" with neither "accepted" nor "rejected" is unanswered: the message may have died with a killed process.
 inline accounting account_contributions(const std::vector<event>& evs, const syncer_records& records) {
   accounting a;
+  a.merged_again = records.merged_again.size();
   const auto unaccounted = [&a](const contribution_key& key, const char* why) {
     if (++a.unaccounted <= 10)
       a.unaccounted_keys.push_back("learner " + std::to_string(std::get<0>(key)) + " incarnation " +

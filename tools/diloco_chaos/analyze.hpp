@@ -20,7 +20,8 @@
 namespace diloco_chaos {
 
 /// Sets ok, failures and warnings from what the passes found. Failures: downtime > 0, no advance at all while a
-/// learner was alive, unaccounted > 0, violations. Unanswered contributions are a warning.
+/// learner was alive, unaccounted > 0, violations, a revision adopted with two contents. Unanswered contributions
+/// are a warning.
 inline void judge(report& r, bool anyone_alive) {
   if (r.global_downtime_s > 0)
     r.failures.push_back("global downtime " + std::to_string(r.global_downtime_s) +
@@ -31,6 +32,9 @@ inline void judge(report& r, bool anyone_alive) {
     r.failures.push_back(std::to_string(r.counts.unaccounted) + " unaccounted contribution(s)");
   if (!r.violations.empty())
     r.failures.push_back(std::to_string(r.violations.size()) + " revision(s) seen going backwards by a learner");
+  if (r.revisions_with_two_contents > 0)
+    r.failures.push_back(std::to_string(r.revisions_with_two_contents) +
+                         " revision(s) adopted with two different contents: published twice, differently");
   if (r.split_brain > 0)
     r.failures.push_back(std::to_string(r.split_brain) +
                          " split-brain publication(s): a replaced leader merged while its successor led");

@@ -19,6 +19,7 @@ namespace diloco_chaos {
 struct syncer_records {
   std::map<contribution_key, std::size_t> last_merge;  ///< key -> index of the last "merged" holding it
   std::set<contribution_key> accepted, answered;       ///< keys the syncer logged "accepted" / either verdict for
+  std::set<contribution_key> merged_again;             ///< keys in more than one "merged"
   std::vector<std::size_t> merges;                     ///< every syncer "merged", in order
   std::vector<std::size_t> kills;                      ///< every runner "kill" of the (unsharded) syncer, in order
   /// Every runner "kill" of one shard of a sharded syncer, in order: the
@@ -49,7 +50,11 @@ inline syncer_records index_syncer_records(const std::vector<event>& evs) {
     if (e.ev == "merged") {
       out.merges.push_back(k);
       for (const auto& c : e.rows("contributions"))
-        if (c.size() == 3) out.last_merge[{c[0], c[1], c[2]}] = k;
+        if (c.size() == 3) {
+          const contribution_key key{c[0], c[1], c[2]};
+          if (out.last_merge.contains(key)) out.merged_again.insert(key);
+          out.last_merge[key] = k;
+        }
     }
     if (e.ev == "accepted") out.accepted.insert(key_of(e));
     if (e.ev == "accepted" || e.ev == "rejected") out.answered.insert(key_of(e));

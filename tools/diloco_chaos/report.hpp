@@ -100,6 +100,9 @@ struct fragment_report {
 struct accounting {
   std::uint64_t sent = 0, accepted = 0, merged = 0, rejected = 0, lost_in_syncer_restart = 0, unanswered = 0,
                 unaccounted = 0;
+  /// Contributions in more than one traced merge: a syncer killed between tracing a merge and making it durable
+  /// (or replicated) merges its journal again, and learners get one of the two.
+  std::uint64_t merged_again = 0;
   std::map<std::string, std::uint64_t> rejected_by_reason;
   std::vector<std::string> unaccounted_keys;  ///< the first 10, each with why
 };
@@ -139,6 +142,9 @@ struct report {
   std::vector<fragment_report> per_fragment;
   double staleness_mean = 0, staleness_max = 0;
   std::vector<revision_violation> violations;
+  /// Fragment revisions learners adopted with different contents (the CRCs of their updates' payloads): a revision
+  /// published twice, differently.
+  std::uint64_t revisions_with_two_contents = 0;
   bool standby = false;                  ///< the run had standby syncers (runner "begin")
   std::vector<leadership_epoch> epochs;  ///< in trace order
   std::vector<failover> failovers;       ///< one per syncer fault

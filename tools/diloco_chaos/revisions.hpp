@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <set>
 #include <utility>
 #include <vector>
 
@@ -32,7 +33,8 @@ inline std::size_t count_fragments(const std::vector<event>& evs) {
 /// Fills revisions (points from every syncer "merged", a syncer "start", and the first "joined" of a fragment not
 /// drawn yet; times clamped to the run window), per_fragment and staleness, and violations: per learner id (all
 /// incarnations) and fragment, a revision seen in "joined" or "adopted" below the highest seen before (of a unit's
-/// rank, only the fragments it speaks for: speaks_for).
+/// rank, only the fragments it speaks for: speaks_for); and revisions_with_two_contents: the (fragment, revision)
+/// pairs whose "adopted" lines carry more than one "crc" (of the fragments the adopting rank speaks for).
 inline void trace_revisions(const std::vector<event>& evs, const run_window& w, std::size_t fragments, report& r) {
   r.fragments = static_cast<std::uint32_t>(fragments);
   std::map<std::pair<std::int64_t, std::size_t>, std::int64_t> seen;  // (learner, fragment) -> highest revision
@@ -40,6 +42,8 @@ inline void trace_revisions(const std::vector<event>& evs, const run_window& w, 
   std::vector<std::uint64_t> merges(fragments);
   std::vector<std::int64_t> final_revision(fragments);
   std::vector<bool> plotted(fragments);
+  std::map<std::pair<std::int64_t, std::int64_t>, std::int64_t> content;  // (fragment, revision) -> first CRC seen
+  std::set<std::pair<std::int64_t, std::int64_t>> twice;
   const auto point = [&](std::int64_t t, std::size_t f, std::int64_t revision) {
     r.revisions.push_back({w.at(std::clamp(t, w.lo, w.hi)), static_cast<std::uint32_t>(f),
                            static_cast<std::uint64_t>(std::max<std::int64_t>(0, revision))});
@@ -64,6 +68,10 @@ inline void trace_revisions(const std::vector<event>& evs, const run_window& w, 
       }
     } else if (is(e, "learner", "adopted") && learner >= 0) {
       see(e, learner, fragment, e.integer("revision").value_or(0));
+      if (const auto crc = e.integer("crc"); crc && speaks_for(e, fragment)) {
+        const std::pair key{fragment, e.integer("revision").value_or(0)};
+        if (const auto [it, fresh] = content.try_emplace(key, *crc); !fresh && it->second != *crc) twice.insert(key);
+      }
     } else if (is(e, "syncer", "start")) {
       for (std::size_t f = 0; f < std::min(revs.size(), fragments); ++f)
         if (revs[f] >= 0) point(e.t, f, revs[f]);  // −1: a fragment another shard owns
@@ -84,6 +92,7 @@ inline void trace_revisions(const std::vector<event>& evs, const run_window& w, 
     stale_all += stale_sum[f], stale_count += stale_n[f], r.staleness_max = std::max(r.staleness_max, stale_max[f]);
   }
   r.staleness_mean = stale_count > 0 ? stale_all / stale_count : 0;
+  r.revisions_with_two_contents = twice.size();
 }
 
 }  // namespace diloco_chaos

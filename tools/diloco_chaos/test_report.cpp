@@ -676,6 +676,40 @@ BOOST_AUTO_TEST_CASE(a_leader_cut_off) {
   near(json["syncers"]["failovers"][0]["published_after_s"].get<double>(), 3.0, "cut: published 3 s after the cut");
 }
 
+// Fragment 0's revision 1 reaches learners 0 and 1 with the same payload (CRC 77), its revision 2 with two (77 and
+// 91): one revision published twice with different contents, a failure. Rank 1 of a unit, adopting fragment 0 that
+// it does not speak for, with yet another CRC, is left out. Learner 0's contribution 4 is in both merges.
+BOOST_AUTO_TEST_CASE(a_revision_with_two_contents) {
+  const auto adopted = [](int l, int revision, int crc, const std::string& rank = "") {
+    return R"("src":"learner","learner":)" + std::to_string(l) + R"(,"incarnation":1,)" + rank +
+           R"("ev":"adopted","fragment":0,"revision":)" + std::to_string(revision) + R"(,"crc":)" +
+           std::to_string(crc) + R"(,"overwritten":0,"steps":10,"wait_us":0)";
+  };
+  const auto run = [&](int second_crc) {
+    return analyze(
+        load({
+            at(0, R"("src":"runner","ev":"begin","learners":3,"mode":"decoupled","seed":7)"),
+            at(100, R"("src":"syncer","ev":"merged","fragment":0,"revision":1,"contributions":[[0,1,4]])"),
+            at(200, adopted(0, 1, 77)),
+            at(300, adopted(1, 1, 77)),
+            at(350, adopted(2, 1, 55, R"("rank":1,"ranks":2,)")),
+            at(400, R"("src":"syncer","ev":"merged","fragment":0,"revision":2,"contributions":[[0,1,4],[1,1,2]])"),
+            at(500, adopted(0, 2, 77)),
+            at(600, adopted(1, 2, second_crc)),
+            at(1000, R"("src":"runner","ev":"stopping")"),
+        }),
+        {});
+  };
+  const report twice = run(91), once = run(77);
+  check(twice.revisions_with_two_contents == 1, "two contents: revision 2 of fragment 0");
+  check(!twice.ok && contains(twice.failures.back(), "two different contents"), "two contents: a failure");
+  check(once.revisions_with_two_contents == 0 && once.ok, "one content each: no failure");
+  const auto json = nlohmann::json::parse(to_json(twice));
+  check(json["revisions"]["with_two_contents"] == 1, "two contents: in the JSON");
+  check(twice.counts.merged_again == 1 && json["accounting"]["merged_again"] == 1,
+        "learner 0's contribution 4, in both merges: merged again, once");
+}
+
 // M = 1, bound 2 s, window 0..10. The learner is killed at 1.0 s, exactly at an advance, and respawned at 8.5 s,
 // exactly at the next one: the 7.5 s gap has nobody alive, so it is listed with alive 0 and is not downtime.
 // Goodput (a trace without `work`: the window rule): sent 1 (0.2, 0.9] = 0.7 and sent 2 (0.9, 0.99] = 0.09, both

@@ -41,6 +41,10 @@ struct learner_event {
   std::chrono::nanoseconds waited_total{};  ///< time spent waiting so far
   std::chrono::nanoseconds wait{};          ///< `waited`: this wait
   std::uint64_t epoch = 0;                  ///< `adopted`: the epoch of the syncer leadership that sent it
+  /// `adopted`: CRC-32C of the update's payload as it arrived. Every learner
+  /// given a revision gets the same bytes, so two CRCs for one fragment's
+  /// revision mean it was published twice with different contents.
+  std::uint32_t payload_crc = 0;
 };
 
 /// The syncer's verdict on one contribution.

@@ -265,6 +265,7 @@ class trace_writer {
       case learner_event::kind::adopted:
         f.add("fragment", e.fragment).add("revision", e.revision).add("overwritten", e.work);
         if (e.epoch != 0) f.add("epoch", e.epoch);
+        f.add("crc", e.payload_crc);
         return learner_line(id, incarnation, "adopted", counters(f, e));
       case learner_event::kind::waited: {
         const std::int64_t end = now_us();

@@ -16,6 +16,7 @@
 #include "diloco/concepts/memory_space.hpp"
 #include "diloco/metrics/counters.hpp"
 #include "diloco/metrics/events.hpp"
+#include "diloco/protocol/crc32c.hpp"
 #include "diloco/protocol/message.hpp"
 #include "diloco/protocol/payload.hpp"
 #include "diloco/runtime/learner/fragments.hpp"
@@ -149,6 +150,8 @@ class learner_adoption {
                          : rebase ? adoption::rebase
                          : mix    ? adoption::mix
                                   : adoption::overwrite;
+    // Read before the adoption, for the trace: an update's bytes, whatever adopting does with them.
+    const std::uint32_t payload_crc = reports_.wants_events() ? crc32c(f.inbox->payload.bytes()) : 0;
     memory.adopt(f.inbox->codec, f.inbox->block, f.inbox->payload.bytes(), fragments_.plan()[p].slices(), theta, f.base,
                  how, T(config.mixing));
     const bool completes_join = !f.adopted && fragments_.first_adoption();
@@ -201,7 +204,8 @@ class learner_adoption {
                      .fragment = p,
                      .revision = f.revision,
                      .work = overwritten,
-                     .epoch = epoch});
+                     .epoch = epoch,
+                     .payload_crc = payload_crc});
   }
 
  private:
