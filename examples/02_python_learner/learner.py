@@ -766,13 +766,16 @@ class Learner:
 
     def rejoined(self):
         """A leader found after a silence has answered our join (docs/protocol.md, "Failover"). A
-        contribution the old leader acknowledged is answered by the new one (its standby held it before the
-        ack left); one it never acknowledged is given up, and its fragment may be sent again against the
-        same base."""
+        contribution the old leader acknowledged is in the new one's state or in an open round of it (its
+        standby held it before the ack left): a state of its fragment newer than its base answers it (see
+        adopt), else the round's update will; one never acknowledged is given up, and its fragment may be
+        sent again against the same base."""
         self.reconnections = self.connection.reconnections
         self.stats["reconnections"] += 1
         for sequence, entry in list(self.outstanding.items()):
-            if not entry["acked"]:
+            if entry["acked"]:
+                entry["chased"] = True
+            else:
                 del self.outstanding[sequence]
                 self.last_sent_base.pop(entry["fragment"], None)
 
@@ -1021,6 +1024,9 @@ class Learner:
         self.base[p] = values.copy()
         self.base_revision[p] = revision
         self.stats["updates_adopted"] += 1
+        for sequence, entry in list(self.outstanding.items()):
+            if entry["chased"] and entry["fragment"] == p and entry["base"] < revision:
+                del self.outstanding[sequence]  # merged into the state a new leader sent: answered by it
 
     def rebases(self):
         """The rebase rule: asked for, and the run is not lock-step (which always overwrites)."""
@@ -1082,7 +1088,8 @@ class Learner:
         counts = self.stats["contributions_by_fragment"]
         counts[p] = counts.get(p, 0) + 1
         self.outstanding[sequence] = {"fragment": p, "step": self.step, "sent_at": time.monotonic(),
-                                      "final": final, "acked": False, "sequence": sequence}
+                                      "final": final, "acked": False, "sequence": sequence,
+                                      "base": self.base_revision[p], "chased": False}
         self.last_sent_base[p] = self.base_revision[p]
         self.last_send_step[p] = self.step
         if self.rebases():

@@ -71,12 +71,14 @@ BOOST_AUTO_TEST_CASE(finds_the_bound_candidate_and_moves_when_its_socket_closes)
   BOOST_TEST(c.endpoint() == a);
   BOOST_TEST(c.reconnections() == 0u);
 
-  // The leader dies; a standby binds the other endpoint.
+  // The leader dies; a standby binds the other endpoint. Leaving the leader
+  // counts at once: the learner's join, sent now, waits for the standby.
   leader.reset();
   BOOST_TEST_REQUIRE(probes_again(c));
+  BOOST_TEST(c.reconnections() == 1u);
+  auto early = of_kind(message_kind::join, 2);
+  BOOST_TEST_REQUIRE(!c.try_send(syncer_peer, early));
   zeromq::server standby(context, b);
-  auto again = of_kind(message_kind::join, 2);
-  BOOST_TEST_REQUIRE(!c.try_send(syncer_peer, again));
   const auto seen = answer(standby);
   BOOST_TEST_REQUIRE(seen.has_value());
   BOOST_TEST(seen->msg.header.sequence == 2u);
@@ -107,6 +109,7 @@ BOOST_AUTO_TEST_CASE(a_leader_silent_past_the_bound_is_left_and_found_again) {
   BOOST_TEST_REQUIRE(!c.try_send(syncer_peer, unanswered));
   BOOST_TEST_REQUIRE(leader.receive_for(10s).has_value());  // read, not answered
   BOOST_TEST_REQUIRE(probes_again(c));
+  BOOST_TEST(c.reconnections() == 1u);
   auto retry = of_kind(message_kind::join, 4);
   BOOST_TEST_REQUIRE(!c.try_send(syncer_peer, retry));
   BOOST_TEST_REQUIRE(answer(leader).has_value());

@@ -195,7 +195,12 @@ int serve(const settings& s, diloco::zeromq::server& server, start& from, diloco
   options.before_ack = [&](const diloco::message& m) {
     keep_leadership()();
     if (journal) journal->append(m);
-    if (replication()) replication()->journal(m);  // synchronous: returns once the standbys have it
+    if (replication()) {
+      replication()->journal(m);  // synchronous: returns once the standbys have it, or dropped them
+      // The wait may have outlasted the lease (a leader cut off from its
+      // standby and etcd): a successor may lead now, and this ack must not leave.
+      keep_leadership()();
+    }
   };
   std::optional<diloco::trace_writer> trace;
   if (!s.trace_file.empty()) trace.emplace(s.trace_file);

@@ -53,9 +53,10 @@ concept next_arrival = requires(const T& t) {
 };
 
 /// 5. (optional: transports that move between syncers) `t.reconnections()`
-///    on a `const T` — how many times it has moved to another syncer
-///    connection (a standby that took over, `zeromq::failover_client`). A
-///    learner that sees it grow joins again at once, and chases every
+///    on a `const T` — how many times it has left a syncer connection to
+///    find the one that leads now (a standby that takes over,
+///    `zeromq::failover_client`). A learner that sees it grow joins again
+///    at once — the join is what the next leader answers — and chases every
 ///    answer still awaited from the old connection, instead of waiting
 ///    `learner_options::rejoin_after` for them.
 template <class T>

@@ -37,8 +37,11 @@ namespace diloco::zeromq {
 ///   `silence` since — the client probes again.
 ///
 /// It starts probing (connected at once with one endpoint, which it never
-/// leaves). `reconnections()` counts the leaders found after a silence:
-/// the learner then joins again at once (requirement 5 of `transport`). The epoch each leader stamps lets the learner
+/// leaves). `reconnections()` counts the leaders it left to probe again:
+/// the learner then joins again at once (requirement 5 of `transport`), and
+/// its join, sent to every candidate, is what the next leader answers — it
+/// waits at an endpoint nobody binds yet for the standby that will (a
+/// learner whose every fragment is in flight has nothing else to send). The epoch each leader stamps lets the learner
 /// drop whatever a replaced one still sends. A blocking transport; use from one thread.
 class failover_client {
  public:
@@ -135,7 +138,7 @@ class failover_client {
   /// The leader's endpoint (empty while probing).
   std::string endpoint() const { return current_ ? endpoints_[*current_] : std::string(); }
   bool probing() const noexcept { return !current_; }
-  /// Leaders found by probing after the first.
+  /// Leaders left (dropped or silent) to probe for the next one.
   std::uint64_t reconnections() const noexcept { return reconnections_; }
 
   std::uint64_t queued_bytes() const noexcept { return sum(&client::queued_bytes); }
@@ -193,6 +196,7 @@ class failover_client {
   /// Connects to every candidate (the leader's connection is made anew: it
   /// may be a replaced one, paused, whose socket still accepts).
   void probe() {
+    if (current_) ++reconnections_;  // a leader left: the learner joins again, and the next leader answers that
     awaiting_.reset();
     unwatch();
     if (current_) clients_[*current_].reset();
@@ -206,8 +210,6 @@ class failover_client {
     current_ = k;
     for (std::size_t j = 0; j < clients_.size(); ++j)
       if (j != k) clients_[j].reset();
-    if (last_leader_) ++reconnections_;  // after a silence: a new leader, or the same one restarted
-    last_leader_ = k;
     watch(k);
   }
 
@@ -226,7 +228,6 @@ class failover_client {
   std::chrono::nanoseconds silence_;
   std::vector<std::unique_ptr<client>> clients_;  ///< per candidate; open while probing, the leader's after
   std::optional<std::size_t> current_;            ///< the leader, once one answered
-  std::optional<std::size_t> last_leader_;
   std::uint64_t reconnections_ = 0;
   std::optional<clock::time_point> awaiting_;  ///< since the first message expecting an answer went unanswered
   std::optional<::zmq::socket_t> monitor_;     ///< the leader's connection events
