@@ -35,7 +35,6 @@ Exit status 0 when every check passes, 1 otherwise.
 """
 
 import argparse
-import json
 import os
 import re
 import signal
@@ -45,7 +44,7 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools", "diloco_tools", "python"))
-from diloco_processes import die_with_parent, free_port, python_with_pyzmq  # noqa: E402
+from diloco_processes import conclude, die_with_parent, free_port, last_json, python_with_pyzmq  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 LEARNER = os.path.join(HERE, "learner.py")
@@ -65,17 +64,6 @@ def codec_bytes(codec, count, block):
     full, rest = divmod(count, block)
     codes = (lambda b: (b + 1) // 2) if codec == "int4" else (lambda b: b)
     return full * (4 + codes(block)) + (4 + codes(rest) if rest else 0)
-
-
-def last_json(text):
-    for line in reversed(text.splitlines()):
-        line = line.strip()
-        if line.startswith("{"):
-            try:
-                return json.loads(line)
-            except ValueError:
-                pass
-    return None
 
 
 def main():
@@ -315,20 +303,7 @@ def main():
     finally:
         for process in processes:
             stop(process)
-    if failures:
-        print("FAILED:")
-        for failure in failures:
-            print("  - " + failure)
-        print("  logs in %s" % work)
-        return 1
-    print("ok")
-    if args.keep:
-        print("  logs in %s" % work)
-    else:
-        for name in os.listdir(work):
-            os.remove(os.path.join(work, name))
-        os.rmdir(work)
-    return 0
+    return conclude(failures, work, args.keep)
 
 
 if __name__ == "__main__":

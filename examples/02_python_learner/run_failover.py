@@ -23,7 +23,6 @@ Exit status 0 when every check passes, 1 otherwise.
 """
 
 import argparse
-import json
 import os
 import re
 import shutil
@@ -34,22 +33,11 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools", "diloco_tools", "python"))
-from diloco_processes import die_with_parent, free_port, python_with_pyzmq  # noqa: E402
+from diloco_processes import conclude, die_with_parent, free_port, last_json, python_with_pyzmq  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 LEARNER = os.path.join(HERE, "learner.py")
 MIN_ACCURACY = 0.6  # 4 classes: chance is 0.25
-
-
-def last_json(text):
-    for line in reversed(text.splitlines()):
-        line = line.strip()
-        if line.startswith("{"):
-            try:
-                return json.loads(line)
-            except ValueError:
-                continue
-    return None
 
 
 def main():
@@ -193,18 +181,7 @@ def main():
     finally:
         for process in processes:
             stop(process)
-    if failures:
-        print("FAILED:")
-        for failure in failures:
-            print("  - " + failure)
-        print("  logs in %s" % work)
-        return 1
-    print("ok")
-    if args.keep:
-        print("  logs in %s" % work)
-    else:
-        shutil.rmtree(work, ignore_errors=True)
-    return 0
+    return conclude(failures, work, args.keep)
 
 
 if __name__ == "__main__":

@@ -33,7 +33,6 @@ Exit status 0 when every check passes, 1 otherwise.
 
 import argparse
 import fcntl
-import json
 import os
 import random
 import signal
@@ -45,7 +44,7 @@ import termios
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "diloco_tools", "python"))
-from diloco_processes import die_with_parent, free_port  # noqa: E402
+from diloco_processes import conclude, die_with_parent, free_port, last_json  # noqa: E402
 
 FLOOD_PER_KIND = 10000
 PIPE_BYTES = 4096  # the stderr pipe's capacity (F_SETPIPE_SZ; the smallest Linux allows is a page)
@@ -111,17 +110,6 @@ def blocked_on_stderr(pid):
         if "pipe_write" in wchan or (os.uname().machine == "x86_64" and syscall[:2] == ["1", "0x2"]):
             threads.append("%s (%s)" % (tid, wchan))
     return threads
-
-
-def last_json(text):
-    for line in reversed(text.splitlines()):
-        line = line.strip()
-        if line.startswith("{"):
-            try:
-                return json.loads(line)
-            except ValueError:
-                pass
-    return None
 
 
 # Wire format (docs/protocol.md): enough of it to write well-formed headers.
@@ -352,20 +340,7 @@ def main():
         if log_write is not None:
             os.close(log_write)
         os.close(log_read)
-    if failures:
-        print("FAILED:")
-        for failure in failures:
-            print("  - " + failure)
-        print("  logs in %s" % work)
-        return 1
-    print("ok")
-    if args.keep:
-        print("  logs in %s" % work)
-    else:
-        for name in os.listdir(work):
-            os.remove(os.path.join(work, name))
-        os.rmdir(work)
-    return 0
+    return conclude(failures, work, args.keep)
 
 
 if __name__ == "__main__":

@@ -2,7 +2,9 @@
 (tools/diloco_syncer/test_*.py, examples/02_python_learner/run_against_syncer.py).
 Not installed; each script puts this directory on sys.path."""
 import ctypes
+import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -39,3 +41,32 @@ def python_with_pyzmq(program, include_this=True):
             return candidate
     sys.exit("%s: no Python with pyzmq and numpy among %s (install python3-zmq and python3-numpy, "
              "or set DILOCO_PYTHON)" % (program, tried or candidates))
+
+
+def last_json(text):
+    """The last line of `text` that is a JSON object (the programs' summaries), or None."""
+    for line in reversed(text.splitlines()):
+        line = line.strip()
+        if line.startswith("{"):
+            try:
+                return json.loads(line)
+            except ValueError:
+                pass
+    return None
+
+
+def conclude(failures, work, keep):
+    """Prints the failures (and where the logs are) or "ok", removes the work directory unless it is
+    to be kept or something failed, and returns the exit status: 1 on any failure, else 0."""
+    if failures:
+        print("FAILED:")
+        for failure in failures:
+            print("  - " + failure)
+        print("  logs in %s" % work)
+        return 1
+    print("ok")
+    if keep:
+        print("  logs in %s" % work)
+    else:
+        shutil.rmtree(work, ignore_errors=True)
+    return 0
