@@ -1006,6 +1006,11 @@ class Learner:
 
     def adopt(self, p, header, values):
         revision = header["revision"]
+        # After a failover: a revision newer than the base of a contribution the old leader acknowledged
+        # holds it (the new leader merged it, or merged its round into this one), adopted or not.
+        for sequence, entry in list(self.outstanding.items()):
+            if entry["chased"] and entry["fragment"] == p and entry["base"] < revision:
+                del self.outstanding[sequence]
         if p in self.base_revision and revision <= self.base_revision[p]:
             self.stats["updates_ignored"] += 1
             return
@@ -1024,9 +1029,6 @@ class Learner:
         self.base[p] = values.copy()
         self.base_revision[p] = revision
         self.stats["updates_adopted"] += 1
-        for sequence, entry in list(self.outstanding.items()):
-            if entry["chased"] and entry["fragment"] == p and entry["base"] < revision:
-                del self.outstanding[sequence]  # merged into the state a new leader sent: answered by it
 
     def rebases(self):
         """The rebase rule: asked for, and the run is not lock-step (which always overwrites)."""

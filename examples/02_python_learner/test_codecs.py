@@ -486,6 +486,35 @@ class LearnerUse(unittest.TestCase):
         learner.adopt(0, {"revision": 2, "status": L.STATUS_MERGED}, foreign + np.float32(1.0))
         np.testing.assert_array_equal(learner.model.theta[indices], foreign + np.float32(1.0))
 
+    def test_a_failover_keeps_only_acknowledged_contributions_until_a_newer_state(self):
+        # protocol.md, "Failover": after a leader is left and another answers, a contribution the old leader
+        # never acknowledged is given up (its fragment may be sent again against the same base); one it
+        # acknowledged stays awaited until the new leader sends its fragment at a revision newer than the
+        # contribution's base (merged there), adopted or not.
+        learner = bare_learner()
+        learner.config = {"alpha": 0.0, "lock_step": False, "tau": 0}
+        learner.stats.update(updates_adopted=0, acks=0, reconnections=0)
+        learner.leave_sequence = None
+        learner.model.theta += np.float32(0.01)
+        acked, unacked = learner.contribute(0), learner.contribute(1)
+        learner.on_ack({"answers": acked})
+
+        class Moved:
+            reconnections = 1
+        learner.connection, learner.reconnections = Moved(), 0
+        learner.rejoined()
+        self.assertEqual(sorted(learner.outstanding), [acked])
+        self.assertNotIn(1, learner.last_sent_base)
+        self.assertEqual(learner.stats["reconnections"], 1)
+        same = learner.base[0].copy()
+        learner.adopt(0, {"revision": 0, "status": L.STATUS_RESYNC}, same)  # the contribution's base: still open
+        self.assertEqual(sorted(learner.outstanding), [acked])
+        learner.adopt(1, {"revision": 1, "status": L.STATUS_RESYNC}, learner.base[1].copy())  # another fragment
+        self.assertEqual(sorted(learner.outstanding), [acked])
+        learner.base_revision[0] = 3  # adopted meanwhile: the newer state below is not adopted, and answers all the same
+        learner.adopt(0, {"revision": 2, "status": L.STATUS_RESYNC}, same)
+        self.assertEqual(learner.outstanding, {})
+
     def test_error_feedback(self):
         # e_p = (delta_p + e_p) - decode(code): after k sends, the decoded contributions plus the
         # residual add up to the sum of the outer gradients.
