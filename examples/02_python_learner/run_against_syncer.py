@@ -44,7 +44,8 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools", "diloco_tools", "python"))
-from diloco_processes import conclude, die_with_parent, free_port, last_json, python_with_pyzmq  # noqa: E402
+from diloco_processes import (  # noqa: E402
+    conclude, die_with_parent, free_port, last_json, python_with_pyzmq, read_text, stop)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 LEARNER = os.path.join(HERE, "learner.py")
@@ -104,10 +105,6 @@ def main():
         processes.append(process)
         return process
 
-    def read(path):
-        with open(path, "r", errors="replace") as handle:
-            return handle.read()
-
     def wait(process, limit=None):
         """Waits for process until the deadline (or `limit` seconds); a process still running is stopped."""
         bound = deadline - time.monotonic() if limit is None else min(limit, deadline - time.monotonic())
@@ -117,16 +114,6 @@ def main():
             failures.append("%s still running after %.0fs; stopped" % (process.name, time.monotonic() - started))
             stop(process)
             return None
-
-    def stop(process):
-        """SIGTERM (the syncer then prints its counters), SIGKILL if that does not end it within 5 s."""
-        if process.poll() is None:
-            process.terminate()
-            try:
-                process.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
 
     started = time.monotonic()
 
@@ -151,7 +138,7 @@ def main():
         # receive the model learned so far rather than learner 1's initial one. Learner 1 is
         # paused (SIGSTOP) from then until learner 2 has joined: however long learner 2 takes to
         # start, both then train together, learner 1 with most of its steps to go.
-        while re.search(r"revision=3\b", read(syncer.err_path)) is None:
+        while re.search(r"revision=3\b", read_text(syncer.err_path)) is None:
             if syncer.poll() is not None or first.poll() is not None or time.monotonic() > started + 20:
                 break
             time.sleep(0.05)
@@ -160,7 +147,7 @@ def main():
             first.send_signal(signal.SIGSTOP)
         second = start("learner2", learner_command + ["--learner-id", "2", "--incarnation", "1"])
         try:
-            while paused and "] joined;" not in read(second.err_path):
+            while paused and "] joined;" not in read_text(second.err_path):
                 if syncer.poll() is not None or second.poll() is not None or time.monotonic() > deadline:
                     break
                 time.sleep(0.05)
@@ -171,16 +158,16 @@ def main():
         results = {}
         for learner in (first, second):
             status = wait(learner)
-            results[learner.name] = last_json(read(learner.out_path))
+            results[learner.name] = last_json(read_text(learner.out_path))
             if status != 0:
                 failures.append("%s exited with status %s: %s" % (learner.name, status,
-                                                                   read(learner.err_path).strip()[-2000:]))
+                                                                   read_text(learner.err_path).strip()[-2000:]))
         # The syncer stops by itself once both learners have left; if one failed, it never will.
         learners_ok = all(learner.returncode == 0 for learner in (first, second))
         status = wait(syncer, None if learners_ok else 3)
-        counters = last_json(read(syncer.out_path))
+        counters = last_json(read_text(syncer.out_path))
         if status is not None and status != 0:
-            failures.append("the syncer exited with status %s: %s" % (status, read(syncer.err_path).strip()[-2000:]))
+            failures.append("the syncer exited with status %s: %s" % (status, read_text(syncer.err_path).strip()[-2000:]))
 
         # The syncer's counters.
         if counters is None:
@@ -196,7 +183,7 @@ def main():
                 failures.append("the syncer refused messages (a protocol mismatch): %s" % counters.get("rejected"))
             if counters.get("leaves") != 2:
                 failures.append("the syncer saw %s leaves, expected 2" % counters.get("leaves"))
-        merged_by_two = len(re.findall(r"contributors=2\b", read(syncer.err_path)))
+        merged_by_two = len(re.findall(r"contributors=2\b", read_text(syncer.err_path)))
         if args.quorum >= 2 and merged_by_two == 0:
             failures.append("no outer update merged the work of both learners")
 

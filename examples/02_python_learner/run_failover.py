@@ -33,7 +33,8 @@ import tempfile
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "tools", "diloco_tools", "python"))
-from diloco_processes import conclude, die_with_parent, free_port, last_json, python_with_pyzmq  # noqa: E402
+from diloco_processes import (  # noqa: E402
+    conclude, die_with_parent, free_port, last_json, python_with_pyzmq, read_text, stop)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 LEARNER = os.path.join(HERE, "learner.py")
@@ -66,15 +67,11 @@ def main():
         processes.append(process)
         return process
 
-    def read(path):
-        with open(path, "r", errors="replace") as handle:
-            return handle.read()
-
     def wait_for(process, pattern, what, limit=30):
         """The first match of `pattern` in the process's stderr, within `limit` seconds; None (a failure) if not."""
         end = min(deadline, time.monotonic() + limit)
         while time.monotonic() < end:
-            found = re.search(pattern, read(process.err_path))
+            found = re.search(pattern, read_text(process.err_path))
             if found:
                 return found
             if process.poll() is not None:
@@ -82,15 +79,6 @@ def main():
             time.sleep(0.05)
         failures.append("%s (waited %.0f s)" % (what, time.monotonic() - started))
         return None
-
-    def stop(process):
-        if process.poll() is None:
-            process.terminate()
-            try:
-                process.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
 
     def wait(process):
         try:
@@ -135,13 +123,13 @@ def main():
         led_b = wait_for(syncers["B"], r"leading %s with epoch (\d+)" % key, "B did not lead after A's kill")
 
         learner_status = wait(learner)
-        result = last_json(read(learner.out_path)) or {}
+        result = last_json(read_text(learner.out_path)) or {}
         b_status = wait(syncers["B"])
-        counters = last_json(read(syncers["B"].out_path)) or {}
+        counters = last_json(read_text(syncers["B"].out_path)) or {}
 
         if learner_status != 0:
             failures.append("the learner exited with status %s: %s" % (learner_status,
-                                                                       read(learner.err_path).strip()[-2000:]))
+                                                                       read_text(learner.err_path).strip()[-2000:]))
         if result.get("reconnections") != 1:
             failures.append("the learner reconnected %s times, expected once" % result.get("reconnections"))
         if not result.get("provided_state"):
@@ -153,7 +141,7 @@ def main():
         if led_a and led_b and not int(led_b.group(1)) > int(led_a.group(1)):
             failures.append("B's epoch %s is not above A's %s" % (led_b.group(1), led_a.group(1)))
         if b_status != 0:
-            failures.append("B exited with status %s: %s" % (b_status, read(syncers["B"].err_path).strip()[-2000:]))
+            failures.append("B exited with status %s: %s" % (b_status, read_text(syncers["B"].err_path).strip()[-2000:]))
         if not counters.get("contributions_merged", 0) > 0 or counters.get("leaves") != 1:
             failures.append("B merged %s contributions and saw %s leaves (expected > 0 and 1)"
                             % (counters.get("contributions_merged"), counters.get("leaves")))

@@ -44,7 +44,8 @@ import termios
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "diloco_tools", "python"))
-from diloco_processes import conclude, die_with_parent, free_port, last_json  # noqa: E402
+from diloco_processes import (  # noqa: E402
+    conclude, die_with_parent, free_port, last_json, read_text, stop)
 
 FLOOD_PER_KIND = 10000
 PIPE_BYTES = 4096  # the stderr pipe's capacity (F_SETPIPE_SZ; the smallest Linux allows is a page)
@@ -157,19 +158,6 @@ def main():
         if not ok:
             failures.append(what)
 
-    def stop(process):
-        if process.poll() is None:
-            process.terminate()
-            try:
-                process.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait(timeout=5)
-
-    def read(path):
-        with open(path, "r", errors="replace") as handle:
-            return handle.read()
-
     def wait_for(condition, bound_s, step_s=0.05):
         end = time.monotonic() + bound_s
         while not condition():
@@ -205,10 +193,10 @@ def main():
                                        stdout=out, stderr=err, stdin=subprocess.DEVNULL, preexec_fn=die_with_parent)
         children.append(learner)
         # The flood starts once the syncer has the model (the learner provides it and is welcomed).
-        joined = wait_for(lambda: "joined;" in read(learner_err) or learner.poll() is not None, 30)
+        joined = wait_for(lambda: "joined;" in read_text(learner_err) or learner.poll() is not None, 30)
         if not joined or learner.poll() is not None:
             raise RuntimeError("the learner did not join within 30 s (status %s): %s"
-                               % (learner.poll(), read(learner_err)[-2000:]))
+                               % (learner.poll(), read_text(learner_err)[-2000:]))
 
         # ... and once its log output is blocked: the pipe fills with the per-update lines in a few seconds.
         if not wait_for(lambda: blocked_on_stderr(syncer.pid) or learner.poll() is not None, 30) \
@@ -270,7 +258,7 @@ def main():
         except subprocess.TimeoutExpired:
             pass
         learner_s = time.monotonic() - learner_started
-        result = last_json(read(learner_out)) or {}
+        result = last_json(read_text(learner_out)) or {}
         figures.update(learner_s=round(learner_s, 3), learner_status=status,
                        learner_contributions=result.get("contributions"), learner_acks=result.get("acks"),
                        learner_rejects=result.get("rejects"), learner_updates_adopted=result.get("updates_adopted"),
@@ -294,7 +282,7 @@ def main():
         except subprocess.TimeoutExpired:
             syncer_status = None
         term_s = time.monotonic() - term_sent
-        counters = last_json(read(syncer_out)) or {}
+        counters = last_json(read_text(syncer_out)) or {}
         rejected = counters.get("rejected", {})
         figures.update(term_s=round(term_s, 3), syncer_status=syncer_status, rejected=rejected,
                        log_lines_dropped=counters.get("log_lines_dropped"), outer_updates=counters.get("outer_updates"))

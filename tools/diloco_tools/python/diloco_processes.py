@@ -70,3 +70,20 @@ def conclude(failures, work, keep):
     else:
         shutil.rmtree(work, ignore_errors=True)
     return 0
+
+
+def stop(process, grace_s=5):
+    """SIGTERM (a syncer then prints its counters), SIGKILL if that does not end it within `grace_s`."""
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout=grace_s)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(timeout=grace_s)
+
+
+def read_text(path):
+    """The whole file, undecodable bytes replaced."""
+    with open(path, "r", errors="replace") as handle:
+        return handle.read()
