@@ -119,6 +119,28 @@ BOOST_AUTO_TEST_CASE(a_leader_silent_past_the_bound_is_left_and_found_again) {
   BOOST_TEST(c.reconnections() == 1u);
 }
 
+// While probing, each message goes to every candidate; the copy for one that
+// nobody binds yet waits in its queue. Once another answers, that queue is
+// dropped: a standby that binds later (taking over) must not receive the
+// learner's old join, which would stand for the one the learner sends it
+// then. Closed with the socket's default linger (1 s), the copy went out as
+// soon as the standby bound.
+BOOST_AUTO_TEST_CASE(a_candidate_left_behind_gets_nothing_sent_before) {
+  ::zmq::context_t context;
+  const auto b = unbound_endpoint(context);
+  zeromq::server leader(context, "tcp://127.0.0.1:*");
+  const zeromq::socket_options options;
+  zeromq::failover_client c(context, {b, leader.endpoint()}, 0, 1, options, std::nullopt, 60s);
+  auto join = of_kind(message_kind::join);
+  BOOST_TEST_REQUIRE(!c.try_send(syncer_peer, join));
+  BOOST_TEST_REQUIRE(answer(leader).has_value());
+  BOOST_TEST_REQUIRE(c.receive_for(10s).has_value());
+  BOOST_TEST_REQUIRE(c.endpoint() == leader.endpoint());
+  zeromq::server standby(context, b);
+  // Twice the linger: a lingering copy would have been delivered by then.
+  BOOST_TEST(!standby.receive_for(2 * options.linger + 1s).has_value());
+}
+
 BOOST_AUTO_TEST_CASE(refuses_no_endpoint_and_a_silence_that_is_not_positive) {
   ::zmq::context_t context;
   BOOST_CHECK_THROW(zeromq::failover_client(context, {}, 0, 1), std::invalid_argument);

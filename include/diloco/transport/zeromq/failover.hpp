@@ -188,6 +188,15 @@ class failover_client {
     dropped_ = false;
   }
 
+  /// Closes candidate k's client at once, dropping what it still holds: a
+  /// copy lingering there would reach that candidate if it binds later (a
+  /// standby that takes over), long after the learner moved on.
+  void drop(std::size_t k) {
+    if (!clients_[k]) return;
+    clients_[k]->socket().set(::zmq::sockopt::linger, 0);
+    clients_[k].reset();
+  }
+
   void open(std::size_t k) {
     if (!clients_[k])
       clients_[k] = std::make_unique<client>(context_, endpoints_[k], learner_, incarnation_, options_, security_);
@@ -199,7 +208,7 @@ class failover_client {
     if (current_) ++reconnections_;  // a leader left: the learner joins again, and the next leader answers that
     awaiting_.reset();
     unwatch();
-    if (current_) clients_[*current_].reset();
+    if (current_) drop(*current_);
     current_.reset();
     for (std::size_t k = 0; k < clients_.size(); ++k) open(k);
   }
@@ -209,7 +218,7 @@ class failover_client {
     awaiting_.reset();
     current_ = k;
     for (std::size_t j = 0; j < clients_.size(); ++j)
-      if (j != k) clients_[j].reset();
+      if (j != k) drop(j);
     watch(k);
   }
 
