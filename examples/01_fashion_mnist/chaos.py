@@ -31,7 +31,7 @@ final global model evaluated on the test set.
                                         end, 0 acknowledged contributions lost, 0 split-brain
                                         publications, no learner adopting from a replaced leader,
                                         the zombie and the cut-off leader stepped down, and goodput
-                                        within 5 points (exit 77 without root)
+                                        within 5 points (--goodput-bound; exit 77 without root)
   chaos.py BIN_DIR --mode decoupled     one run (options below; --shards N for a sharded syncer)
 
 --standby runs every syncer shard as a primary and a standby that lead it in
@@ -447,8 +447,9 @@ def check_standby(args, out):
     if len(said) != 2:
         failures.append(f"expected two syncer logs saying they stepped down, found {said}")
     gap = 100 * (hit["goodput"] - calm["goodput"])
-    if gap < -5:
-        failures.append(f"goodput {hit['goodput']:.3f} more than 5 points below {calm['goodput']:.3f}")
+    if gap < -args.goodput_bound:
+        failures.append(f"goodput {hit['goodput']:.3f} more than {args.goodput_bound:g} points below "
+                        f"{calm['goodput']:.3f}")
     print("| run | goodput | global downtime | longest gap | kills / pauses / syncer kills | merged / accepted "
           "| test accuracy |")
     print(summary("2 shards with standbys, learner faults only", calm))
@@ -506,6 +507,8 @@ def main():
     p.add_argument("--lose-disk", action="store_true", help="a killed leader's checkpoint directory goes too")
     p.add_argument("--syncer-pause-at", type=float, nargs="*", default=[], metavar="SEC",
                    help="pause the leading syncer at these times (--standby), for --syncer-recovery")
+    p.add_argument("--goodput-bound", type=float, default=5, metavar="POINTS",
+                   help="--check-standby: the largest drop of goodput against the run without syncer faults (5)")
     p.add_argument("--isolate-syncers", action="store_true",
                    help="every syncer process in a network namespace of its own (root; with --standby)")
     p.add_argument("--syncer-cut-at", type=float, nargs="*", default=[], metavar="SEC",
