@@ -215,7 +215,11 @@ class linear_regression {
   const diloco::parameter_layout& layout() const { return host_.layout(); }
   std::span<T> parameters() { return params_.span(); }
   std::span<const T> gradients() const { return {grads_.data(), grads_.size()}; }
+  /// Writable where they are, as a GPU model's (a learner unit averages
+  /// them in place).
+  std::span<T> mutable_gradients() { return grads_.span(); }
   fenced::memory& memory() { return memory_; }
+  arena& fence() noexcept { return arena_; }
 
   diloco::step_stats compute_gradients(const batch_type& b) {
     auto open = arena_.open();

@@ -3,6 +3,7 @@
 // diloco::model for float and double.
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <span>
 #include <vector>
@@ -72,7 +73,7 @@ class teacher {
   batch<T> next(std::size_t n) {
     batch<T> b;
     for (std::size_t i = 0; i < n; ++i) {
-      T y = T(0.5);
+      T y = T(bias);
       for (std::size_t k = 0; k < features_; ++k) {
         const T x = T(2.0 * rng_.uniform() - 1.0);
         b.x.push_back(x);
@@ -84,6 +85,15 @@ class teacher {
   }
 
   T weight(std::size_t k) const { return T((k % 2 ? -1.0 : 1.0) * double(k + 1) / double(features_)); }
+  static constexpr double bias = 0.5;
+
+  /// ½·‖θ − θ*‖² for a model's parameters θ (the weights, then the bias) and
+  /// this teacher's θ*.
+  double distance(std::span<const T> params) const {
+    double d = 0;
+    for (std::size_t k = 0; k < features_; ++k) d += std::pow(double(params[k]) - double(weight(k)), 2);
+    return 0.5 * (d + std::pow(double(params[features_]) - bias, 2));
+  }
 
  private:
   std::size_t features_;

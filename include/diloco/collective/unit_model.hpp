@@ -7,6 +7,8 @@
 #include <concepts>
 #include <cstdint>
 #include <span>
+#include <stdexcept>
+#include <string>
 #include <system_error>
 #include <vector>
 
@@ -46,29 +48,53 @@ struct unit_model_options {
 /// through `torch::optimizer`, which reads the parameters' `.grad()`) steps
 /// on the mean. Other models' means are kept in a buffer of the unit's.
 ///
-/// Host memory only: a model with `memory()` (a GPU model) needs a backend
-/// that reduces device memory in place.
-///
-/// Constrained by the concepts, each preceded by its check, so that a type
-/// that misses a requirement gets an error naming the missing member.
-template <class M, class C>
-requires(check_model<M>() && model<M> && check_collective<C>() && collective<C>) class unit_model {
-  static_assert(
-      !requires(M & m) { m.memory(); },
-      "diloco::unit_model: host models only (a model with memory() needs a device collective)");
-
+/// A model whose parameters live elsewhere (`memory()`, a GPU model) is
+/// reduced where they live, by a second collective `D` on that memory — a
+/// `nccl::communicator` on the rank's GPU — while `C` carries the host values
+/// (the loss and token counts here, the unit's votes in `unit_learner`):
+/// `unit_model<M, C, D>(model, ranks, data)`. Such a model must have
+/// `mutable_gradients()`: the mean is taken in place, in its memory. The
+/// one-collective constructors take models without `memory()` only (a model
+/// whose `memory()` is host memory may pass one communicator twice).
+template <class M, class C, class D = C>
+requires(check_model<M>() && model<M> && check_collective<C>() && collective<C> && check_collective<D>() &&
+         collective<D>) class unit_model {
  public:
   using scalar_type = typename M::scalar_type;
   using batch_type = typename M::batch_type;
 
+  /// The model keeps its parameters in host memory: it has no `memory()`
+  /// (requirement 7 of `model`), so one collective can do.
+  static constexpr bool on_host = !requires(M & m) { m.memory(); };
+
   /// Rank 0's parameters are broadcast to the others, so that every rank
   /// starts from the same model whatever its own initialization.
-  unit_model(M& model, C& ranks, unit_model_options options = {})
-      : model_(model), ranks_(ranks), options_(options), gradients_(in_place ? 0 : model.parameters().size()) {
-    check(ranks_.broadcast(model_.parameters(), 0, deadline()));
+  unit_model(M& model, C& ranks, unit_model_options options = {}) requires std::same_as<C, D>
+      : unit_model(model, ranks, ranks, options) {
+    static_assert(on_host,
+                  "diloco::unit_model: a model with memory() (its own memory space) needs a second collective on that "
+                  "memory (unit_model<M, C, D>, e.g. D = nccl::communicator) besides the host one");
+  }
+
+  /// The same, the parameters and gradients reduced by `data`, a collective
+  /// of the same ranks (rank for rank) on the model's memory.
+  unit_model(M& model, C& ranks, D& data, unit_model_options options = {})
+      : model_(model),
+        ranks_(ranks),
+        data_(data),
+        options_(options),
+        gradients_(in_place ? 0 : model.parameters().size()) {
+    if (data_.rank() != ranks_.rank() || data_.size() != ranks_.size())
+      throw std::invalid_argument("diloco::unit_model: the data collective is rank " + std::to_string(data_.rank()) +
+                                  " of " + std::to_string(data_.size()) + ", the unit's rank " +
+                                  std::to_string(ranks_.rank()) + " of " + std::to_string(ranks_.size()));
+    check(data_.broadcast(model_.parameters(), 0, deadline()));
   }
 
   const parameter_layout& layout() const noexcept { return model_.layout(); }
+  /// The model's own memory space, if it has one (requirement 7 of `model`).
+  auto& memory() requires requires(M& m) { m.memory(); }
+  { return model_.memory(); }
   std::span<scalar_type> parameters() noexcept { return model_.parameters(); }
   std::span<const scalar_type> gradients() const noexcept {
     if constexpr (in_place)
@@ -81,10 +107,13 @@ requires(check_model<M>() && model<M> && check_collective<C>() && collective<C>)
     const step_stats own = model_.compute_gradients(batch);
     if constexpr (in_place) {
       const std::span<scalar_type> own_gradients = model_.mutable_gradients();
-      check(ranks_.all_reduce(std::span<const scalar_type>(own_gradients), own_gradients, reduce_op::mean, deadline()));
+      check(data_.all_reduce(std::span<const scalar_type>(own_gradients), own_gradients, reduce_op::mean, deadline()));
     } else {
+      static_assert(on_host,
+                    "diloco::unit_model: a model with memory() (its own memory space) needs "
+                    "`std::span<scalar_type> mutable_gradients()`: the mean is taken in place, in its memory");
       const std::span<const scalar_type> local = model_.gradients();
-      check(ranks_.all_reduce(local, std::span<scalar_type>(gradients_), reduce_op::mean, deadline()));
+      check(data_.all_reduce(local, std::span<scalar_type>(gradients_), reduce_op::mean, deadline()));
     }
     std::array<double, 2> stats{own.loss, static_cast<double>(own.tokens)};
     check(ranks_.all_reduce(std::span<const double>(stats), std::span<double>(stats), reduce_op::sum, deadline()));
@@ -92,7 +121,10 @@ requires(check_model<M>() && model<M> && check_collective<C>() && collective<C>)
   }
 
   M& local_model() noexcept { return model_; }
+  /// The unit's collective on the host, and the one on the model's memory
+  /// (the same one unless two were given).
   C& ranks() noexcept { return ranks_; }
+  D& data() noexcept { return data_; }
 
  private:
   time_point deadline() const { return clock::now() + options_.timeout; }
@@ -108,6 +140,7 @@ requires(check_model<M>() && model<M> && check_collective<C>() && collective<C>)
 
   M& model_;
   C& ranks_;
+  D& data_;
   unit_model_options options_;
   std::vector<scalar_type> gradients_;  ///< the mean, unless `in_place`
 };

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <concepts>
 #include <cstdint>
 #include <limits>
 #include <optional>
@@ -46,12 +47,18 @@ namespace diloco {
 /// died, `errc::rank_lost` or `errc::timed_out`) ends it: the unit is then
 /// restarted as a whole.
 ///
+/// A model in memory of its own (`memory()`, a GPU model) needs a second
+/// collective, `Data`, on that memory (`nccl::communicator`): it averages
+/// the gradients and broadcasts the fragments taken in, while `Collective`
+/// (`mpi::communicator`) carries the unit's host values — its votes, the
+/// loss, the resume. With one collective, host models only (`unit_model`).
+///
 /// Every call that communicates is collective: every rank makes it, in the
 /// same order. Not thread-safe, like the learner.
-template <class Model, class InnerStep, class Transport, class Collective>
+template <class Model, class InnerStep, class Transport, class Collective, class Data = Collective>
 class unit_learner {
  public:
-  using model_type = unit_model<Model, Collective>;
+  using model_type = unit_model<Model, Collective, Data>;
   using learner_type = learner<model_type, InnerStep, Transport>;
   using batch_type = typename Model::batch_type;
   using T = typename Model::scalar_type;
@@ -60,10 +67,21 @@ class unit_learner {
   /// options are the learner's, the same on every rank (one id, one
   /// incarnation for the unit). Collective: broadcasts rank 0's parameters.
   unit_learner(Model& model, Collective& ranks, Transport& transport, learner_options options = {},
+               InnerStep inner = InnerStep{}, unit_model_options unit = {}) requires std::same_as<Collective, Data>
+      : unit_learner(model, ranks, ranks, transport, std::move(options), std::move(inner), unit) {
+    static_assert(
+        model_type::on_host,
+        "diloco::unit_learner: a model with memory() (its own memory space) needs a second collective on that "
+        "memory (unit_learner<M, S, E, C, D>, e.g. D = nccl::communicator) besides the host one");
+  }
+
+  /// The same, the model's parameters and gradients reduced and broadcast
+  /// by `data`, a collective of the same ranks on the model's memory.
+  unit_learner(Model& model, Collective& ranks, Data& data, Transport& transport, learner_options options = {},
                InnerStep inner = InnerStep{}, unit_model_options unit = {})
       : ranks_(ranks),
         timeout_(unit.timeout),
-        model_(model, ranks, unit),
+        model_(model, ranks, data, unit),
         learner_(model_, transport, shared(options, ranks), std::move(inner)) {}
 
   unit_learner(const unit_learner&) = delete;
@@ -253,7 +271,7 @@ class unit_learner {
     for (std::uint32_t p = 0; p < fragments; ++p) {
       if (changed[p] == 0) continue;
       for (const auto& s : plan[p].slices())
-        if (auto e = ranks_.broadcast(theta.subspan(s.flat_offset, s.size), p % size, deadline())) {
+        if (auto e = model_.data().broadcast(theta.subspan(s.flat_offset, s.size), p % size, deadline())) {
           error_ = e;
           return;
         }

@@ -22,9 +22,9 @@ namespace diloco {
 /// returns its sequence number (`save_learner_checkpoint`). Not collective,
 /// but every rank calls it at the same local step (every N steps, say), so
 /// that the ranks can resume together.
-template <class Model, class InnerStep, class Transport, class Collective>
+template <class Model, class InnerStep, class Transport, class Collective, class Data>
 requires checkpointable<InnerStep> std::uint64_t save_unit_checkpoint(
-    const unit_learner<Model, InnerStep, Transport, Collective>& unit, checkpoint_store& store) {
+    const unit_learner<Model, InnerStep, Transport, Collective, Data>& unit, checkpoint_store& store) {
   return save_learner_checkpoint(unit.rank_learner(), store);
 }
 
@@ -33,11 +33,12 @@ requires checkpointable<InnerStep> std::uint64_t save_unit_checkpoint(
 /// (`unit_learner::resume`, which says what it throws). Returns that local
 /// step, or nothing. `skipped` receives a line for every torn or corrupt
 /// file passed over.
-template <class Model, class InnerStep, class Transport, class Collective>
+template <class Model, class InnerStep, class Transport, class Collective, class Data>
 requires checkpointable<InnerStep> std::optional<std::uint64_t> load_unit_checkpoint(
-    unit_learner<Model, InnerStep, Transport, Collective>& unit, const checkpoint_store& store,
+    unit_learner<Model, InnerStep, Transport, Collective, Data>& unit, const checkpoint_store& store,
     std::vector<std::string>* skipped = nullptr) {
-  auto found = store.intact(unit_learner<Model, InnerStep, Transport, Collective>::max_resume_candidates, skipped);
+  auto found =
+      store.intact(unit_learner<Model, InnerStep, Transport, Collective, Data>::max_resume_candidates, skipped);
   std::vector<std::string> saved;
   saved.reserve(found.size());
   for (auto& c : found) saved.push_back(std::move(c.body));
