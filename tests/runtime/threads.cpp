@@ -23,12 +23,7 @@ using T = double;
 constexpr std::size_t features = 6;
 
 /// ½·‖θ − θ*‖², θ* the teacher's weights and bias (toy_model.hpp).
-double distance_to_teacher(std::span<const T> params) {
-  const toy::teacher<T> truth(features, 0);
-  double d = 0;
-  for (std::size_t k = 0; k < features; ++k) d += std::pow(params[k] - truth.weight(k), 2);
-  return 0.5 * (d + std::pow(params[features] - 0.5, 2));
-}
+double distance_to_teacher(std::span<const T> params) { return toy::teacher<T>(features, 0).distance(params); }
 
 struct outcome {
   std::vector<T> initial, global;
