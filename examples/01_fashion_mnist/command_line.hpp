@@ -68,7 +68,11 @@ inline void check(command& c, std::optional<std::uint64_t> checkpoint_every) {
     refuse("--ranks-per-unit above 1 needs a build with MPI (CMake option DILOCO_WITH_MPI)");
 #endif
     if (s.part != role::learner) refuse("--ranks-per-unit is for --role learner (started by mpirun or srun)");
-    if (s.gpu_learners > 0) refuse("--ranks-per-unit: the ranks of a unit train on the CPU; drop --gpu-learners");
+#ifdef FASHION_MNIST_MPI
+    // A unit below --gpu-learners trains on GPUs, one per rank, over NCCL.
+    if (s.learner_id < s.gpu_learners)
+      if (const auto why = gpu_units_unavailable()) refuse("--ranks-per-unit with --gpu-learners: " + *why);
+#endif
   }
   if (!s.snapshot_dir.empty() && s.part == role::learner)
     refuse("--snapshot-dir is for the syncer, not --role learner");

@@ -21,6 +21,14 @@
 #include "batch.hpp"
 #include "learner_unit.hpp"
 
+#ifdef FASHION_MNIST_MPI
+#include <diloco/collective/mpi.hpp>
+#include <diloco/transport/shards.hpp>
+#include <diloco/transport/zeromq/failover.hpp>
+
+#include "unit_member.hpp"
+#endif
+
 namespace fashion {
 
 /// What the GPU model computed, on the host (for the tests, `probe_gpu_mlp`).
@@ -65,6 +73,47 @@ std::unique_ptr<learner_unit<Transport>> make_gpu_learner(Transport&, const dilo
   throw std::invalid_argument(*gpu_unavailable());
 }
 
+#endif
+
+#ifdef FASHION_MNIST_MPI
+
+/// Why no GPU learner unit can run in this process, or nothing if one can:
+/// `gpu_unavailable`, or a build without `diloco::nccl`.
+inline std::optional<std::string> gpu_units_unavailable() {
+  if (auto why = gpu_unavailable()) return why;
+#ifndef FASHION_MNIST_NCCL
+  return "this fashion_mnist was built without diloco::nccl (configure with -DDILOCO_WITH_NCCL=ON where the CUDA "
+         "toolkit has NCCL)";
+#else
+  return std::nullopt;
+#endif
+}
+
+#if defined(FASHION_MNIST_CUDA) && defined(FASHION_MNIST_NCCL)
+
+/// Rank `ranks.rank()` of a GPU learner unit (collective: every rank of the
+/// unit calls it): the GPU model for `seed` on this rank's GPU — its rank
+/// among the unit's ranks on this machine, modulo the GPUs it sees — with
+/// `diloco::cuda::adamw`; the gradients averaged and the fragments taken in
+/// broadcast on the GPUs over NCCL (a communicator whose identifier rank 0
+/// hands round over `ranks`), the unit's votes over `ranks`. Throws
+/// `std::runtime_error` if the rank sees no GPU, or if CUDA or NCCL fail
+/// (NCCL refuses two ranks on one GPU).
+std::unique_ptr<unit_member> make_gpu_unit_member(diloco::mpi::communicator& ranks,
+                                                  diloco::sharded<diloco::zeromq::failover_client>& transport,
+                                                  const diloco::learner_options& options,
+                                                  const diloco::inner::adamw_options& adamw, std::uint64_t seed);
+
+#else
+
+inline std::unique_ptr<unit_member> make_gpu_unit_member(diloco::mpi::communicator&,
+                                                         diloco::sharded<diloco::zeromq::failover_client>&,
+                                                         const diloco::learner_options&,
+                                                         const diloco::inner::adamw_options&, std::uint64_t) {
+  throw std::invalid_argument(*gpu_units_unavailable());
+}
+
+#endif
 #endif
 
 }  // namespace fashion

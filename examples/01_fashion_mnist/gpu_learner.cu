@@ -1,10 +1,14 @@
 // The GPU side of the trainer (gpu.hpp): the only translation unit of
 // fashion_mnist that nvcc compiles. A GPU learner is a `diloco::learner` of
 // `gpu_mlp` with `diloco::cuda::adamw` on the model's stream, behind the
-// trainer's `learner_unit`.
+// trainer's `learner_unit`; a rank of a GPU learner unit is a
+// `diloco::unit_learner` of the same, on NCCL and MPI, behind `unit_member`.
+#include <chrono>
 #include <memory>
 #include <optional>
+#include <stdexcept>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <cuda_runtime_api.h>
@@ -15,6 +19,13 @@
 #include <diloco/transport/shards.hpp>
 #include <diloco/transport/zeromq.hpp>
 #include <diloco/transport/zeromq/failover.hpp>
+
+#if defined(FASHION_MNIST_MPI) && defined(FASHION_MNIST_NCCL)
+#include <mpi.h>
+
+#include <diloco/collective/nccl.hpp>
+#include <diloco/runtime/unit.hpp>
+#endif
 
 #include "gpu.hpp"
 #include "gpu_mlp.cuh"
@@ -58,6 +69,56 @@ template std::unique_ptr<learner_unit<diloco::sim::endpoint>> make_gpu_learner(d
 template std::unique_ptr<learner_unit<diloco::sharded<diloco::zeromq::failover_client>>> make_gpu_learner(
     diloco::sharded<diloco::zeromq::failover_client>&, const diloco::learner_options&,
     const diloco::inner::adamw_options&, std::uint64_t);
+
+#if defined(FASHION_MNIST_MPI) && defined(FASHION_MNIST_NCCL)
+
+namespace {
+
+/// This rank's rank among its unit's ranks on this machine.
+int rank_on_this_machine(diloco::mpi::communicator& ranks) {
+  MPI_Comm here = MPI_COMM_NULL;
+  if (MPI_Comm_split_type(ranks.native(), MPI_COMM_TYPE_SHARED, static_cast<int>(ranks.rank()), MPI_INFO_NULL, &here) !=
+      MPI_SUCCESS)
+    throw std::runtime_error("MPI_Comm_split_type failed: cannot tell the unit's ranks on this machine");
+  int local = 0;
+  MPI_Comm_rank(here, &local);
+  MPI_Comm_free(&here);
+  return local;
+}
+
+}  // namespace
+
+std::unique_ptr<unit_member> make_gpu_unit_member(diloco::mpi::communicator& ranks,
+                                                  diloco::sharded<diloco::zeromq::failover_client>& transport,
+                                                  const diloco::learner_options& options,
+                                                  const diloco::inner::adamw_options& adamw, std::uint64_t seed) {
+  using transport_type = diloco::sharded<diloco::zeromq::failover_client>;
+  using unit = diloco::unit_learner<gpu_mlp, diloco::cuda::adamw<float>, transport_type, diloco::mpi::communicator,
+                                    diloco::nccl::communicator>;
+  // Its rank among the unit's ranks on this machine, modulo the GPUs it
+  // sees: a GPU each where every rank sees the machine's GPUs, its own where
+  // each sees one (Slurm's --gpus-per-task=1). NCCL refuses two ranks on one.
+  int devices = 0;
+  if (const cudaError_t e = cudaGetDeviceCount(&devices); e != cudaSuccess || devices == 0)
+    throw std::runtime_error(std::string("this rank sees no usable GPU: ") + cudaGetErrorString(e));
+  const int device = rank_on_this_machine(ranks) % devices;
+  gpu_detail::check(cudaSetDevice(device), "cudaSetDevice");
+  auto model = std::make_unique<gpu_mlp>(widths, seed);
+  const auto deadline = diloco::clock::now() + std::chrono::seconds(60);
+  // NCCL's collectives queued on the model's stream, after its gradients.
+  auto gpus =
+      std::make_unique<diloco::nccl::communicator>(diloco::nccl::unique_id(ranks, deadline), ranks.rank(), ranks.size(),
+                                                   deadline, diloco::nccl::options{device, model->stream()});
+  return std::make_unique<unit_member_of<unit, gpu_mlp, diloco::nccl::communicator>>(
+      std::move(model), std::make_tuple(std::move(gpus)),
+      [&](gpu_mlp& m, diloco::nccl::communicator& on_gpus) {
+        return std::make_unique<unit>(m, ranks, on_gpus, transport, options,
+                                      diloco::cuda::adamw<float>(adamw, m.stream()));
+      },
+      "gpu");
+}
+
+#endif
 
 gpu_probe probe_gpu_mlp(std::uint64_t seed, std::span<const float> params, const batch& b) {
   gpu_mlp model(widths, seed);

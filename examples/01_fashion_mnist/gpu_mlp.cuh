@@ -260,6 +260,9 @@ class gpu_mlp {
   std::span<float> parameters() noexcept { return params_.span(); }
   /// Device memory.
   std::span<const float> gradients() const noexcept { return grads_.span(); }
+  /// The gradients, writable where they are: a learner unit averages them
+  /// over its ranks in place (`diloco::unit_model`).
+  std::span<float> mutable_gradients() noexcept { return grads_.span(); }
   /// The learner's memory space: device memory on this model's stream.
   diloco::cuda::device_memory& memory() noexcept { return memory_; }
   /// The stream every pass of this model runs on (give it to the inner step).

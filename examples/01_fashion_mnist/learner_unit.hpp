@@ -29,15 +29,32 @@
 
 namespace fashion {
 
+/// What the trainer reads of a learner whose model is hidden, a
+/// `learner_unit` or a rank of a learner unit (`unit_member`).
+class learner_readings {
+ public:
+  virtual ~learner_readings() = default;
+
+  virtual const diloco::learner_metrics& metrics() const = 0;
+  virtual std::uint64_t local_step() const = 0;
+  virtual bool ended() const = 0;
+  /// Wall time of the last `compute_gradients` (for the emulated speeds).
+  virtual std::chrono::steady_clock::duration last_compute() const = 0;
+  /// "cpu" or "gpu".
+  virtual const char* device() const = 0;
+  /// `diloco::save_learner_checkpoint` (of this rank's learner, in a
+  /// unit); throws `std::logic_error` if the inner step is not
+  /// checkpointable.
+  virtual std::uint64_t save_checkpoint(diloco::checkpoint_store& store) const = 0;
+};
+
 /// A `diloco::learner` on `Transport`, its model and inner step hidden: what
 /// `sim::run` drives (`poll`, `train_step`, `drain`, `drained`, `finish`,
 /// `next_deadline`, `transport`) and what the threaded trainer and the
 /// learner process use.
 template <class Transport>
-class learner_unit {
+class learner_unit : public learner_readings {
  public:
-  virtual ~learner_unit() = default;
-
   virtual bool poll(diloco::time_point now) = 0;
   virtual diloco::step_stats train_step(const batch& b, diloco::time_point now) = 0;
   /// `learner::step`; throws `std::logic_error` on a transport that does not block.
@@ -51,17 +68,6 @@ class learner_unit {
   virtual std::optional<diloco::time_point> next_deadline() const = 0;
   virtual Transport& transport() = 0;
 
-  virtual const diloco::learner_metrics& metrics() const = 0;
-  virtual std::uint64_t local_step() const = 0;
-  virtual bool ended() const = 0;
-  /// Wall time of the last `compute_gradients` (for the emulated speeds).
-  virtual std::chrono::steady_clock::duration last_compute() const = 0;
-  /// "cpu" or "gpu".
-  virtual const char* device() const = 0;
-
-  /// `diloco::save_learner_checkpoint`; throws `std::logic_error` if the
-  /// inner step is not checkpointable.
-  virtual std::uint64_t save_checkpoint(diloco::checkpoint_store& store) const = 0;
   /// `diloco::load_latest_learner_checkpoint`, with what it throws.
   virtual std::optional<std::uint64_t> load_latest_checkpoint(const diloco::checkpoint_store& store,
                                                               std::vector<std::string>* skipped) = 0;

@@ -27,11 +27,32 @@
 # status 0, and its accuracy is within 1.5 points of the fault-free units
 # run.
 #
-#   test_units.sh FASHION_MNIST DILOCO_SYNCER MPIRUN [STEPS [LEARNERS]]
+# With --gpu, unit 0 of every units run is a GPU unit (--gpu-learners 1: one
+# GPU per rank, gradients and fragments over NCCL), against the same
+# one-process CPU learners: it needs 2 GPUs, and exits 77 (skipped) where
+# there are fewer — failed instead with DILOCO_REQUIRE_GPU=1 and none.
+#
+#   test_units.sh [--gpu] FASHION_MNIST DILOCO_SYNCER MPIRUN [STEPS [LEARNERS]]
 # Every process is bounded in time and killed on every exit path.
 set -u
+gpu=0
+[[ ${1:-} == --gpu ]] && { gpu=1; shift; }
 fashion=$(realpath "$1") syncer=$(realpath "$2") mpirun=$3 steps=${4:-1500} learners=${5:-2}
 [[ $learners == 2 || $learners == 4 ]] || { echo "test_units.sh: LEARNERS is 2 or 4" >&2; exit 2; }
+unit_devices=()  # what units 0 and 1 train on
+device0=cpu
+if ((gpu)); then
+  gpus=$(nvidia-smi --list-gpus 2> /dev/null | grep -c '^GPU ')
+  if ((gpus == 0)) && [[ ${DILOCO_REQUIRE_GPU:-0} == 1 ]]; then
+    echo "FAIL: DILOCO_REQUIRE_GPU=1 but nvidia-smi lists no GPU"
+    exit 1
+  elif ((gpus < 2)); then
+    echo "skipped: $gpus GPU(s) here; a GPU unit of 2 ranks takes one GPU per rank"
+    exit 77
+  fi
+  unit_devices=(--gpu-learners 1)
+  device0=gpu
+fi
 source "$(dirname "$0")/processes.sh" diloco_units
 syncer_flags=(--fragments 4 --H 50 --quorum 1 --quiet)
 learner_flags=(--role learner --mode decoupled --steps "$steps" --progress 0)
@@ -65,7 +86,7 @@ start_shards units 2
 units=()
 for id in 0 1; do
   timeout 600 "$mpirun" --bind-to none -np 2 "$fashion" "${learner_flags[@]}" --learners 2 --speeds 1,0.5 --batch 32 \
-    --ranks-per-unit 2 --learner-id "$id" --endpoint "$endpoints" > "$work/units.learner$id.json" \
+    --ranks-per-unit 2 "${unit_devices[@]}" --learner-id "$id" --endpoint "$endpoints" > "$work/units.learner$id.json" \
     2> "$work/units.learner$id.log" &
   units+=($!)
   pids+=($!)
@@ -90,7 +111,7 @@ start_shards restart 2
 launch=$(dirname "$syncer")/diloco_launch
 timeout 600 "$launch" --learners 2 --no-syncer --endpoint "${endpoints%%,*}" --summary -- \
   "$mpirun" --bind-to none -np 2 "$fashion" "${learner_flags[@]}" --learners 2 --speeds 1,0.5 --batch 32 \
-  --ranks-per-unit 2 --learner-id {id} --incarnation {incarnation} --endpoint "$endpoints" \
+  --ranks-per-unit 2 "${unit_devices[@]}" --learner-id {id} --incarnation {incarnation} --endpoint "$endpoints" \
   --checkpoint-dir "$work/restart.checkpoints.{id}" --checkpoint-every 20 \
   --trace "$work/restart.trace" > "$work/restart.launch.json" 2> "$work/restart.launch.log" &
 launcher=$!
@@ -125,12 +146,19 @@ for run in units learners restart; do
     > "$work/$run.accuracy.json" || { echo "FAIL: cannot evaluate the $run run"; exit 1; }
 done
 
-python3 - "$work" "$steps" "$learners" <<'PY'
+python3 - "$work" "$steps" "$learners" "$device0" <<'PY'
 import json, sys
-work, steps, learners = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+work, steps, learners, device0 = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 def lines(path):
     return [json.loads(l) for l in open(path) if l.startswith("{")]
 problems = []
+# Every rank traced where it trained: unit 0 on device0, unit 1 on the CPU.
+devices = {}
+for e in lines(f"{work}/restart.trace"):
+    if e.get("ev") == "start" and "rank" in e:
+        devices.setdefault((e["learner"], e.get("device")), set()).add(e["rank"])
+if devices.get((0, device0)) != {0, 1} or devices.get((1, "cpu")) != {0, 1} or len(devices) != 2:
+    problems.append(f"restart: the ranks traced devices {devices}, expected unit 0 on {device0}, unit 1 on cpu")
 accuracy = {run: lines(f"{work}/{run}.accuracy.json")[-1]["test_accuracy"] for run in ("units", "learners")}
 tokens = {}
 for run in ("units", "learners"):
