@@ -69,7 +69,7 @@ def main() -> int:
     ap.add_argument("--timeout", type=float, default=180, help="seconds the run may take (180)")
     args = ap.parse_args()
 
-    why = wan._preconditions()
+    why = wan.unavailable()
     if not why:
         try:
             args.delay_program = wan.find_delay_program(args.delay_program)

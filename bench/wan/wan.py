@@ -511,11 +511,10 @@ def check_link(rate_bps: float, rtt_s: float, seconds: float, delay_program: str
     return result
 
 
-# ---------------------------------------------------------------- command line
-
-
-def _preconditions() -> str | None:
-    """Why this machine cannot run the emulation, or None."""
+def unavailable() -> str | None:
+    """Why this machine cannot run the emulation (it needs root, ip, tc,
+    iptables, ping and network namespaces), or None; for callers that skip
+    rather than fail."""
     if os.geteuid() != 0:
         return "not root"
     for tool in ("ip", "tc", "iptables", "ping"):
@@ -527,9 +526,12 @@ def _preconditions() -> str | None:
     return None
 
 
+# ---------------------------------------------------------------- command line
+
+
 def _smoke(args) -> int:
     """CTest: exit 77 to skip, 0 on success."""
-    why = _preconditions()
+    why = unavailable()
     if not why:
         try:
             args.delay_program = find_delay_program(args.delay_program)
@@ -622,7 +624,7 @@ def main(argv: list[str]) -> int:
         found = cleanup(args.dry_run)
         print(json.dumps({"found": found, "removed": not args.dry_run, "clean_now": is_clean(leftovers())}))
         return 0
-    why = _preconditions()
+    why = unavailable()
     if args.command == "smoke":
         return _smoke(args)
     if why:

@@ -402,7 +402,7 @@ def check_standby(args, out):
     paused past its lease and one cut off from the network, against the same
     learner faults without syncer faults."""
     import wan  # bench/wan/wan.py
-    why = wan._preconditions()
+    why = wan.unavailable()
     if why:
         print(f"chaos.py --check-standby: skipped: cutting a syncer off needs root and network namespaces ({why})")
         return 77
