@@ -1,9 +1,10 @@
 // Role learner with --ranks-per-unit R: one rank of a learner unit of R MPI
 // ranks (docs/units.md). Started by `mpirun -np R` (or `srun`), each rank
 // trains the whole model on its own share of the data, gradients averaged
-// over the unit (on its GPU, over NCCL, in a GPU unit), and speaks for its share of the fragments to the syncer
-// shards that own them: rank r to the shards s with s mod R = r of the S
-// shards that `--endpoint` lists (S a multiple of R).
+// over the unit (on its GPU, over NCCL, in a GPU unit), and speaks for its
+// share of the fragments to the syncer shards that own them: rank r to the
+// shards s with s mod R = r of the S shards that `--endpoint` lists (S a
+// multiple of R).
 #pragma once
 
 #include <unistd.h>
@@ -35,8 +36,8 @@
 
 namespace fashion {
 
-/// Rank `r` of a CPU unit: the `mlp` and `inner` on the host, every
-/// collective over MPI.
+/// This process as a rank of a CPU unit: the `mlp` and `inner` on the
+/// host, every collective over MPI.
 template <class Inner>
 std::unique_ptr<unit_member> make_cpu_unit_member(example_trainer::unit_rank& rank,
                                                   const diloco::learner_options& options, Inner inner,
