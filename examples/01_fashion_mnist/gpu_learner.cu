@@ -98,10 +98,12 @@ std::unique_ptr<unit_member> make_gpu_unit_member(diloco::mpi::communicator& ran
   // Its rank among the unit's ranks on this machine, modulo the GPUs it
   // sees: a GPU each where every rank sees the machine's GPUs, its own where
   // each sees one (Slurm's --gpus-per-task=1). NCCL refuses two ranks on one.
+  // The split is collective: every rank makes it before any may throw.
+  const int here = rank_on_this_machine(ranks);
   int devices = 0;
   if (const cudaError_t e = cudaGetDeviceCount(&devices); e != cudaSuccess || devices == 0)
     throw std::runtime_error(std::string("this rank sees no usable GPU: ") + cudaGetErrorString(e));
-  const int device = rank_on_this_machine(ranks) % devices;
+  const int device = here % devices;
   gpu_detail::check(cudaSetDevice(device), "cudaSetDevice");
   auto model = std::make_unique<gpu_mlp>(widths, seed);
   const auto deadline = diloco::clock::now() + std::chrono::seconds(60);
